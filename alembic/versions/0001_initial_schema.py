@@ -1,0 +1,66 @@
+"""initial schema: resources, threads, messages
+
+Revision ID: 0001
+Revises:
+Create Date: 2026-11-30
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import postgresql
+
+revision: str = "0001"
+down_revision: str | None = None
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+JSON = sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql")
+
+
+def upgrade() -> None:
+    op.create_table(
+        "messages",
+        sa.Column("seq", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False),
+        sa.Column("id", sa.String(), nullable=False),
+        sa.Column("thread_id", sa.String(), nullable=False),
+        sa.Column("resource_id", sa.String(), nullable=True),
+        sa.Column("role", sa.String(), nullable=False),
+        sa.Column("type", sa.String(), server_default="v2", nullable=False),
+        sa.Column("created_at", sa.BigInteger(), nullable=False),
+        sa.Column("content", JSON, nullable=False),
+        sa.Column("signal_type", sa.String(), nullable=True),
+        sa.Column("legacy_reminder", sa.Boolean(), server_default="0", nullable=False),
+        sa.PrimaryKeyConstraint("seq"),
+        sa.UniqueConstraint("id"),
+    )
+    op.create_index("ix_messages_resource_order", "messages", ["resource_id", "created_at", "seq"])
+    op.create_index("ix_messages_thread_order", "messages", ["thread_id", "created_at", "seq"])
+    op.create_table(
+        "resources",
+        sa.Column("id", sa.String(), nullable=False),
+        sa.Column("working_memory", sa.Text(), nullable=True),
+        sa.Column("metadata", JSON, nullable=True),
+        sa.Column("created_at", sa.BigInteger(), nullable=False),
+        sa.Column("updated_at", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("id"),
+    )
+    op.create_table(
+        "threads",
+        sa.Column("id", sa.String(), nullable=False),
+        sa.Column("resource_id", sa.String(), nullable=False),
+        sa.Column("title", sa.String(), server_default="", nullable=False),
+        sa.Column("metadata", JSON, nullable=True),
+        sa.Column("created_at", sa.BigInteger(), nullable=False),
+        sa.Column("updated_at", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("id"),
+    )
+    op.create_index("ix_threads_resource_created", "threads", ["resource_id", "created_at"])
+    op.create_index("ix_threads_resource_updated", "threads", ["resource_id", "updated_at"])
+
+
+def downgrade() -> None:
+    op.drop_table("threads")
+    op.drop_table("resources")
+    op.drop_table("messages")

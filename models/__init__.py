@@ -1,0 +1,1 @@
+"""Storage: tables, the repository (all SQL), the vector index and the embedders."""

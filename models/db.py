@@ -1,0 +1,33 @@
+"""Async engine construction for SQLite (aiosqlite, WAL) and PostgreSQL (asyncpg)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+
+def is_sqlite(url: str) -> bool:
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def create_engine(url: str, *, pool_size: int = 10, max_overflow: int = 10, echo: bool = False) -> AsyncEngine:
+    if is_sqlite(url):
+        engine = create_async_engine(url, echo=echo, connect_args={"timeout": 30})
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_async_engine(
+        url, echo=echo, pool_size=pool_size, max_overflow=max_overflow, pool_pre_ping=True
+    )
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cursor = dbapi_conn.cursor()
+    # WAL lets readers run beside the single writer; NORMAL is durable for committed WAL frames
+    # across a process crash (only an OS crash can lose the newest commits).
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()

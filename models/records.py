@@ -1,0 +1,68 @@
+"""Plain domain records returned by the repository (no ORM state, cheap to build in bulk)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class MessageRecord:
+    id: str
+    thread_id: str
+    resource_id: str | None
+    role: str
+    type: str
+    created_at: int  # ms since the epoch, UTC
+    content: dict[str, Any]
+    seq: int = 0
+    signal_type: str | None = None
+    legacy_reminder: bool = False
+
+    @property
+    def order_key(self) -> tuple[int, int]:
+        return (self.created_at, self.seq)
+
+
+@dataclass(slots=True)
+class ThreadRecord:
+    id: str
+    resource_id: str
+    title: str
+    metadata: dict[str, Any] | None
+    created_at: int
+    updated_at: int
+
+
+@dataclass(slots=True)
+class ResourceRecord:
+    id: str
+    working_memory: str | None
+    metadata: dict[str, Any] | None
+    created_at: int
+    updated_at: int
+
+
+@dataclass(slots=True, frozen=True)
+class DateRange:
+    start: int | None = None
+    end: int | None = None
+    start_exclusive: bool = False
+    end_exclusive: bool = False
+
+
+@dataclass(slots=True, frozen=True)
+class MessageQuery:
+    """What one page query reads: the thread, optional resource row filter and the filters."""
+
+    thread_id: str
+    resource_id: str | None = None
+    date_range: DateRange | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True, frozen=True)
+class IncludeWindow:
+    message_id: str
+    before: int
+    after: int

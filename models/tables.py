@@ -1,0 +1,72 @@
+"""SQLModel tables. Alembic owns the schema; these models are what autogenerate compares against.
+
+Times are stored as integer milliseconds since the epoch (UTC): the contract's precision, one
+comparison semantics on every engine, and (created_at, seq) is a cheap total order for keyset paging.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, Column, Index, Integer, String, Text
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlmodel import Field, SQLModel
+
+# JSONB on PostgreSQL: containment (@>) gives the contract's exact-type metadata equality and is indexable.
+JsonType = JSON().with_variant(JSONB(), "postgresql")
+# SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias).
+SeqType = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Resource(SQLModel, table=True):
+    __tablename__ = "resources"
+
+    id: str = Field(sa_column=Column(String, primary_key=True))
+    working_memory: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    metadata_: dict[str, Any] | None = Field(default=None, sa_column=Column("metadata", JsonType, nullable=True))
+    created_at: int = Field(sa_column=Column(BigInteger, nullable=False))
+    updated_at: int = Field(sa_column=Column(BigInteger, nullable=False))
+
+
+class Thread(SQLModel, table=True):
+    __tablename__ = "threads"
+    __table_args__ = (
+        Index("ix_threads_resource_created", "resource_id", "created_at"),
+        Index("ix_threads_resource_updated", "resource_id", "updated_at"),
+    )
+
+    id: str = Field(sa_column=Column(String, primary_key=True))
+    resource_id: str = Field(sa_column=Column(String, nullable=False))
+    title: str = Field(default="", sa_column=Column(String, nullable=False, server_default=""))
+    metadata_: dict[str, Any] | None = Field(default=None, sa_column=Column("metadata", JsonType, nullable=True))
+    created_at: int = Field(sa_column=Column(BigInteger, nullable=False))
+    updated_at: int = Field(sa_column=Column(BigInteger, nullable=False))
+
+
+class Message(SQLModel, table=True):
+    __tablename__ = "messages"
+    __table_args__ = (
+        Index("ix_messages_thread_order", "thread_id", "created_at", "seq"),
+        Index("ix_messages_resource_order", "resource_id", "created_at", "seq"),
+    )
+
+    # Insertion sequence: breaks createdAt ties; an upsert keeps it (and createdAt).
+    seq: int | None = Field(default=None, sa_column=Column(SeqType, primary_key=True, autoincrement=True))
+    id: str = Field(sa_column=Column(String, nullable=False, unique=True))
+    thread_id: str = Field(sa_column=Column(String, nullable=False))
+    resource_id: str | None = Field(default=None, sa_column=Column(String, nullable=True))
+    role: str = Field(sa_column=Column(String, nullable=False))
+    type: str = Field(default="v2", sa_column=Column(String, nullable=False, server_default="v2"))
+    created_at: int = Field(sa_column=Column(BigInteger, nullable=False))
+    content: dict[str, Any] = Field(sa_column=Column(JsonType, nullable=False))
+    # Classified once on write (models.signals); recall filters on these columns only.
+    signal_type: str | None = Field(default=None, sa_column=Column(String, nullable=True))
+    legacy_reminder: bool = Field(
+        default=False, sa_column=Column(Boolean, nullable=False, server_default="0")
+    )
+
+
+metadata = SQLModel.metadata
+resources_table = Resource.__table__  # type: ignore[attr-defined]
+threads_table = Thread.__table__  # type: ignore[attr-defined]
+messages_table = Message.__table__  # type: ignore[attr-defined]

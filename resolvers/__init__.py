@@ -1,0 +1,1 @@
+"""Application logic: the recall engine, threads, messages, working memory. No GraphQL here."""

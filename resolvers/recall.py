@@ -1,0 +1,330 @@
+"""The recall engine: Mastra's `Memory.recall()` as the contract describes it, step by step.
+
+The numbered steps follow mastra-behaviour.md §1; the storage half mirrors MemoryLibSQL.listMessages.
+Pure application logic: it talks to the repository and (optionally) a semantic searcher.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from models.records import DateRange, IncludeWindow, MessageQuery, MessageRecord
+from models.repository import Repository
+from resolvers.config import deep_merge
+from resolvers.errors import BadUserInput, Forbidden, NotFound
+
+PerPage = int | float | Literal[False]
+
+_METADATA_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DISALLOWED_KEYS = frozenset({"__proto__", "constructor", "prototype"})
+RESOURCE_SCOPE_ERROR = (
+    "Memory error: Resource-scoped semantic recall is enabled but no resourceId was provided. "
+    "Either provide a resourceId or explicitly set semanticRecall.scope to 'thread'."
+)
+DEFAULT_TOP_K = 4
+DEFAULT_MESSAGE_RANGE = 1
+
+
+@dataclass(slots=True, frozen=True)
+class IncludeItem:
+    id: str
+    thread_id: str | None = None
+    with_previous_messages: int | None = None
+    with_next_messages: int | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class OrderBy:
+    field: str = "createdAt"
+    direction: str = "ASC"
+
+
+@dataclass(slots=True)
+class RecallArgs:
+    """One recall call. None always means "omitted"."""
+
+    thread_id: str
+    resource_id: str | None = None
+    per_page: PerPage | None = None
+    page: int | None = None
+    include: Sequence[IncludeItem] | None = None
+    date_range: DateRange | None = None
+    metadata: Any = None
+    order_by: OrderBy | None = None
+    hide_signals: bool | Sequence[str] | None = None
+    include_system_reminders: bool | None = None
+    thread_config: dict[str, Any] | None = None
+    vector_search_string: str | None = None
+
+
+@dataclass(slots=True)
+class RecallResult:
+    messages: list[MessageRecord]
+    total: int
+    page: int
+    per_page: int | Literal[False]
+    has_more: bool
+    usage: dict[str, int] | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class SemanticHit:
+    message_id: str
+    thread_id: str
+    score: float
+
+
+@dataclass(slots=True)
+class SemanticResult:
+    hits: list[SemanticHit]
+    usage: dict[str, int] | None = field(default=None)
+
+
+class SemanticSearcher(Protocol):
+    async def search(
+        self, text: str, *, thread_id: str, resource_id: str | None, resource_scope: bool, top_k: int
+    ) -> SemanticResult: ...
+
+
+class RecallEngine:
+    def __init__(
+        self,
+        repository: Repository,
+        *,
+        defaults: dict[str, Any],
+        semantic: SemanticSearcher | None = None,
+        max_include_items: int | None = None,
+    ) -> None:
+        self.repository = repository
+        self.defaults = defaults
+        self.semantic = semantic
+        self.max_include_items = max_include_items
+
+    def merged_config(self, thread_config: dict[str, Any] | None) -> dict[str, Any]:
+        return deep_merge(self.defaults, thread_config)
+
+    async def recall(self, args: RecallArgs) -> RecallResult:
+        # 1-2: configuration and message history.
+        config = self.merged_config(args.thread_config)
+        max_messages = _max_messages(config.get("lastMessages"))
+        history_enabled = max_messages is not None and max_messages != 0
+        history_disabled = not history_enabled and args.per_page is None
+        sr = config.get("semanticRecall")
+        search_requested = bool(sr) and bool(args.vector_search_string)
+        search_runs = search_requested and self.semantic is not None
+
+        # 4: nothing to read, and nothing else is validated on this path.
+        if history_disabled and not search_runs:
+            return RecallResult([], 0, args.page if args.page is not None else 0, 0, False)
+
+        # 5: ownership.
+        resource_scope = sr is True or (isinstance(sr, dict) and sr.get("scope") != "thread")
+        if args.resource_id:
+            thread = await self.repository.get_thread(args.thread_id)
+            if thread is None and not resource_scope:
+                raise NotFound(f"No thread found with id {args.thread_id}")
+            if thread is not None and thread.resource_id != args.resource_id:
+                raise Forbidden(
+                    f"Thread with id {args.thread_id} is for resource with id {thread.resource_id} "
+                    f"but resource {args.resource_id} was queried."
+                )
+
+        # 6: the page size and which window is read.
+        per_page: PerPage = args.per_page if args.per_page is not None else (max_messages or 0)
+        if history_disabled:
+            per_page = 0
+
+        # 7: resource scope needs a resource.
+        if resource_scope and search_requested and not args.resource_id:
+            raise BadUserInput(RESOURCE_SCOPE_ERROR)
+
+        # 8: semantic hits become include windows.
+        windows: list[IncludeWindow] = []
+        usage: dict[str, int] | None = None
+        if search_runs:
+            assert self.semantic is not None and args.vector_search_string
+            top_k, before, after = _semantic_options(sr)
+            found = await self.semantic.search(
+                args.vector_search_string, thread_id=args.thread_id, resource_id=args.resource_id,
+                resource_scope=resource_scope, top_k=top_k,
+            )
+            usage = found.usage
+            threshold = sr.get("threshold") if isinstance(sr, dict) else None
+            windows.extend(
+                IncludeWindow(hit.message_id, before, after)
+                for hit in found.hits
+                if threshold is None or hit.score >= threshold
+            )
+        windows[:0] = self._include_windows(args.include, default_context=2 if search_runs else 0)
+
+        # 9: the storage query.
+        result = await self._list_messages(args, per_page, windows)
+        result.usage = usage
+        # 10: signal filtering, after pagination: totals describe the unfiltered page.
+        result.messages = filter_signals(result.messages, args.hide_signals, args.include_system_reminders)
+        return result
+
+    def _include_windows(self, items: Sequence[IncludeItem] | None, *, default_context: int) -> list[IncludeWindow]:
+        if not items:
+            return []
+        if self.max_include_items is not None and len(items) > self.max_include_items:
+            raise BadUserInput(
+                f"include accepts at most {self.max_include_items} items, got {len(items)}.",
+                limit="maxIncludeItems",
+            )
+        windows = []
+        for n, item in enumerate(items):
+            if not item.id:
+                raise BadUserInput(f"include[{n}].id must be a non-empty string.")
+            before = default_context if item.with_previous_messages is None else item.with_previous_messages
+            after = default_context if item.with_next_messages is None else item.with_next_messages
+            if before < 0 or after < 0:
+                raise BadUserInput(f"include[{n}]: withPreviousMessages and withNextMessages must be >= 0.")
+            windows.append(IncludeWindow(item.id, before, after))
+        return windows
+
+    async def _list_messages(
+        self, args: RecallArgs, per_page: PerPage, windows: list[IncludeWindow]
+    ) -> RecallResult:
+        """MemoryLibSQL.listMessages: validation order, page, count, include merge, hasMore."""
+        if not args.thread_id.strip():
+            raise BadUserInput("threadId must be a non-empty string or array of non-empty strings")
+        page = args.page if args.page is not None else 0
+        if page < 0:
+            raise BadUserInput("page must be >= 0")
+        limit = _normalize_per_page(per_page)
+        metadata = validate_metadata_filter(args.metadata)
+        if args.order_by is not None:
+            descending = args.order_by.direction == "DESC"
+        else:
+            descending = per_page is not False  # newest window, reversed below
+        offset = 0 if per_page is False else page * (limit or 0)
+        echo_per_page: int | Literal[False] = False if per_page is False else (limit or 0)
+        query = MessageQuery(
+            thread_id=args.thread_id, resource_id=args.resource_id or None,
+            date_range=args.date_range, metadata=metadata or {},
+        )
+        if limit == 0:
+            included = await self.repository.include_windows(windows, args.resource_id or None)
+            messages = _merge([], included)
+            return RecallResult(messages, 0, page, echo_per_page, False)
+
+        rows, total, included = await self.repository.page_and_count(
+            query, descending=descending, limit=limit, offset=offset,
+            windows=windows, window_resource_id=args.resource_id or None,
+        )
+        messages = _merge(rows, included)
+        if per_page is False:
+            has_more = False
+        elif metadata:
+            has_more = offset + len(rows) < total
+        else:
+            same_thread = sum(1 for m in messages if m.thread_id == args.thread_id)
+            has_more = same_thread < total and offset + (limit or 0) < total
+        return RecallResult(messages, total, page, echo_per_page, has_more)
+
+
+def _merge(page: list[MessageRecord], included: list[MessageRecord]) -> list[MessageRecord]:
+    """Page rows, then include rows not already present; system rows dropped; one total order."""
+    seen: set[str] = set()
+    out: list[MessageRecord] = []
+    for rec in (*page, *included):
+        if rec.id in seen:
+            continue
+        seen.add(rec.id)
+        if rec.role != "system":
+            out.append(rec)
+    out.sort(key=lambda m: (m.created_at, m.seq))
+    return out
+
+
+def filter_signals(
+    messages: list[MessageRecord],
+    hide_signals: bool | Sequence[str] | None,
+    include_system_reminders: bool | None,
+) -> list[MessageRecord]:
+    """The precedence table of §2.8, on the classification stored at write time."""
+    if hide_signals is None:
+        if include_system_reminders:
+            return messages
+        return [m for m in messages if not m.legacy_reminder]
+    if hide_signals is False:
+        return messages
+    if hide_signals is True:
+        return [m for m in messages if m.signal_type is None]
+    hidden = set(hide_signals)
+    if not hidden:
+        return messages
+    return [m for m in messages if m.signal_type is None or m.signal_type not in hidden]
+
+
+def validate_metadata_filter(metadata: Any) -> dict[str, Any] | None:
+    """Mastra's validateStorageMetadataFilter, with its exact messages."""
+    if metadata is None:
+        return None
+    if not isinstance(metadata, dict):
+        raise BadUserInput("Metadata filter must be an object.")
+    for key, value in metadata.items():
+        if len(key) > 128 or not _METADATA_KEY.fullmatch(key) or key in _DISALLOWED_KEYS:
+            raise BadUserInput(f'Invalid metadata filter key "{key}".')
+        if not _is_scalar(value):
+            raise BadUserInput(
+                f'Invalid metadata filter value for key "{key}". '
+                "Values must be string, finite number, boolean, or null."
+            )
+    return metadata or None
+
+
+def _is_scalar(value: Any) -> bool:
+    if value is None or isinstance(value, str | bool):
+        return True
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
+def _max_messages(last_messages: Any) -> int | None:
+    if last_messages is False:
+        return 0
+    if last_messages is None:
+        return None
+    if (
+        isinstance(last_messages, bool)
+        or not isinstance(last_messages, int | float)
+        or not math.isfinite(last_messages)
+        or last_messages < 0
+        or last_messages != int(last_messages)
+    ):
+        raise BadUserInput("lastMessages must be a finite non-negative integer")
+    return int(last_messages)
+
+
+def _normalize_per_page(per_page: PerPage) -> int | None:
+    """None = every row (perPage false)."""
+    if per_page is False:
+        return None
+    if (
+        isinstance(per_page, bool)
+        or not math.isfinite(per_page)
+        or per_page < 0
+        or per_page != int(per_page)
+    ):
+        raise BadUserInput("perPage must be >= 0")
+    return int(per_page)
+
+
+def _semantic_options(sr: Any) -> tuple[int, int, int]:
+    options = sr if isinstance(sr, dict) else {}
+    top_k = options.get("topK", DEFAULT_TOP_K)
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise BadUserInput("semanticRecall.topK must be a positive integer.")
+    message_range = options.get("messageRange", DEFAULT_MESSAGE_RANGE)
+    if isinstance(message_range, dict):
+        before, after = message_range.get("before") or 0, message_range.get("after") or 0
+    else:
+        before = after = message_range
+    if before < 0 or after < 0:
+        raise BadUserInput("semanticRecall.messageRange must be >= 0.")
+    return top_k, before, after

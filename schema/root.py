@@ -1,0 +1,198 @@
+"""Query and Mutation: thin resolvers that map GraphQL inputs to the services and back."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import strawberry
+from strawberry import UNSET
+from strawberry.types import Info
+
+from resolvers.context import RequestContext
+from resolvers.messages import MessageInput as MessageData
+from resolvers.recall import OrderBy, RecallArgs
+from schema.inputs import (
+    CreateThreadInput,
+    HideSignalsInput,
+    IncludeInput,
+    MemoryConfigInput,
+    MessageInput,
+    MessageOrderBy,
+    RecallFilter,
+    ThreadOrderBy,
+    UpdateThreadInput,
+    given,
+)
+from schema.scalars import JSON, PerPage
+from schema.types import EmbeddingUsage, Message, RecallResult, SaveMessagesPayload, Thread, ThreadPage
+
+Ctx = Info[RequestContext, None]
+
+
+def _arg(description: str, **kwargs: object) -> object:
+    return strawberry.argument(description=description, **kwargs)  # type: ignore[arg-type]
+
+
+@strawberry.type
+class Query:
+    @strawberry.field(description="Mastra's Memory.recall(): the messages of a thread an agent or a UI needs.")
+    async def recall(
+        self,
+        info: Ctx,
+        thread_id: Annotated[strawberry.ID, _arg("The thread to read.")],
+        resource_id: Annotated[
+            str | None,
+            _arg("When given, the thread must belong to it (FORBIDDEN otherwise) and only its rows are read."),
+        ] = UNSET,
+        per_page: Annotated[
+            PerPage | None, _arg("Page size; false returns everything. Omitted: threadConfig.lastMessages.")
+        ] = UNSET,
+        page: Annotated[int | None, _arg("Zero-based page (with perPage).")] = UNSET,
+        include: Annotated[
+            list[IncludeInput] | None, _arg("Messages to return as well, with neighbours in their own thread.")
+        ] = UNSET,
+        filter: Annotated[RecallFilter | None, _arg("dateRange and metadata filters on the page query.")] = UNSET,
+        order_by: Annotated[
+            MessageOrderBy | None, _arg("Which window is read; default the newest. Output is chronological.")
+        ] = UNSET,
+        hide_signals: Annotated[
+            HideSignalsInput | None, _arg("Hide typed signals: all of them, or the given types.")
+        ] = UNSET,
+        include_system_reminders: Annotated[
+            bool | None,
+            strawberry.argument(
+                description="Keep legacy system reminders (when hideSignals is omitted).",
+                deprecation_reason="Use hideSignals.",
+            ),
+        ] = UNSET,
+        thread_config: Annotated[
+            MemoryConfigInput | None, _arg("Memory configuration for this call, over the server defaults.")
+        ] = UNSET,
+        vector_search_string: Annotated[
+            str | None, _arg("With semantic recall on: also return the messages most similar to this text.")
+        ] = UNSET,
+        include_total: Annotated[
+            bool | None, _arg("Accepted for compatibility; total is always counted.")
+        ] = UNSET,
+    ) -> RecallResult:
+        flt = given(filter)
+        date_range = given(flt.date_range) if flt else None
+        order = given(order_by)
+        hide = given(hide_signals)
+        include_items = given(include)
+        config = given(thread_config)
+        result = await info.context.services.recall.recall(
+            RecallArgs(
+                thread_id=str(thread_id),
+                resource_id=given(resource_id),
+                per_page=given(per_page),
+                page=given(page),
+                include=[i.to_item() for i in include_items] if include_items is not None else None,
+                date_range=date_range.to_range() if date_range else None,
+                metadata=given(flt.metadata) if flt else None,
+                order_by=OrderBy(order.field.value, order.direction.value) if order else None,
+                hide_signals=hide.to_value() if hide else None,
+                include_system_reminders=given(include_system_reminders),
+                thread_config=config.to_value() if config else None,
+                vector_search_string=given(vector_search_string),
+            )
+        )
+        return RecallResult(
+            messages=[Message(_record=m) for m in result.messages],
+            total=result.total,
+            page=result.page,
+            per_page=result.per_page,
+            has_more=result.has_more,
+            usage=EmbeddingUsage(tokens=result.usage["tokens"]) if result.usage else None,
+        )
+
+    @strawberry.field(description="A thread by id (null when unknown or owned by another resource).")
+    async def thread(
+        self,
+        info: Ctx,
+        id: Annotated[strawberry.ID, _arg("The thread id.")],
+        resource_id: Annotated[str | None, _arg("When given, the thread must belong to it.")] = UNSET,
+    ) -> Thread | None:
+        record = await info.context.services.threads.get(str(id), given(resource_id))
+        return Thread(_record=record) if record else None
+
+    @strawberry.field(description="A resource's threads, newest first by default.")
+    async def threads(
+        self,
+        info: Ctx,
+        resource_id: Annotated[str, _arg("The owning resource.")],
+        page: Annotated[int, _arg("Zero-based page.")] = 0,
+        per_page: Annotated[PerPage, _arg("Page size (default 100); false returns all.")] = 100,
+        order_by: Annotated[ThreadOrderBy | None, _arg("Ordering (default createdAt DESC).")] = UNSET,
+        metadata: Annotated[JSON | None, _arg("Exact-type equality on thread metadata keys.")] = UNSET,
+    ) -> ThreadPage:
+        order = given(order_by)
+        result = await info.context.services.threads.list(
+            resource_id,
+            page=page,
+            per_page=_page_size(per_page),
+            order_field=order.field.value if order else "createdAt",
+            descending=order.direction.value == "DESC" if order else True,
+            metadata=given(metadata),
+        )
+        return ThreadPage(
+            threads=[Thread(_record=t) for t in result.threads], total=result.total, page=result.page,
+            per_page=result.per_page, has_more=result.has_more,
+        )
+
+    @strawberry.field(description="Messages by id (null for unknown ids), batched.")
+    async def messages(
+        self, info: Ctx, ids: Annotated[list[strawberry.ID], _arg("Message ids.")]
+    ) -> list[Message | None]:
+        records = await info.context.messages.load_many([str(i) for i in ids])
+        return [Message(_record=r) if r else None for r in records]
+
+
+def _page_size(value: object) -> int | bool:
+    from resolvers.errors import BadUserInput
+
+    if value is False:
+        return False
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise BadUserInput("perPage must be >= 0")
+    return value
+
+
+@strawberry.type
+class Mutation:
+    @strawberry.mutation(description="Creates a thread; an existing id is a CONFLICT.")
+    async def create_thread(self, info: Ctx, input: CreateThreadInput) -> Thread:
+        record = await info.context.services.threads.create(
+            resource_id=input.resource_id,
+            thread_id=str(input.id) if given(input.id) is not None else None,
+            title=given(input.title),
+            metadata=given(input.metadata),
+            created_at=given(input.created_at),
+        )
+        return Thread(_record=record)
+
+    @strawberry.mutation(description="Updates a thread's title and shallow-merges its metadata.")
+    async def update_thread(self, info: Ctx, input: UpdateThreadInput) -> Thread:
+        record = await info.context.services.threads.update(
+            str(input.id), title=given(input.title), metadata=given(input.metadata)
+        )
+        return Thread(_record=record)
+
+    @strawberry.mutation(
+        description="Saves messages (upsert by id) in one transaction; a re-saved message keeps its "
+        "createdAt and position. Transient signals are acknowledged but not stored."
+    )
+    async def save_messages(self, info: Ctx, messages: list[MessageInput]) -> SaveMessagesPayload:
+        result = await info.context.services.messages.save(
+            [
+                MessageData(
+                    thread_id=str(m.thread_id), role=m.role, content=m.content,
+                    id=str(m.id) if given(m.id) is not None else None,
+                    resource_id=given(m.resource_id), type=given(m.type), created_at=given(m.created_at),
+                )
+                for m in messages
+            ]
+        )
+        return SaveMessagesPayload(
+            messages=[Message(_record=r) for r in result.messages], acknowledged=result.acknowledged
+        )

@@ -1,0 +1,66 @@
+"""Custom scalars: DateTime (UTC, milliseconds, ISO-8601 with Z), JSON and PerPage (Int or false)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NewType
+
+import strawberry
+from graphql import BooleanValueNode, FloatValueNode, IntValueNode, ValueNode
+from strawberry.scalars import JSON
+
+from resolvers.clock import parse_iso, to_iso
+
+
+def _serialize_datetime(value: Any) -> str:
+    return to_iso(value) if isinstance(value, int) else str(value)
+
+
+def _parse_datetime(value: Any) -> int:
+    if not isinstance(value, str):
+        raise ValueError("DateTime must be an ISO-8601 string, for example 2026-01-01T00:00:00.000Z")
+    try:
+        return parse_iso(value)
+    except ValueError as exc:
+        raise ValueError(f"Invalid DateTime {value!r}: use ISO-8601 with a timezone, e.g. 2026-01-01T00:00:00Z") from exc
+
+
+DateTime = strawberry.scalar(
+    NewType("DateTime", int),
+    name="DateTime",
+    description="A UTC instant with millisecond precision, as ISO-8601 with Z: 2026-01-01T00:00:00.000Z. "
+    "Input accepts any ISO-8601 timestamp with a timezone; sub-millisecond digits are truncated.",
+    serialize=_serialize_datetime,
+    parse_value=_parse_datetime,
+)
+
+
+def _parse_per_page(value: Any) -> int | float | bool:
+    if value is False:
+        return False
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError("PerPage must be a non-negative integer or false")
+    return value
+
+
+def _parse_per_page_literal(node: ValueNode, _variables: Any = None) -> int | float | bool:
+    if isinstance(node, BooleanValueNode):
+        return _parse_per_page(node.value)
+    if isinstance(node, IntValueNode):
+        return int(node.value)
+    if isinstance(node, FloatValueNode):
+        return _parse_per_page(float(node.value))
+    raise ValueError("PerPage must be a non-negative integer or false")
+
+
+PerPage = strawberry.scalar(
+    NewType("PerPage", object),
+    name="PerPage",
+    description="A page size: a non-negative integer, or false for every row. "
+    "Other numbers are rejected by the operation with 'perPage must be >= 0'.",
+    serialize=lambda v: v,
+    parse_value=_parse_per_page,
+    parse_literal=_parse_per_page_literal,
+)
+
+__all__ = ["JSON", "DateTime", "PerPage"]

@@ -1,0 +1,278 @@
+"""Output types. Each wraps a domain record and maps it explicitly; nothing here touches storage."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Any
+
+import strawberry
+from strawberry.types import Info
+
+from models.records import MessageRecord, ThreadRecord
+from resolvers.context import RequestContext
+from schema.scalars import JSON, DateTime, PerPage
+
+
+@strawberry.enum(description="The six stored signal types (exact strings, no aliasing).")
+class SignalType(Enum):
+    USER = "user"
+    STATE = "state"
+    REACTIVE = "reactive"
+    NOTIFICATION = "notification"
+    USER_MESSAGE = "user-message"
+    SYSTEM_REMINDER = "system-reminder"
+
+
+SIGNAL_TYPES_BY_VALUE = {member.value: member for member in SignalType}
+
+
+@strawberry.enum(description="Sort direction.")
+class SortDirection(Enum):
+    ASC = "ASC"
+    DESC = "DESC"
+
+
+# ---------------------------------------------------------------------------------------------- parts
+@strawberry.type(description="Plain text.")
+class TextPart:
+    type: str = strawberry.field(description="Always `text`.")
+    text: str = strawberry.field(description="The text.")
+
+
+@strawberry.type(description="Model reasoning.")
+class ReasoningPart:
+    type: str = strawberry.field(description="Always `reasoning`.")
+    reasoning: str | None = strawberry.field(description="The reasoning text, when given as one string.")
+    details: JSON | None = strawberry.field(description="Structured reasoning details, as stored.")
+
+
+@strawberry.type(description="A tool call and, once known, its result.")
+class ToolInvocation:
+    state: str | None = strawberry.field(description="call, partial-call or result.")
+    tool_call_id: str | None = strawberry.field(description="The call id that links call and result.")
+    tool_name: str | None = strawberry.field(description="The tool's name.")
+    args: JSON | None = strawberry.field(description="The call's arguments.")
+    result: JSON | None = strawberry.field(description="The tool's result (state result).")
+    step: int | None = strawberry.field(description="The agent step the call belongs to.")
+
+
+@strawberry.type(description="A tool invocation part.")
+class ToolInvocationPart:
+    type: str = strawberry.field(description="Always `tool-invocation`.")
+    tool_invocation: ToolInvocation = strawberry.field(description="The invocation.")
+
+
+@strawberry.type(description="A file (inline data or a URL).")
+class FilePart:
+    type: str = strawberry.field(description="Always `file`.")
+    mime_type: str | None = strawberry.field(description="The file's media type.")
+    data: str | None = strawberry.field(description="Inline data (base64) or a URL, as stored.")
+    filename: str | None = strawberry.field(description="The file name, when known.")
+
+
+@strawberry.type(description="A cited source.")
+class SourcePart:
+    type: str = strawberry.field(description="Always `source`.")
+    source: JSON | None = strawberry.field(description="The source object, as stored.")
+
+
+@strawberry.type(description="The start of an agent step.")
+class StepStartPart:
+    type: str = strawberry.field(description="Always `step-start`.")
+
+
+@strawberry.type(description="A custom data part (`data-<name>`), including signals (`data-signal`).")
+class DataPart:
+    type: str = strawberry.field(description="`data-` followed by the name.")
+    name: str = strawberry.field(description="The part's name: its type without the `data-` prefix.")
+    id: str | None = strawberry.field(description="The part's id, when it has one.")
+    data: JSON | None = strawberry.field(description="The part's data, as stored.")
+
+
+@strawberry.type(description="A part of a type this schema does not model; `raw` holds it as stored.")
+class UnknownPart:
+    type: str = strawberry.field(description="The stored type string.")
+    raw: JSON = strawberry.field(description="The part as stored.")
+
+
+MessagePart = Annotated[
+    TextPart | ReasoningPart | ToolInvocationPart | FilePart | SourcePart | StepStartPart | DataPart | UnknownPart,
+    strawberry.union("MessagePart", description="One part of a message's content."),
+]
+
+
+def _part(raw: dict[str, Any]) -> Any:
+    kind = raw.get("type")
+    if kind == "text" and isinstance(raw.get("text"), str):
+        return TextPart(type=kind, text=raw["text"])
+    if kind == "reasoning":
+        reasoning = raw.get("reasoning")
+        return ReasoningPart(
+            type=kind, reasoning=reasoning if isinstance(reasoning, str) else None, details=raw.get("details")
+        )
+    if kind == "tool-invocation" and isinstance(raw.get("toolInvocation"), dict):
+        inv = raw["toolInvocation"]
+        step = inv.get("step")
+        return ToolInvocationPart(
+            type=kind,
+            tool_invocation=ToolInvocation(
+                state=_str(inv.get("state")), tool_call_id=_str(inv.get("toolCallId")),
+                tool_name=_str(inv.get("toolName")), args=inv.get("args"), result=inv.get("result"),
+                step=step if isinstance(step, int) and not isinstance(step, bool) else None,
+            ),
+        )
+    if kind == "file":
+        return FilePart(
+            type=kind, mime_type=_str(raw.get("mimeType") or raw.get("mediaType")),
+            data=_str(raw.get("data") or raw.get("url")), filename=_str(raw.get("filename")),
+        )
+    if kind == "source":
+        return SourcePart(type=kind, source=raw.get("source"))
+    if kind == "step-start":
+        return StepStartPart(type=kind)
+    if isinstance(kind, str) and kind.startswith("data-"):
+        return DataPart(type=kind, name=kind[5:], id=_str(raw.get("id")), data=raw.get("data"))
+    return UnknownPart(type=str(kind), raw=raw)
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+# ---------------------------------------------------------------------------------------------- messages
+@strawberry.type(description="A message's content in the stored format (format 2).")
+class MessageContent:
+    _raw: strawberry.Private[dict[str, Any]]
+
+    @strawberry.field(description="The content format; always 2.")
+    def format(self) -> int:
+        value = self._raw.get("format")
+        return value if isinstance(value, int) else 2
+
+    @strawberry.field(description="The parts, typed; select the part types you need.")
+    def parts(self) -> list[MessagePart]:
+        parts = self._raw.get("parts")
+        return [_part(p) for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
+
+    @strawberry.field(description="The message metadata, as stored.")
+    def metadata(self) -> JSON | None:
+        return self._raw.get("metadata")
+
+    @strawberry.field(description="The optional plain-text content string.")
+    def content(self) -> str | None:
+        return _str(self._raw.get("content"))
+
+    @strawberry.field(description="The whole stored content JSON, as is.")
+    def raw(self) -> JSON:
+        return self._raw
+
+
+@strawberry.type(description="A stored message.")
+class Message:
+    _record: strawberry.Private[MessageRecord]
+
+    @strawberry.field(description="The message id.")
+    def id(self) -> strawberry.ID:
+        return strawberry.ID(self._record.id)
+
+    @strawberry.field(description="user, assistant, signal, tool or system, as stored.")
+    def role(self) -> str:
+        return self._record.role
+
+    @strawberry.field(description="The stored message type (v2 unless saved otherwise).")
+    def type(self) -> str:
+        return self._record.type
+
+    @strawberry.field(description="When the message was created.")
+    def created_at(self) -> DateTime:
+        return DateTime(self._record.created_at)
+
+    @strawberry.field(description="The thread the message belongs to.")
+    def thread_id(self) -> strawberry.ID:
+        return strawberry.ID(self._record.thread_id)
+
+    @strawberry.field(description="The resource stored on the message row (null when none was stored).")
+    def resource_id(self) -> str | None:
+        return self._record.resource_id
+
+    @strawberry.field(description="The message content.")
+    def content(self) -> MessageContent:
+        return MessageContent(_raw=self._record.content)
+
+    @strawberry.field(description="The signal type this message was classified as when it was written.")
+    def signal_type(self) -> SignalType | None:
+        kind = self._record.signal_type
+        return SIGNAL_TYPES_BY_VALUE.get(kind) if kind else None
+
+    @strawberry.field(description="Whether the legacy system-reminder rule hides this message by default.")
+    def is_system_reminder(self) -> bool:
+        return self._record.legacy_reminder
+
+    @strawberry.field(description="The message's thread (batched).")
+    async def thread(self, info: Info[RequestContext, None]) -> Thread | None:
+        record = await info.context.threads.load(self._record.thread_id)
+        return Thread(_record=record) if record else None
+
+
+@strawberry.type(description="Embedding usage of a call that embedded text.")
+class EmbeddingUsage:
+    tokens: int = strawberry.field(description="Tokens the embedder reported.")
+
+
+@strawberry.type(description="The result of recall: the messages and the page they come from.")
+class RecallResult:
+    messages: list[Message] = strawberry.field(
+        description="The messages, always in chronological order (createdAt, then insertion order)."
+    )
+    total: int = strawberry.field(
+        description="Rows matched by the page query (not counting include or semantic rows); 0 with perPage 0."
+    )
+    page: int = strawberry.field(description="The page argument, echoed.")
+    per_page: PerPage = strawberry.field(description="The effective page size, or false.")
+    has_more: bool = strawberry.field(description="Whether a further page exists (Mastra's two formulas).")
+    usage: EmbeddingUsage | None = strawberry.field(description="Embedding usage when a vector search ran.")
+
+
+# ---------------------------------------------------------------------------------------------- threads
+@strawberry.type(description="A conversation thread, owned by one resource.")
+class Thread:
+    _record: strawberry.Private[ThreadRecord]
+
+    @strawberry.field(description="The thread id.")
+    def id(self) -> strawberry.ID:
+        return strawberry.ID(self._record.id)
+
+    @strawberry.field(description="The resource (end user) that owns the thread.")
+    def resource_id(self) -> str:
+        return self._record.resource_id
+
+    @strawberry.field(description="The title ('' when none).")
+    def title(self) -> str:
+        return self._record.title
+
+    @strawberry.field(description="The thread metadata, as stored.")
+    def metadata(self) -> JSON | None:
+        return self._record.metadata
+
+    @strawberry.field(description="When the thread was created; never changes.")
+    def created_at(self) -> DateTime:
+        return DateTime(self._record.created_at)
+
+    @strawberry.field(description="When the thread or its messages last changed.")
+    def updated_at(self) -> DateTime:
+        return DateTime(self._record.updated_at)
+
+
+@strawberry.type(description="A page of threads.")
+class ThreadPage:
+    threads: list[Thread] = strawberry.field(description="The threads on this page.")
+    total: int = strawberry.field(description="Threads matching the filter.")
+    page: int = strawberry.field(description="The page argument, echoed.")
+    per_page: PerPage = strawberry.field(description="The page size, or false.")
+    has_more: bool = strawberry.field(description="Whether a further page exists.")
+
+
+@strawberry.type(description="The result of saveMessages.")
+class SaveMessagesPayload:
+    messages: list[Message] = strawberry.field(description="The stored messages, in the order given.")
+    acknowledged: int = strawberry.field(description="Transient signals accepted but, by design, not stored.")

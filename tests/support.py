@@ -1,0 +1,181 @@
+"""Shared test helpers: services on a real database, a real server process, a gql client, factories."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from gql import Client, gql
+from gql.transport.exceptions import TransportQueryError
+from gql.transport.httpx import HTTPXAsyncTransport
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("RECALLQL_SHARED_DIR", REPO.parent / "shared"))
+IN_CI = bool(os.environ.get("CI"))
+PG_ADMIN_DSN = os.environ.get("RECALLQL_TEST_PG_DSN", "postgresql://127.0.0.1:5432/test")
+
+
+def require(condition: bool, reason: str) -> None:
+    """Skips on a developer machine that lacks a service; in CI a missing service is a failure."""
+    if condition:
+        return
+    if IN_CI:
+        pytest.fail(f"required in CI: {reason}")
+    pytest.skip(reason)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def uid(prefix: str = "x") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+# ---------------------------------------------------------------------------------------------- databases
+async def postgres_available() -> bool:
+    try:
+        import asyncpg
+
+        conn = await asyncio.wait_for(asyncpg.connect(PG_ADMIN_DSN), 3)
+        await conn.close()
+        return True
+    except Exception:
+        return False
+
+
+@contextlib.asynccontextmanager
+async def database(kind: str, tmp_path: Path) -> AsyncIterator[str]:
+    """A new, empty database of the given engine; dropped afterwards."""
+    if kind == "sqlite":
+        yield f"sqlite+aiosqlite:///{tmp_path / 'recallql-test.db'}"
+        return
+    import asyncpg
+
+    require(await postgres_available(), f"PostgreSQL is not reachable at {PG_ADMIN_DSN}")
+    name = f"recallql_test_{uuid.uuid4().hex[:16]}"
+    admin = await asyncpg.connect(PG_ADMIN_DSN)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    base = PG_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://")
+    try:
+        yield f"{base}/{name}"
+    finally:
+        admin = await asyncpg.connect(PG_ADMIN_DSN)
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+
+def engines() -> list[str]:
+    return [e.strip() for e in os.environ.get("RECALLQL_TEST_ENGINES", "sqlite,postgres").split(",") if e.strip()]
+
+
+# ---------------------------------------------------------------------------------------------- server
+class ServerProcess:
+    """`recallql serve` in a child process on a free loopback port."""
+
+    def __init__(self, data_dir: Path, env: dict[str, str] | None = None, workers: int = 1) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = data_dir / f"server-{self.port}.log"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        full_env = {**os.environ, "RECALLQL_DATA_DIR": str(data_dir), **(env or {})}
+        self._log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "web.cli", "serve", "--port", str(self.port), "--workers", str(workers)],
+            cwd=REPO, env=full_env, stdout=self._log, stderr=subprocess.STDOUT,
+        )
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited:\n{self.log_path.read_text()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return
+            time.sleep(0.1)
+        raise TimeoutError(f"server not ready in {timeout}s:\n{self.log_path.read_text()}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+@contextlib.contextmanager
+def running_server(data_dir: Path, env: dict[str, str] | None = None, workers: int = 1) -> Iterator[ServerProcess]:
+    server = ServerProcess(data_dir, env, workers)
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+
+
+# ---------------------------------------------------------------------------------------------- client
+class Api:
+    """A gql client over real HTTP."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.client = Client(transport=HTTPXAsyncTransport(url=f"{base_url}/graphql", timeout=60))
+
+    async def execute(self, query: str, **variables: Any) -> dict[str, Any]:
+        return await self.client.execute_async(gql(query), variable_values=variables or None)
+
+    async def errors(self, query: str, **variables: Any) -> list[dict[str, Any]]:
+        """The errors of a request that must fail."""
+        try:
+            data = await self.client.execute_async(gql(query), variable_values=variables or None)
+        except TransportQueryError as exc:
+            assert exc.errors, exc
+            return list(exc.errors)
+        raise AssertionError(f"expected errors, got data {data}")
+
+
+def text_message(
+    *, thread_id: str, id: str | None = None, role: str = "user", text: str = "hello",
+    created_at: str | None = None, metadata: dict[str, Any] | None = None, resource_id: str | None = None,
+    parts: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    content: dict[str, Any] = {"format": 2, "parts": parts if parts is not None else [{"type": "text", "text": text}]}
+    if metadata is not None:
+        content["metadata"] = metadata
+    message: dict[str, Any] = {"threadId": thread_id, "role": role, "content": content}
+    if id is not None:
+        message["id"] = id
+    if created_at is not None:
+        message["createdAt"] = created_at
+    if resource_id is not None:
+        message["resourceId"] = resource_id
+    return message
+
+
+def at(seconds: float) -> str:
+    """2026-01-01T00:00:00Z + seconds, in the contract's ISO form."""
+    from resolvers.clock import to_iso
+
+    return to_iso(1767225600000 + round(seconds * 1000))

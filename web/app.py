@@ -1,0 +1,132 @@
+"""The Starlette application factory."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+from strawberry.asgi import GraphQL
+
+from models.db import create_engine, is_sqlite
+from models.migrate import upgrade
+from models.repository import Repository
+from resolvers.context import RequestContext, Services
+from schema import build_schema
+from web.settings import Settings, get_settings
+
+log = logging.getLogger("recallql")
+
+
+class RecallQLGraphQL(GraphQL[RequestContext, None]):
+    async def get_context(self, request: Any, response: Any = None) -> RequestContext:
+        return RequestContext(services=request.app.state.services)
+
+
+class BodyLimit:
+    """Rejects request bodies over the limit before anything parses them."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            await _too_large(self.max_bytes)(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited_receive() -> Any:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _BodyTooLarge
+            return message
+
+        try:
+            await self.app(scope, limited_receive, send)
+        except _BodyTooLarge:
+            await _too_large(self.max_bytes)(scope, receive, send)
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+def _too_large(limit: int) -> Response:
+    return JSONResponse(
+        {"errors": [{"message": f"Request body exceeds {limit} bytes.", "extensions": {"code": "PAYLOAD_TOO_LARGE"}}]},
+        status_code=413,
+    )
+
+
+def create_app(settings: Settings | None = None, *, services: Services | None = None) -> Starlette:
+    settings = settings or get_settings()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        url = settings.resolved_database_url
+        if is_sqlite(url):
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
+        engine = None
+        if services is None:
+            engine = create_engine(url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow)
+            if settings.auto_migrate:
+                await upgrade(engine)
+            app.state.services = Services.build(
+                Repository(engine),
+                memory_defaults=settings.memory_defaults(),
+                max_include_items=settings.max_include_items,
+                max_save_batch=settings.max_save_batch,
+            )
+        else:
+            app.state.services = services
+        try:
+            yield
+        finally:
+            if engine is not None:
+                await engine.dispose()
+
+    graphql_app = RecallQLGraphQL(
+        build_schema(
+            max_depth=settings.max_query_depth,
+            max_tokens=settings.max_query_tokens,
+            max_aliases=settings.max_aliases,
+            mask_errors=not settings.debug,
+        ),
+        graphql_ide="graphiql",
+    )
+
+    async def healthz(_request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    async def readyz(request: Request) -> Response:
+        try:
+            await request.app.state.services.repository.ping()
+        except Exception as exc:  # readiness reports any failure; it must not raise
+            log.warning("readyz: database unreachable: %s", exc)
+            return JSONResponse({"ready": False, "database": "unreachable"}, status_code=503)
+        return JSONResponse({"ready": True, "database": "ok"})
+
+    return Starlette(
+        routes=[
+            Route("/healthz", healthz),
+            Route("/readyz", readyz),
+            Route("/graphql", graphql_app, methods=["GET", "POST"]),
+        ],
+        middleware=[Middleware(BodyLimit, max_bytes=settings.max_body_bytes)],
+        lifespan=lifespan,
+    )

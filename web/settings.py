@@ -1,0 +1,76 @@
+"""Settings from RECALLQL_* environment variables and an optional .env file (pydantic-settings)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="RECALLQL_", env_file=".env", env_file_encoding="utf-8", extra="ignore", env_ignore_empty=True
+    )
+
+    # Where the embedded defaults live: the SQLite file and the Chroma directory.
+    data_dir: Path = Field(default=Path("recallql-data"))
+    database_url: str | None = Field(
+        default=None, description="SQLAlchemy async URL; default sqlite+aiosqlite:///<data_dir>/recallql.db"
+    )
+    db_pool_size: int = 10
+    db_max_overflow: int = 10
+    auto_migrate: bool = True
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    workers: int = 1
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    debug: bool = False
+
+    # Server-wide memory defaults; a call's threadConfig is deep-merged over them.
+    last_messages: int | Literal[False] = 10
+    semantic_recall: bool | dict[str, Any] = False
+    working_memory: dict[str, Any] = Field(default_factory=lambda: {"enabled": False})
+    generate_title: bool | dict[str, Any] = False
+
+    # Limits.
+    max_query_depth: int = 12
+    max_query_tokens: int = 5000
+    max_aliases: int = 30
+    max_include_items: int = 100
+    max_save_batch: int = 1000
+    max_body_bytes: int = 8 * 1024 * 1024
+
+    @field_validator("last_messages", mode="before")
+    @classmethod
+    def _last_messages(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() == "false":
+            return False
+        return value
+
+    @property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite+aiosqlite:///{(self.data_dir / 'recallql.db').resolve()}"
+
+    def memory_defaults(self) -> dict[str, Any]:
+        from resolvers.config import BUILTIN_DEFAULTS, deep_merge
+
+        return deep_merge(
+            BUILTIN_DEFAULTS,
+            {
+                "lastMessages": self.last_messages,
+                "semanticRecall": self.semantic_recall,
+                "workingMemory": self.working_memory,
+                "generateTitle": self.generate_title,
+            },
+        )
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()
