@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from alembic import context
 from sqlalchemy.engine import Connection
 
+from alembic import context
 from models.tables import metadata
 
 config = context.config

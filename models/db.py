@@ -13,7 +13,9 @@ def is_sqlite(url: str) -> bool:
     return make_url(url).get_backend_name() == "sqlite"
 
 
-def create_engine(url: str, *, pool_size: int = 10, max_overflow: int = 10, echo: bool = False) -> AsyncEngine:
+def create_engine(
+    url: str, *, pool_size: int = 10, max_overflow: int = 10, echo: bool = False
+) -> AsyncEngine:
     if is_sqlite(url):
         engine = create_async_engine(url, echo=echo, connect_args={"timeout": 30})
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+from alembic import command
 
 SCRIPT_LOCATION = Path(__file__).resolve().parent.parent / "alembic"
 # Any constant works; it serialises migrations of replicas starting together on PostgreSQL.
@@ -34,9 +35,11 @@ def _upgrade(connection: Connection, revision: str) -> None:
 def _pending(connection: Connection) -> list[str]:
     current = set(MigrationContext.configure(connection).get_current_heads())
     script = ScriptDirectory.from_config(alembic_config())
-    return [rev.revision for rev in script.walk_revisions() if rev.revision not in current][::-1] if not (
-        current >= set(script.get_heads())
-    ) else []
+    return (
+        [rev.revision for rev in script.walk_revisions() if rev.revision not in current][::-1]
+        if not (current >= set(script.get_heads()))
+        else []
+    )
 
 
 async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:

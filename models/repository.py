@@ -39,8 +39,16 @@ from models.tables import resources_table as R
 from models.tables import threads_table as T
 
 _MESSAGE_COLUMNS = (
-    M.c.seq, M.c.id, M.c.thread_id, M.c.resource_id, M.c.role, M.c.type,
-    M.c.created_at, M.c.content, M.c.signal_type, M.c.legacy_reminder,
+    M.c.seq,
+    M.c.id,
+    M.c.thread_id,
+    M.c.resource_id,
+    M.c.role,
+    M.c.type,
+    M.c.created_at,
+    M.c.content,
+    M.c.signal_type,
+    M.c.legacy_reminder,
 )
 # SQLite caps compound SELECTs at 500 terms; stay well below it.
 _MAX_UNION_TERMS = 200
@@ -48,15 +56,27 @@ _MAX_UNION_TERMS = 200
 
 def _message(row: Any) -> MessageRecord:
     return MessageRecord(
-        seq=row[0], id=row[1], thread_id=row[2], resource_id=row[3], role=row[4], type=row[5],
-        created_at=row[6], content=row[7], signal_type=row[8], legacy_reminder=bool(row[9]),
+        seq=row[0],
+        id=row[1],
+        thread_id=row[2],
+        resource_id=row[3],
+        role=row[4],
+        type=row[5],
+        created_at=row[6],
+        content=row[7],
+        signal_type=row[8],
+        legacy_reminder=bool(row[9]),
     )
 
 
 def _thread(row: Any) -> ThreadRecord:
     return ThreadRecord(
-        id=row.id, resource_id=row.resource_id, title=row.title, metadata=row.metadata,
-        created_at=row.created_at, updated_at=row.updated_at,
+        id=row.id,
+        resource_id=row.resource_id,
+        title=row.title,
+        metadata=row.metadata,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
     )
 
 
@@ -92,10 +112,18 @@ class Repository:
     async def insert_thread(self, thread: ThreadRecord) -> bool:
         """Inserts a new thread (and its resource row); False when the id is taken."""
         async with self.engine.begin() as conn:
-            stmt = self._insert(T).values(
-                id=thread.id, resource_id=thread.resource_id, title=thread.title, metadata=thread.metadata,
-                created_at=thread.created_at, updated_at=thread.updated_at,
-            ).on_conflict_do_nothing(index_elements=["id"])
+            stmt = (
+                self._insert(T)
+                .values(
+                    id=thread.id,
+                    resource_id=thread.resource_id,
+                    title=thread.title,
+                    metadata=thread.metadata,
+                    created_at=thread.created_at,
+                    updated_at=thread.updated_at,
+                )
+                .on_conflict_do_nothing(index_elements=["id"])
+            )
             inserted = (await conn.execute(stmt)).rowcount == 1
             if inserted:
                 await self._ensure_resource(conn, thread.resource_id, thread.created_at)
@@ -169,23 +197,38 @@ class Repository:
             last[rec.id] = rec
         rows = [
             {
-                "id": rec.id, "thread_id": rec.thread_id, "resource_id": rec.resource_id, "role": rec.role,
-                "type": rec.type, "created_at": rec.created_at, "content": rec.content,
-                "signal_type": rec.signal_type, "legacy_reminder": rec.legacy_reminder,
+                "id": rec.id,
+                "thread_id": rec.thread_id,
+                "resource_id": rec.resource_id,
+                "role": rec.role,
+                "type": rec.type,
+                "created_at": rec.created_at,
+                "content": rec.content,
+                "signal_type": rec.signal_type,
+                "legacy_reminder": rec.legacy_reminder,
             }
             for rec in last.values()
         ]
         stmt = self._insert(M)
         stmt = stmt.on_conflict_do_update(
             index_elements=["id"],
-            set_={c: getattr(stmt.excluded, c) for c in (
-                "thread_id", "resource_id", "role", "type", "content", "signal_type", "legacy_reminder",
-            )},
+            set_={
+                c: getattr(stmt.excluded, c)
+                for c in (
+                    "thread_id",
+                    "resource_id",
+                    "role",
+                    "type",
+                    "content",
+                    "signal_type",
+                    "legacy_reminder",
+                )
+            },
         )
         ids = list(last)
         async with self.engine.begin() as conn:
             for start in range(0, len(rows), 500):
-                await conn.execute(stmt, rows[start:start + 500])
+                await conn.execute(stmt, rows[start : start + 500])
             thread_ids = {rec.thread_id for rec in last.values()}
             await conn.execute(update(T).where(T.c.id.in_(thread_ids)).values(updated_at=now))
             stored = await self._messages_by_id(conn, ids)
@@ -194,7 +237,7 @@ class Repository:
     async def _messages_by_id(self, conn: AsyncConnection, ids: Sequence[str]) -> dict[str, MessageRecord]:
         found: dict[str, MessageRecord] = {}
         for start in range(0, len(ids), 500):
-            chunk = ids[start:start + 500]
+            chunk = ids[start : start + 500]
             result = await conn.execute(select(*_MESSAGE_COLUMNS).where(M.c.id.in_(chunk)))
             for row in result:
                 rec = _message(row)
@@ -252,8 +295,11 @@ class Repository:
         where.extend(_date_range(q.date_range))
         if q.metadata:
             if self.is_postgres:
-                where.append(M.c.content["metadata"].op("@>")(
-                    func.cast(literal(_json_text(q.metadata)), postgresql.JSONB)))
+                where.append(
+                    M.c.content["metadata"].op("@>")(
+                        func.cast(literal(_json_text(q.metadata)), postgresql.JSONB)
+                    )
+                )
             else:
                 meta = M.c.content
                 for key, value in q.metadata.items():
@@ -263,7 +309,9 @@ class Repository:
     async def page_messages(
         self, q: MessageQuery, *, descending: bool, limit: int | None, offset: int
     ) -> list[MessageRecord]:
-        order = (M.c.created_at.desc(), M.c.seq.desc()) if descending else (M.c.created_at.asc(), M.c.seq.asc())
+        order = (
+            (M.c.created_at.desc(), M.c.seq.desc()) if descending else (M.c.created_at.asc(), M.c.seq.asc())
+        )
         stmt = select(*_MESSAGE_COLUMNS).where(*self._message_filter(q)).order_by(*order)
         if limit is not None:
             stmt = stmt.limit(limit)
@@ -279,11 +327,19 @@ class Repository:
             return (await conn.execute(stmt)).scalar_one()
 
     async def page_and_count(
-        self, q: MessageQuery, *, descending: bool, limit: int | None, offset: int,
-        windows: Sequence[IncludeWindow] = (), window_resource_id: str | None = None,
+        self,
+        q: MessageQuery,
+        *,
+        descending: bool,
+        limit: int | None,
+        offset: int,
+        windows: Sequence[IncludeWindow] = (),
+        window_resource_id: str | None = None,
     ) -> tuple[list[MessageRecord], int, list[MessageRecord]]:
         """The page, the count and the include windows on one connection (one snapshot)."""
-        order = (M.c.created_at.desc(), M.c.seq.desc()) if descending else (M.c.created_at.asc(), M.c.seq.asc())
+        order = (
+            (M.c.created_at.desc(), M.c.seq.desc()) if descending else (M.c.created_at.asc(), M.c.seq.asc())
+        )
         where = self._message_filter(q)
         async with self.engine.connect() as conn:
             total = (await conn.execute(select(func.count()).select_from(M).where(*where))).scalar_one()
@@ -311,12 +367,16 @@ class Repository:
             return []
         terms = []
         for w in windows:
-            terms.append(self._window_select(w.message_id, w.before + 1, previous=True, resource_id=resource_id))
+            terms.append(
+                self._window_select(w.message_id, w.before + 1, previous=True, resource_id=resource_id)
+            )
             if w.after > 0:
-                terms.append(self._window_select(w.message_id, w.after, previous=False, resource_id=resource_id))
+                terms.append(
+                    self._window_select(w.message_id, w.after, previous=False, resource_id=resource_id)
+                )
         out: list[MessageRecord] = []
         for start in range(0, len(terms), _MAX_UNION_TERMS):
-            chunk = terms[start:start + _MAX_UNION_TERMS]
+            chunk = terms[start : start + _MAX_UNION_TERMS]
             stmt = chunk[0] if len(chunk) == 1 else union_all(*chunk)
             out.extend(_message(row) for row in await conn.execute(stmt))
         return out
@@ -348,8 +408,11 @@ class Repository:
         if row is None:
             return None
         return ResourceRecord(
-            id=row.id, working_memory=row.working_memory, metadata=row.metadata,
-            created_at=row.created_at, updated_at=row.updated_at,
+            id=row.id,
+            working_memory=row.working_memory,
+            metadata=row.metadata,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
         )
 
     async def list_resources(self, *, offset: int, limit: int) -> list[str]:

@@ -61,7 +61,11 @@ def signal_type(role: str, content: Any) -> str | None:
     parts = _get(content, "parts")
     if isinstance(parts, list):
         for part in parts:
-            if isinstance(part, dict) and part.get("type") in _SIGNAL_PART_TYPES and _is_record(part.get("data")):
+            if (
+                isinstance(part, dict)
+                and part.get("type") in _SIGNAL_PART_TYPES
+                and _is_record(part.get("data"))
+            ):
                 found = _has_signal_type(part.get("data"), SIGNAL_TYPES)
                 if found:
                     return found

@@ -23,7 +23,9 @@ class Resource(SQLModel, table=True):
 
     id: str = Field(sa_column=Column(String, primary_key=True))
     working_memory: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
-    metadata_: dict[str, Any] | None = Field(default=None, sa_column=Column("metadata", JsonType, nullable=True))
+    metadata_: dict[str, Any] | None = Field(
+        default=None, sa_column=Column("metadata", JsonType, nullable=True)
+    )
     created_at: int = Field(sa_column=Column(BigInteger, nullable=False))
     updated_at: int = Field(sa_column=Column(BigInteger, nullable=False))
 
@@ -38,7 +40,9 @@ class Thread(SQLModel, table=True):
     id: str = Field(sa_column=Column(String, primary_key=True))
     resource_id: str = Field(sa_column=Column(String, nullable=False))
     title: str = Field(default="", sa_column=Column(String, nullable=False, server_default=""))
-    metadata_: dict[str, Any] | None = Field(default=None, sa_column=Column("metadata", JsonType, nullable=True))
+    metadata_: dict[str, Any] | None = Field(
+        default=None, sa_column=Column("metadata", JsonType, nullable=True)
+    )
     created_at: int = Field(sa_column=Column(BigInteger, nullable=False))
     updated_at: int = Field(sa_column=Column(BigInteger, nullable=False))
 

@@ -5,17 +5,21 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-DEFAULT_WORKING_MEMORY_TEMPLATE = """# User Information
-- **First Name**: 
-- **Last Name**: 
-- **Location**: 
-- **Occupation**: 
-- **Interests**: 
-- **Goals**: 
-- **Events**: 
-- **Facts**: 
-- **Projects**: 
-"""
+_TEMPLATE_FIELDS = (
+    "First Name",
+    "Last Name",
+    "Location",
+    "Occupation",
+    "Interests",
+    "Goals",
+    "Events",
+    "Facts",
+    "Projects",
+)
+# Mastra's default working-memory template (each line ends in ": ", as Mastra's does).
+DEFAULT_WORKING_MEMORY_TEMPLATE = "# User Information\n" + "".join(
+    f"- **{name}**: \n" for name in _TEMPLATE_FIELDS
+)
 
 BUILTIN_DEFAULTS: dict[str, Any] = {
     "lastMessages": 10,

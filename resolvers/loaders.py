@@ -15,6 +15,7 @@ class DataLoader(Generic[K, V]):
         self._batch = batch
         self._cache: dict[K, asyncio.Future[V]] = {}
         self._queue: list[K] = []
+        self._tasks: set[asyncio.Future[None]] = set()
         self.batches = 0  # how many times the batch function ran (N+1 tests read it)
 
     def load(self, key: K) -> asyncio.Future[V]:
@@ -33,7 +34,10 @@ class DataLoader(Generic[K, V]):
 
     def _dispatch(self) -> None:
         keys, self._queue = self._queue, []
-        asyncio.ensure_future(self._run(keys))
+        task = asyncio.ensure_future(self._run(keys))
+        # The loop keeps only weak references to tasks: hold this one until it is done.
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _run(self, keys: list[K]) -> None:
         self.batches += 1

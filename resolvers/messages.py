@@ -75,8 +75,13 @@ class MessageService:
                 last_generated = created_at
             records.append(
                 MessageRecord(
-                    id=m.id or str(uuid.uuid4()), thread_id=m.thread_id, resource_id=resource_id, role=m.role,
-                    type=m.type or "v2", created_at=created_at, content=m.content,
+                    id=m.id or str(uuid.uuid4()),
+                    thread_id=m.thread_id,
+                    resource_id=resource_id,
+                    role=m.role,
+                    type=m.type or "v2",
+                    created_at=created_at,
+                    content=m.content,
                     signal_type=signal_type(m.role, m.content),
                     legacy_reminder=is_legacy_reminder(m.role, m.content),
                 )

@@ -149,8 +149,11 @@ class RecallEngine:
             assert self.semantic is not None and args.vector_search_string
             top_k, before, after = _semantic_options(sr)
             found = await self.semantic.search(
-                args.vector_search_string, thread_id=args.thread_id, resource_id=args.resource_id,
-                resource_scope=resource_scope, top_k=top_k,
+                args.vector_search_string,
+                thread_id=args.thread_id,
+                resource_id=args.resource_id,
+                resource_scope=resource_scope,
+                top_k=top_k,
             )
             usage = found.usage
             threshold = sr.get("threshold") if isinstance(sr, dict) else None
@@ -168,7 +171,9 @@ class RecallEngine:
         result.messages = filter_signals(result.messages, args.hide_signals, args.include_system_reminders)
         return result
 
-    def _include_windows(self, items: Sequence[IncludeItem] | None, *, default_context: int) -> list[IncludeWindow]:
+    def _include_windows(
+        self, items: Sequence[IncludeItem] | None, *, default_context: int
+    ) -> list[IncludeWindow]:
         if not items:
             return []
         if self.max_include_items is not None and len(items) > self.max_include_items:
@@ -198,15 +203,15 @@ class RecallEngine:
             raise BadUserInput("page must be >= 0")
         limit = _normalize_per_page(per_page)
         metadata = validate_metadata_filter(args.metadata)
-        if args.order_by is not None:
-            descending = args.order_by.direction == "DESC"
-        else:
-            descending = per_page is not False  # newest window, reversed below
+        # Without orderBy the newest window is read (and returned chronologically, like every page).
+        descending = args.order_by.direction == "DESC" if args.order_by is not None else per_page is not False
         offset = 0 if per_page is False else page * (limit or 0)
         echo_per_page: int | Literal[False] = False if per_page is False else (limit or 0)
         query = MessageQuery(
-            thread_id=args.thread_id, resource_id=args.resource_id or None,
-            date_range=args.date_range, metadata=metadata or {},
+            thread_id=args.thread_id,
+            resource_id=args.resource_id or None,
+            date_range=args.date_range,
+            metadata=metadata or {},
         )
         if limit == 0:
             included = await self.repository.include_windows(windows, args.resource_id or None)
@@ -214,8 +219,12 @@ class RecallEngine:
             return RecallResult(messages, 0, page, echo_per_page, False)
 
         rows, total, included = await self.repository.page_and_count(
-            query, descending=descending, limit=limit, offset=offset,
-            windows=windows, window_resource_id=args.resource_id or None,
+            query,
+            descending=descending,
+            limit=limit,
+            offset=offset,
+            windows=windows,
+            window_resource_id=args.resource_id or None,
         )
         messages = _merge(rows, included)
         if per_page is False:
@@ -305,12 +314,7 @@ def _normalize_per_page(per_page: PerPage) -> int | None:
     """None = every row (perPage false)."""
     if per_page is False:
         return None
-    if (
-        isinstance(per_page, bool)
-        or not math.isfinite(per_page)
-        or per_page < 0
-        or per_page != int(per_page)
-    ):
+    if isinstance(per_page, bool) or not math.isfinite(per_page) or per_page < 0 or per_page != int(per_page):
         raise BadUserInput("perPage must be >= 0")
     return int(per_page)
 

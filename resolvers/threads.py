@@ -49,8 +49,12 @@ class ThreadService:
         now = now_ms()
         created = created_at if created_at is not None else now
         thread = ThreadRecord(
-            id=thread_id or str(uuid.uuid4()), resource_id=resource_id, title=title or "",
-            metadata=metadata, created_at=created, updated_at=created,
+            id=thread_id or str(uuid.uuid4()),
+            resource_id=resource_id,
+            title=title or "",
+            metadata=metadata,
+            created_at=created,
+            updated_at=created,
         )
         if not await self.repository.insert_thread(thread):
             raise Conflict(f"Thread with id {thread.id} already exists.")
@@ -85,7 +89,11 @@ class ThreadService:
         offset = 0 if per_page is False else page * per_page
         limit = None if per_page is False else per_page
         threads, total = await self.repository.list_threads(
-            resource_id, offset=offset, limit=limit, order_field=order_field, descending=descending,
+            resource_id,
+            offset=offset,
+            limit=limit,
+            order_field=order_field,
+            descending=descending,
             metadata=filters,
         )
         has_more = per_page is not False and offset + per_page < total

@@ -3,61 +3,102 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import strawberry
 from graphql import GraphQLError
-from strawberry.extensions import MaskErrors, MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter, SchemaExtension
+from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter, SchemaExtension
+from strawberry.schema.config import StrawberryConfig
+from strawberry.types.execution import ExecutionContext
 
 from resolvers.errors import RecallQLError
 from schema.root import Mutation, Query
+from schema.scalars import SCALAR_MAP
 
 SDL_PATH = Path(__file__).with_name("schema.graphql")
+MASKED_MESSAGE = "Internal server error."
 log = logging.getLogger("recallql.errors")
+# graphql-core's wording for a value that does not fit its type (as opposed to a malformed query).
+_BAD_VALUE_MARKERS = (
+    "got invalid value",
+    "has invalid value",
+    "OneOf Input Object",
+    "cannot represent",
+    "Expected value of type",
+)
 
 
-def _is_expected(error: GraphQLError) -> bool:
-    return error.original_error is None or isinstance(error.original_error, RecallQLError)
+def _is_internal(error: GraphQLError) -> bool:
+    """A bug or an outage in a resolver, as opposed to bad input. Request-level errors (parsing,
+    validation, variable coercion) have no path and are always the client's to see."""
+    original = error.original_error
+    return original is not None and error.path is not None and not isinstance(original, RecallQLError)
 
 
-class ErrorCodes(SchemaExtension):
-    """Gives every error an extensions.code: ours carry one; GraphQL's own get the standard ones."""
+def _code(error: GraphQLError) -> str:
+    if "Syntax Error" in error.message:
+        return "GRAPHQL_PARSE_FAILED"
+    if any(marker in error.message for marker in _BAD_VALUE_MARKERS):
+        return "BAD_USER_INPUT"
+    return "GRAPHQL_VALIDATION_FAILED"
 
-    def on_operation(self):  # type: ignore[no-untyped-def]
+
+class ErrorPolicy(SchemaExtension):
+    """Every error leaves with an extensions.code and the request id; internal ones are logged with
+    their traceback and reach the client only as a masked message."""
+
+    def __init__(self, *, mask: bool = True) -> None:
+        self.mask = mask
+
+    def on_operation(self) -> Iterator[None]:
         yield
         result = self.execution_context.result
-        if result is None or not result.errors:
+        if result is None or not getattr(result, "errors", None):
             return
         request_id = getattr(self.execution_context.context, "request_id", None)
-        for error in result.errors:
-            extensions = dict(error.extensions or {})
-            if "code" not in extensions:
-                if error.original_error is not None and not isinstance(error.original_error, RecallQLError):
-                    log.error("internal error (request %s)", request_id, exc_info=error.original_error)
-                    extensions["code"] = "INTERNAL_SERVER_ERROR"
-                elif "Syntax Error" in error.message:
-                    extensions["code"] = "GRAPHQL_PARSE_FAILED"
-                elif error.message.startswith("Variable '$") or "got invalid value" in error.message:
-                    extensions["code"] = "BAD_USER_INPUT"
-                else:
-                    extensions["code"] = "GRAPHQL_VALIDATION_FAILED"
-            if request_id:
-                extensions.setdefault("requestId", request_id)
-            error.extensions = extensions
+        result.errors = [self._shape(error, request_id) for error in result.errors]
+
+    def _shape(self, error: GraphQLError, request_id: str | None) -> GraphQLError:
+        extensions: dict[str, Any] = dict(error.extensions or {})
+        if _is_internal(error):
+            log.error(
+                "internal error in %s (request %s)", error.path, request_id, exc_info=error.original_error
+            )
+            extensions = {"code": "INTERNAL_SERVER_ERROR"}
+            if self.mask:
+                error = GraphQLError(MASKED_MESSAGE, nodes=error.nodes, path=error.path)
+        extensions.setdefault("code", _code(error))
+        if request_id:
+            extensions["requestId"] = request_id
+        error.extensions = extensions
+        return error
+
+
+class RecallQLSchema(strawberry.Schema):
+    def process_errors(
+        self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None
+    ) -> None:
+        # ErrorPolicy logs what deserves a log line; bad input is not a server event.
+        return None
 
 
 def build_schema(
     *, max_depth: int = 12, max_tokens: int = 5000, max_aliases: int = 30, mask_errors: bool = True
 ) -> strawberry.Schema:
-    extensions: list[object] = [
-        QueryDepthLimiter(max_depth=max_depth),
-        MaxTokensLimiter(max_token_count=max_tokens),
-        MaxAliasesLimiter(max_alias_count=max_aliases),
-    ]
-    if mask_errors:
-        extensions.append(MaskErrors(should_mask_error=lambda e: not _is_expected(e)))
-    extensions.append(ErrorCodes)
-    return strawberry.Schema(query=Query, mutation=Mutation, extensions=extensions)  # type: ignore[arg-type]
+    return RecallQLSchema(
+        query=Query,
+        mutation=Mutation,
+        config=StrawberryConfig(scalar_map=SCALAR_MAP),
+        # Factories: Strawberry builds fresh extension instances for every request.
+        extensions=[
+            lambda: QueryDepthLimiter(max_depth=max_depth),
+            lambda: MaxTokensLimiter(max_token_count=max_tokens),
+            lambda: MaxAliasesLimiter(max_alias_count=max_aliases),
+            lambda: ErrorPolicy(mask=mask_errors),
+        ],
+    )
 
 
 def export_sdl() -> str:

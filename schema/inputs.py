@@ -9,7 +9,7 @@ import strawberry
 from strawberry import UNSET
 
 from models.records import DateRange
-from resolvers.recall import IncludeItem, OrderBy
+from resolvers.recall import IncludeItem
 from schema.scalars import JSON, DateTime, PerPage
 from schema.types import SignalType, SortDirection
 
@@ -67,7 +67,8 @@ class IncludeInput:
 
     def to_item(self) -> IncludeItem:
         return IncludeItem(
-            id=str(self.id), thread_id=given(self.thread_id),
+            id=str(self.id),
+            thread_id=given(self.thread_id),
             with_previous_messages=given(self.with_previous_messages),
             with_next_messages=given(self.with_next_messages),
         )
@@ -82,8 +83,10 @@ class DateRangeInput:
 
     def to_range(self) -> DateRange:
         return DateRange(
-            start=given(self.start), end=given(self.end),
-            start_exclusive=bool(given(self.start_exclusive)), end_exclusive=bool(given(self.end_exclusive)),
+            start=given(self.start),
+            end=given(self.end),
+            start_exclusive=bool(given(self.start_exclusive)),
+            end_exclusive=bool(given(self.end_exclusive)),
         )
 
 
@@ -164,7 +167,9 @@ class SemanticRecallOptionsInput:
 @strawberry.input(one_of=True, description="semanticRecall: on/off, or options (which turn it on).")
 class SemanticRecallInput:
     enabled: bool | None = strawberry.field(default=UNSET, description="true: on with the defaults.")
-    options: SemanticRecallOptionsInput | None = strawberry.field(default=UNSET, description="On, with options.")
+    options: SemanticRecallOptionsInput | None = strawberry.field(
+        default=UNSET, description="On, with options."
+    )
 
     def to_value(self) -> bool | dict[str, Any]:
         if given(self.enabled) is not None:
@@ -193,11 +198,17 @@ class WorkingMemoryConfigInput:
 class GenerateTitleOptionsInput:
     model: str | None = strawberry.field(default=UNSET, description="The chat model to ask.")
     instructions: str | None = strawberry.field(default=UNSET, description="Instructions for the model.")
-    min_messages: int | None = strawberry.field(default=UNSET, description="Messages needed first (default 1).")
+    min_messages: int | None = strawberry.field(
+        default=UNSET, description="Messages needed first (default 1)."
+    )
 
     def to_value(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for key, name in (("model", "model"), ("instructions", "instructions"), ("min_messages", "minMessages")):
+        for key, name in (
+            ("model", "model"),
+            ("instructions", "instructions"),
+            ("min_messages", "minMessages"),
+        ):
             if given(getattr(self, key)) is not None:
                 out[name] = getattr(self, key)
         return out
@@ -206,7 +217,9 @@ class GenerateTitleOptionsInput:
 @strawberry.input(one_of=True, description="generateTitle: on/off, or options (which turn it on).")
 class GenerateTitleInput:
     enabled: bool | None = strawberry.field(default=UNSET, description="true: on with the defaults.")
-    options: GenerateTitleOptionsInput | None = strawberry.field(default=UNSET, description="On, with options.")
+    options: GenerateTitleOptionsInput | None = strawberry.field(
+        default=UNSET, description="On, with options."
+    )
 
     def to_value(self) -> bool | dict[str, Any]:
         if given(self.enabled) is not None:
@@ -232,7 +245,9 @@ class MemoryConfigInput:
     working_memory: WorkingMemoryConfigInput | None = strawberry.field(
         default=UNSET, description="Working memory."
     )
-    generate_title: GenerateTitleInput | None = strawberry.field(default=UNSET, description="Title generation.")
+    generate_title: GenerateTitleInput | None = strawberry.field(
+        default=UNSET, description="Title generation."
+    )
     threads: ThreadsConfigInput | None = strawberry.field(default=UNSET, description="Thread options.")
 
     def to_value(self) -> dict[str, Any]:

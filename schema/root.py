@@ -35,23 +35,30 @@ def _arg(description: str, **kwargs: object) -> object:
 
 @strawberry.type
 class Query:
-    @strawberry.field(description="Mastra's Memory.recall(): the messages of a thread an agent or a UI needs.")
+    @strawberry.field(
+        description="Mastra's Memory.recall(): the messages of a thread an agent or a UI needs."
+    )
     async def recall(
         self,
         info: Ctx,
         thread_id: Annotated[strawberry.ID, _arg("The thread to read.")],
         resource_id: Annotated[
             str | None,
-            _arg("When given, the thread must belong to it (FORBIDDEN otherwise) and only its rows are read."),
+            _arg(
+                "When given, the thread must belong to it (FORBIDDEN otherwise) and only its rows are read."
+            ),
         ] = UNSET,
         per_page: Annotated[
             PerPage | None, _arg("Page size; false returns everything. Omitted: threadConfig.lastMessages.")
         ] = UNSET,
         page: Annotated[int | None, _arg("Zero-based page (with perPage).")] = UNSET,
         include: Annotated[
-            list[IncludeInput] | None, _arg("Messages to return as well, with neighbours in their own thread.")
+            list[IncludeInput] | None,
+            _arg("Messages to return as well, with neighbours in their own thread."),
         ] = UNSET,
-        filter: Annotated[RecallFilter | None, _arg("dateRange and metadata filters on the page query.")] = UNSET,
+        filter: Annotated[
+            RecallFilter | None, _arg("dateRange and metadata filters on the page query.")
+        ] = UNSET,
         order_by: Annotated[
             MessageOrderBy | None, _arg("Which window is read; default the newest. Output is chronological.")
         ] = UNSET,
@@ -136,8 +143,11 @@ class Query:
             metadata=given(metadata),
         )
         return ThreadPage(
-            threads=[Thread(_record=t) for t in result.threads], total=result.total, page=result.page,
-            per_page=result.per_page, has_more=result.has_more,
+            threads=[Thread(_record=t) for t in result.threads],
+            total=result.total,
+            page=result.page,
+            per_page=result.per_page,
+            has_more=result.has_more,
         )
 
     @strawberry.field(description="Messages by id (null for unknown ids), batched.")
@@ -186,9 +196,13 @@ class Mutation:
         result = await info.context.services.messages.save(
             [
                 MessageData(
-                    thread_id=str(m.thread_id), role=m.role, content=m.content,
+                    thread_id=str(m.thread_id),
+                    role=m.role,
+                    content=m.content,
                     id=str(m.id) if given(m.id) is not None else None,
-                    resource_id=given(m.resource_id), type=given(m.type), created_at=given(m.created_at),
+                    resource_id=given(m.resource_id),
+                    type=given(m.type),
+                    created_at=given(m.created_at),
                 )
                 for m in messages
             ]

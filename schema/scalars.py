@@ -22,11 +22,15 @@ def _parse_datetime(value: Any) -> int:
     try:
         return parse_iso(value)
     except ValueError as exc:
-        raise ValueError(f"Invalid DateTime {value!r}: use ISO-8601 with a timezone, e.g. 2026-01-01T00:00:00Z") from exc
+        raise ValueError(
+            f"Invalid DateTime {value!r}: use ISO-8601 with a timezone, e.g. 2026-01-01T00:00:00Z"
+        ) from exc
 
 
-DateTime = strawberry.scalar(
-    NewType("DateTime", int),
+DateTime = NewType("DateTime", int)
+PerPage = NewType("PerPage", object)
+
+DATETIME = strawberry.scalar(
     name="DateTime",
     description="A UTC instant with millisecond precision, as ISO-8601 with Z: 2026-01-01T00:00:00.000Z. "
     "Input accepts any ISO-8601 timestamp with a timezone; sub-millisecond digits are truncated.",
@@ -53,8 +57,7 @@ def _parse_per_page_literal(node: ValueNode, _variables: Any = None) -> int | fl
     raise ValueError("PerPage must be a non-negative integer or false")
 
 
-PerPage = strawberry.scalar(
-    NewType("PerPage", object),
+PER_PAGE = strawberry.scalar(
     name="PerPage",
     description="A page size: a non-negative integer, or false for every row. "
     "Other numbers are rejected by the operation with 'perPage must be >= 0'.",
@@ -63,4 +66,6 @@ PerPage = strawberry.scalar(
     parse_literal=_parse_per_page_literal,
 )
 
-__all__ = ["JSON", "DateTime", "PerPage"]
+SCALAR_MAP = {DateTime: DATETIME, PerPage: PER_PAGE}
+
+__all__ = ["JSON", "SCALAR_MAP", "DateTime", "PerPage"]

@@ -66,7 +66,7 @@ class ToolInvocationPart:
 class FilePart:
     type: str = strawberry.field(description="Always `file`.")
     mime_type: str | None = strawberry.field(description="The file's media type.")
-    data: str | None = strawberry.field(description="Inline data (base64) or a URL, as stored.")
+    data: JSON | None = strawberry.field(description="Inline data (base64) or a URL, as stored.")
     filename: str | None = strawberry.field(description="The file name, when known.")
 
 
@@ -96,7 +96,14 @@ class UnknownPart:
 
 
 MessagePart = Annotated[
-    TextPart | ReasoningPart | ToolInvocationPart | FilePart | SourcePart | StepStartPart | DataPart | UnknownPart,
+    TextPart
+    | ReasoningPart
+    | ToolInvocationPart
+    | FilePart
+    | SourcePart
+    | StepStartPart
+    | DataPart
+    | UnknownPart,
     strawberry.union("MessagePart", description="One part of a message's content."),
 ]
 
@@ -116,15 +123,20 @@ def _part(raw: dict[str, Any]) -> Any:
         return ToolInvocationPart(
             type=kind,
             tool_invocation=ToolInvocation(
-                state=_str(inv.get("state")), tool_call_id=_str(inv.get("toolCallId")),
-                tool_name=_str(inv.get("toolName")), args=inv.get("args"), result=inv.get("result"),
+                state=_str(inv.get("state")),
+                tool_call_id=_str(inv.get("toolCallId")),
+                tool_name=_str(inv.get("toolName")),
+                args=inv.get("args"),
+                result=inv.get("result"),
                 step=step if isinstance(step, int) and not isinstance(step, bool) else None,
             ),
         )
     if kind == "file":
         return FilePart(
-            type=kind, mime_type=_str(raw.get("mimeType") or raw.get("mediaType")),
-            data=_str(raw.get("data") or raw.get("url")), filename=_str(raw.get("filename")),
+            type=kind,
+            mime_type=_str(raw.get("mimeType") or raw.get("mediaType")),
+            data=raw.get("data", raw.get("url")),
+            filename=_str(raw.get("filename")),
         )
     if kind == "source":
         return SourcePart(type=kind, source=raw.get("source"))
@@ -225,7 +237,8 @@ class RecallResult:
         description="The messages, always in chronological order (createdAt, then insertion order)."
     )
     total: int = strawberry.field(
-        description="Rows matched by the page query (not counting include or semantic rows); 0 with perPage 0."
+        description="Rows matched by the page query (not counting include or semantic rows); "
+        "0 with perPage 0."
     )
     page: int = strawberry.field(description="The page argument, echoed.")
     per_page: PerPage = strawberry.field(description="The effective page size, or false.")

@@ -8,8 +8,8 @@ import pytest
 from models.db import create_engine
 from models.migrate import upgrade
 from models.repository import Repository
-from resolvers.context import Services
 from resolvers.config import BUILTIN_DEFAULTS
+from resolvers.context import Services
 from tests.support import Api, ServerProcess, database, engines, running_server
 
 

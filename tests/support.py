@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from gql import Client, gql
+from gql import Client, GraphQLRequest
 from gql.transport.exceptions import TransportQueryError
 from gql.transport.httpx import HTTPXAsyncTransport
 
@@ -84,7 +84,9 @@ async def database(kind: str, tmp_path: Path) -> AsyncIterator[str]:
 
 
 def engines() -> list[str]:
-    return [e.strip() for e in os.environ.get("RECALLQL_TEST_ENGINES", "sqlite,postgres").split(",") if e.strip()]
+    return [
+        e.strip() for e in os.environ.get("RECALLQL_TEST_ENGINES", "sqlite,postgres").split(",") if e.strip()
+    ]
 
 
 # ---------------------------------------------------------------------------------------------- server
@@ -100,7 +102,10 @@ class ServerProcess:
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "web.cli", "serve", "--port", str(self.port), "--workers", str(workers)],
-            cwd=REPO, env=full_env, stdout=self._log, stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env=full_env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
         )
 
     def wait_ready(self, timeout: float = 60) -> None:
@@ -126,7 +131,9 @@ class ServerProcess:
 
 
 @contextlib.contextmanager
-def running_server(data_dir: Path, env: dict[str, str] | None = None, workers: int = 1) -> Iterator[ServerProcess]:
+def running_server(
+    data_dir: Path, env: dict[str, str] | None = None, workers: int = 1
+) -> Iterator[ServerProcess]:
     server = ServerProcess(data_dir, env, workers)
     try:
         server.wait_ready()
@@ -144,12 +151,12 @@ class Api:
         self.client = Client(transport=HTTPXAsyncTransport(url=f"{base_url}/graphql", timeout=60))
 
     async def execute(self, query: str, **variables: Any) -> dict[str, Any]:
-        return await self.client.execute_async(gql(query), variable_values=variables or None)
+        return await self.client.execute_async(GraphQLRequest(query, variable_values=variables or None))
 
     async def errors(self, query: str, **variables: Any) -> list[dict[str, Any]]:
         """The errors of a request that must fail."""
         try:
-            data = await self.client.execute_async(gql(query), variable_values=variables or None)
+            data = await self.client.execute_async(GraphQLRequest(query, variable_values=variables or None))
         except TransportQueryError as exc:
             assert exc.errors, exc
             return list(exc.errors)
@@ -157,11 +164,20 @@ class Api:
 
 
 def text_message(
-    *, thread_id: str, id: str | None = None, role: str = "user", text: str = "hello",
-    created_at: str | None = None, metadata: dict[str, Any] | None = None, resource_id: str | None = None,
+    *,
+    thread_id: str,
+    id: str | None = None,
+    role: str = "user",
+    text: str = "hello",
+    created_at: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    resource_id: str | None = None,
     parts: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    content: dict[str, Any] = {"format": 2, "parts": parts if parts is not None else [{"type": "text", "text": text}]}
+    content: dict[str, Any] = {
+        "format": 2,
+        "parts": parts if parts is not None else [{"type": "text", "text": text}],
+    }
     if metadata is not None:
         content["metadata"] = metadata
     message: dict[str, Any] = {"threadId": thread_id, "role": role, "content": content}

@@ -68,7 +68,14 @@ class _BodyTooLarge(Exception):
 
 def _too_large(limit: int) -> Response:
     return JSONResponse(
-        {"errors": [{"message": f"Request body exceeds {limit} bytes.", "extensions": {"code": "PAYLOAD_TOO_LARGE"}}]},
+        {
+            "errors": [
+                {
+                    "message": f"Request body exceeds {limit} bytes.",
+                    "extensions": {"code": "PAYLOAD_TOO_LARGE"},
+                }
+            ]
+        },
         status_code=413,
     )
 
@@ -83,7 +90,9 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
             settings.data_dir.mkdir(parents=True, exist_ok=True)
         engine = None
         if services is None:
-            engine = create_engine(url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow)
+            engine = create_engine(
+                url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
+            )
             if settings.auto_migrate:
                 await upgrade(engine)
             app.state.services = Services.build(

@@ -52,7 +52,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     host = args.host or settings.host
     port = args.port if args.port is not None else settings.port
     workers = args.workers or settings.workers
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     log = logging.getLogger("recallql")
     if settings.auto_migrate and not args.no_migrate:
         applied = asyncio.run(_migrate(settings))
@@ -62,7 +64,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     os.environ["RECALLQL_AUTO_MIGRATE"] = "false"
     log.info(
         "RecallQL on http://%s:%s/graphql (database %s, %s worker(s))",
-        host, port, _redact(settings.resolved_database_url), workers,
+        host,
+        port,
+        _redact(settings.resolved_database_url),
+        workers,
     )
     uvicorn.run(
         "web.app:create_app",

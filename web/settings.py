@@ -12,7 +12,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="RECALLQL_", env_file=".env", env_file_encoding="utf-8", extra="ignore", env_ignore_empty=True
+        env_prefix="RECALLQL_",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        env_ignore_empty=True,
     )
 
     # Where the embedded defaults live: the SQLite file and the Chroma directory.

@@ -1,0 +1,360 @@
+"""The GraphQL API over real HTTP (uvicorn in a child process), with the gql client."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.support import Api, ServerProcess, at, text_message, uid
+
+RECALL = """
+query Recall($threadId: ID!, $resourceId: String, $perPage: PerPage, $page: Int, $include: [IncludeInput!],
+             $filter: RecallFilter, $orderBy: MessageOrderBy, $hideSignals: HideSignalsInput,
+             $threadConfig: MemoryConfigInput, $vectorSearchString: String) {
+  recall(threadId: $threadId, resourceId: $resourceId, perPage: $perPage, page: $page, include: $include,
+         filter: $filter, orderBy: $orderBy, hideSignals: $hideSignals, threadConfig: $threadConfig,
+         vectorSearchString: $vectorSearchString) {
+    total page perPage hasMore
+    messages { id role type createdAt threadId resourceId }
+  }
+}
+"""
+CREATE = """mutation($input: CreateThreadInput!) {
+  createThread(input: $input) { id resourceId title metadata createdAt updatedAt } }"""
+SAVE = (
+    "mutation($m: [MessageInput!]!) { saveMessages(messages: $m) { acknowledged messages { id createdAt } } }"
+)
+
+
+async def new_thread(api: Api, **extra: object) -> tuple[str, str]:
+    thread_id, resource_id = uid("t"), uid("r")
+    await api.execute(CREATE, input={"id": thread_id, "resourceId": resource_id, **extra})
+    return thread_id, resource_id
+
+
+async def test_health_endpoints(server: ServerProcess) -> None:
+    async with httpx.AsyncClient() as client:
+        assert (await client.get(f"{server.url}/healthz")).text == "ok"
+        ready = await client.get(f"{server.url}/readyz")
+        assert ready.status_code == 200 and ready.json() == {"ready": True, "database": "ok"}
+
+
+async def test_create_thread_and_conflict(api: Api) -> None:
+    thread_id, resource_id = uid("t"), uid("r")
+    created = await api.execute(
+        CREATE,
+        input={
+            "id": thread_id,
+            "resourceId": resource_id,
+            "title": "Trip",
+            "metadata": {"a": 1},
+            "createdAt": "2026-01-01T00:00:00Z",
+        },
+    )
+    assert created["createThread"] == {
+        "id": thread_id,
+        "resourceId": resource_id,
+        "title": "Trip",
+        "metadata": {"a": 1},
+        "createdAt": "2026-01-01T00:00:00.000Z",
+        "updatedAt": "2026-01-01T00:00:00.000Z",
+    }
+    errors = await api.errors(CREATE, input={"id": thread_id, "resourceId": "other"})
+    assert errors[0]["extensions"]["code"] == "CONFLICT"
+    assert errors[0]["message"] == f"Thread with id {thread_id} already exists."
+    # The original is untouched.
+    got = await api.execute("query($id: ID!) { thread(id: $id) { resourceId title } }", id=thread_id)
+    assert got["thread"] == {"resourceId": resource_id, "title": "Trip"}
+
+
+async def test_update_thread_merges_metadata(api: Api) -> None:
+    thread_id, _ = await new_thread(api, metadata={"a": 1, "b": 2}, title="x")
+    q = "mutation($i: UpdateThreadInput!) { updateThread(input: $i) { title metadata createdAt updatedAt } }"
+    got = (await api.execute(q, i={"id": thread_id, "metadata": {"b": 3, "c": 4}}))["updateThread"]
+    assert got["title"] == "x" and got["metadata"] == {"a": 1, "b": 3, "c": 4}
+    assert got["updatedAt"] >= got["createdAt"]
+    errors = await api.errors(q, i={"id": uid("missing"), "title": "y"})
+    assert errors[0]["extensions"]["code"] == "NOT_FOUND"
+
+
+async def test_save_and_recall_roundtrip(api: Api) -> None:
+    thread_id, resource_id = await new_thread(api)
+    messages = [
+        text_message(
+            thread_id=thread_id,
+            id=f"{thread_id}-m{i}",
+            created_at=at(i),
+            text=f"hi {i}",
+            role="user" if i % 2 == 0 else "assistant",
+            metadata={"i": i, "even": i % 2 == 0},
+        )
+        for i in range(7)
+    ]
+    saved = (await api.execute(SAVE, m=messages))["saveMessages"]
+    assert [m["id"] for m in saved["messages"]] == [m["id"] for m in messages]
+    assert saved["messages"][0]["createdAt"] == "2026-01-01T00:00:00.000Z"
+
+    result = (await api.execute(RECALL, threadId=thread_id, perPage=3, page=1))["recall"]
+    assert [m["id"][-2:] for m in result["messages"]] == ["m1", "m2", "m3"]
+    assert (result["total"], result["page"], result["perPage"], result["hasMore"]) == (7, 1, 3, True)
+    assert result["messages"][0] == {
+        "id": f"{thread_id}-m1",
+        "role": "assistant",
+        "type": "v2",
+        "createdAt": "2026-01-01T00:00:01.000Z",
+        "threadId": thread_id,
+        "resourceId": resource_id,
+    }
+    every = (
+        await api.execute(RECALL, threadId=thread_id, perPage=False, filter={"metadata": {"even": True}})
+    )["recall"]
+    assert [m["id"][-2:] for m in every["messages"]] == ["m0", "m2", "m4", "m6"]
+    assert every["perPage"] is False and every["hasMore"] is False
+
+    windowed = (
+        await api.execute(
+            RECALL,
+            threadId=thread_id,
+            perPage=1,
+            orderBy={"direction": "ASC"},
+            include=[{"id": f"{thread_id}-m4", "withPreviousMessages": 1, "withNextMessages": 1}],
+            filter={"dateRange": {"start": at(0), "end": at(0)}},
+        )
+    )["recall"]
+    assert [m["id"][-2:] for m in windowed["messages"]] == ["m0", "m3", "m4", "m5"]
+    assert windowed["total"] == 1
+
+
+async def test_recall_options_reach_the_engine(api: Api) -> None:
+    thread_id, resource_id = await new_thread(api)
+    await api.execute(
+        SAVE,
+        m=[
+            text_message(thread_id=thread_id, id=f"{thread_id}-a", created_at=at(1)),
+            text_message(
+                thread_id=thread_id,
+                id=f"{thread_id}-sig",
+                created_at=at(2),
+                role="signal",
+                metadata={"signal": {"type": "state"}},
+            ),
+            text_message(
+                thread_id=thread_id,
+                id=f"{thread_id}-rem",
+                created_at=at(3),
+                text="<system-reminder>x</system-reminder>",
+            ),
+        ],
+    )
+
+    async def visible(**args: object) -> list[str]:
+        result = (await api.execute(RECALL, threadId=thread_id, **args))["recall"]
+        return [m["id"].rsplit("-", 1)[1] for m in result["messages"]]
+
+    assert await visible() == ["a", "sig"]
+    assert await visible(hideSignals={"all": True}) == ["a"]
+    assert await visible(hideSignals={"all": False}) == ["a", "sig", "rem"]
+    assert await visible(hideSignals={"types": ["STATE"]}) == ["a", "rem"]
+    assert await visible(threadConfig={"lastMessages": 1}) == []  # the newest row is a hidden reminder
+    assert await visible(threadConfig={"lastMessages": False}) == []
+    q = f'{{ recall(threadId: "{thread_id}", includeSystemReminders: true) {{ messages {{ id }} }} }}'
+    assert len((await api.execute(q))["recall"]["messages"]) == 3
+    assert await visible(
+        resourceId=resource_id,
+        threadConfig={
+            "semanticRecall": {
+                "options": {"topK": 2, "messageRange": {"window": {"before": 1}}, "scope": "THREAD"}
+            }
+        },
+        vectorSearchString="anything",
+    ) == ["a", "sig"]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        ({"perPage": -1}, "BAD_USER_INPUT", "perPage must be >= 0"),
+        ({"perPage": 2.5}, "BAD_USER_INPUT", "perPage must be >= 0"),
+        ({"page": -1}, "BAD_USER_INPUT", "page must be >= 0"),
+        ({"filter": {"metadata": {"a-b": 1}}}, "BAD_USER_INPUT", 'Invalid metadata filter key "a-b".'),
+        ({"filter": {"metadata": [1]}}, "BAD_USER_INPUT", "Metadata filter must be an object."),
+        ({"resourceId": "someone-else"}, "FORBIDDEN", "but resource someone-else was queried."),
+        (
+            {"threadConfig": {"lastMessages": -1}},
+            "BAD_USER_INPUT",
+            "lastMessages must be a finite non-negative",
+        ),
+        (
+            {"threadConfig": {"semanticRecall": {"enabled": True}}, "vectorSearchString": "x"},
+            "BAD_USER_INPUT",
+            "Memory error: Resource-scoped semantic recall is enabled but no resourceId was provided.",
+        ),
+        (
+            {"hideSignals": {"all": True, "types": ["STATE"]}},
+            "BAD_USER_INPUT",
+            "must specify exactly one key",
+        ),
+        ({"filter": {"dateRange": {"start": "yesterday"}}}, "BAD_USER_INPUT", "Invalid DateTime"),
+        ({"perPage": True}, "BAD_USER_INPUT", "PerPage must be a non-negative integer or false"),
+    ],
+)
+async def test_bad_input_is_bad_user_input(
+    api: Api, args: dict[str, object], code: str, message: str
+) -> None:
+    thread_id, _ = await new_thread(api)
+    errors = await api.errors(RECALL, threadId=thread_id, **args)
+    assert errors[0]["extensions"]["code"] == code, errors
+    assert message in errors[0]["message"]
+    assert "Traceback" not in str(errors)
+
+
+async def test_missing_thread_is_not_found(api: Api) -> None:
+    errors = await api.errors(RECALL, threadId=uid("ghost"), resourceId="r")
+    assert errors[0]["extensions"]["code"] == "NOT_FOUND"
+
+
+async def test_failed_save_writes_nothing(api: Api) -> None:
+    thread_id, _ = await new_thread(api)
+    good = text_message(thread_id=thread_id, id=f"{thread_id}-ok", created_at=at(1))
+    bad = {"threadId": thread_id, "role": "user", "content": {"format": 2, "parts": "nope"}}
+    errors = await api.errors(SAVE, m=[good, bad])
+    assert errors[0]["extensions"]["code"] == "BAD_USER_INPUT"
+    assert "messages[1].content.parts must be a list" in errors[0]["message"]
+    assert (await api.execute(RECALL, threadId=thread_id))["recall"]["total"] == 0
+
+
+async def test_upsert_keeps_created_at_and_position(api: Api) -> None:
+    thread_id, _ = await new_thread(api)
+    await api.execute(
+        SAVE,
+        m=[text_message(thread_id=thread_id, id=f"{thread_id}-{n}", created_at=at(5)) for n in ("z", "a")],
+    )
+    again = text_message(thread_id=thread_id, id=f"{thread_id}-z", created_at=at(100), text="edited")
+    saved = (await api.execute(SAVE, m=[again]))["saveMessages"]["messages"][0]
+    assert saved["createdAt"] == at(5)
+    q = """query($t: ID!) {
+      recall(threadId: $t) { messages { id content { parts { ... on TextPart { text } } } } } }"""
+    got = (await api.execute(q, t=thread_id))["recall"]["messages"]
+    assert [m["id"][-1] for m in got] == ["z", "a"] and got[0]["content"]["parts"] == [{"text": "edited"}]
+
+
+async def test_transient_signals_are_acknowledged_not_stored(api: Api) -> None:
+    thread_id, _ = await new_thread(api)
+    transient = text_message(
+        thread_id=thread_id, role="signal", metadata={"signal": {"type": "state", "transient": True}}
+    )
+    saved = (await api.execute(SAVE, m=[transient, text_message(thread_id=thread_id)]))["saveMessages"]
+    assert saved["acknowledged"] == 1 and len(saved["messages"]) == 1
+    assert (await api.execute(RECALL, threadId=thread_id))["recall"]["total"] == 1
+
+
+async def test_typed_parts_and_raw_content(api: Api) -> None:
+    thread_id, _ = await new_thread(api)
+    parts = [
+        {"type": "step-start"},
+        {"type": "reasoning", "reasoning": "", "details": [{"type": "text", "text": "think"}]},
+        {
+            "type": "tool-invocation",
+            "toolInvocation": {
+                "state": "result",
+                "toolCallId": "c1",
+                "toolName": "getWeather",
+                "args": {"q": "x"},
+                "result": {"ok": True},
+            },
+        },
+        {"type": "text", "text": "sunny"},
+        {"type": "data-signal", "data": {"type": "notification"}},
+        {"type": "file", "mimeType": "image/png", "data": "aGk="},
+        {"type": "source", "source": {"url": "https://example.org"}},
+        {"type": "mystery", "x": 1},
+    ]
+    await api.execute(SAVE, m=[text_message(thread_id=thread_id, role="assistant", parts=parts)])
+    q = """query($t: ID!) { recall(threadId: $t) { messages {
+      signalType isSystemReminder content { format raw parts {
+      __typename
+      ... on TextPart { text }
+      ... on ReasoningPart { details }
+      ... on ToolInvocationPart { toolInvocation { state toolCallId toolName args result } }
+      ... on DataPart { name data }
+      ... on FilePart { mimeType data }
+      ... on SourcePart { source }
+      ... on UnknownPart { type raw }
+    } } } } }"""
+    message = (await api.execute(q, t=thread_id))["recall"]["messages"][0]
+    assert message["signalType"] == "NOTIFICATION" and message["isSystemReminder"] is False
+    content = message["content"]
+    assert content["format"] == 2 and content["raw"]["parts"] == parts
+    assert [p["__typename"] for p in content["parts"]] == [
+        "StepStartPart",
+        "ReasoningPart",
+        "ToolInvocationPart",
+        "TextPart",
+        "DataPart",
+        "FilePart",
+        "SourcePart",
+        "UnknownPart",
+    ]
+    assert content["parts"][2]["toolInvocation"] == {
+        "state": "result",
+        "toolCallId": "c1",
+        "toolName": "getWeather",
+        "args": {"q": "x"},
+        "result": {"ok": True},
+    }
+    assert content["parts"][4] == {
+        "__typename": "DataPart",
+        "name": "signal",
+        "data": {"type": "notification"},
+    }
+    assert content["parts"][7] == {"__typename": "UnknownPart", "type": "mystery", "raw": parts[7]}
+
+
+async def test_threads_listing(api: Api) -> None:
+    resource_id = uid("r")
+    for n in range(3):
+        await api.execute(
+            CREATE,
+            input={
+                "id": f"{resource_id}-t{n}",
+                "resourceId": resource_id,
+                "createdAt": at(n),
+                "metadata": {"n": n, "odd": n % 2 == 1},
+            },
+        )
+    q = """query($r: String!, $p: PerPage, $page: Int, $o: ThreadOrderBy, $m: JSON) {
+      threads(resourceId: $r, perPage: $p, page: $page, orderBy: $o, metadata: $m) {
+        total page perPage hasMore threads { id } } }"""
+    newest = (await api.execute(q, r=resource_id, p=2))["threads"]
+    assert [t["id"][-2:] for t in newest["threads"]] == ["t2", "t1"]
+    assert (newest["total"], newest["hasMore"]) == (3, True)
+    oldest = await api.execute(q, r=resource_id, p=False, o={"field": "CREATED_AT", "direction": "ASC"})
+    assert [t["id"][-2:] for t in oldest["threads"]["threads"]] == ["t0", "t1", "t2"]
+    odd = (await api.execute(q, r=resource_id, m={"odd": True}))["threads"]
+    assert [t["id"][-2:] for t in odd["threads"]] == ["t1"]
+    errors = await api.errors(q, r=resource_id, p=False, page=1)
+    assert errors[0]["message"] == "page must be 0 when perPage is false"
+
+
+async def test_graphiql_is_served(server: ServerProcess) -> None:
+    async with httpx.AsyncClient() as client:
+        page = await client.get(f"{server.url}/graphql", headers={"accept": "text/html"})
+    assert page.status_code == 200 and "graphiql" in page.text.lower()
+
+
+async def test_body_limit(server: ServerProcess) -> None:
+    async with httpx.AsyncClient() as client:
+        resp = await client.post(
+            f"{server.url}/graphql",
+            content=b"x" * (9 * 1024 * 1024),
+            headers={"content-type": "application/json"},
+        )
+    assert resp.status_code == 413
+    assert resp.json()["errors"][0]["extensions"]["code"] == "PAYLOAD_TOO_LARGE"
+
+
+async def test_internal_errors_are_masked(api: Api) -> None:
+    errors = await api.errors(
+        '{ recall(threadId: "x", filter: {metadata: {}}, include: [{id: ""}]) { total } }'
+    )
+    assert errors[0]["extensions"]["code"] == "BAD_USER_INPUT"

@@ -1,0 +1,371 @@
+"""The recall engine against a real database: the contract's rules, one by one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from models.records import DateRange
+from resolvers.context import Services
+from resolvers.errors import BadUserInput, Forbidden, NotFound
+from resolvers.recall import IncludeItem, OrderBy, RecallArgs, RecallResult
+from tests.factories import msg, seed, t
+
+
+async def recall(services: Services, **kwargs: Any) -> RecallResult:
+    kwargs.setdefault("thread_id", "t1")
+    return await services.recall.recall(RecallArgs(**kwargs))
+
+
+def ids(result: RecallResult) -> list[str]:
+    return [m.id for m in result.messages]
+
+
+def summary(result: RecallResult) -> tuple[list[str], int, int, int | bool, bool]:
+    return ids(result), result.total, result.page, result.per_page, result.has_more
+
+
+@pytest.fixture
+async def seven(services: Services) -> Services:
+    await seed(services, *(msg(f"m{i}", at=i) for i in range(7)))
+    return services
+
+
+async def test_pagination_walks_back_from_newest(seven: Services) -> None:
+    assert summary(await recall(seven, per_page=3, page=0)) == (["m4", "m5", "m6"], 7, 0, 3, True)
+    assert summary(await recall(seven, per_page=3, page=1)) == (["m1", "m2", "m3"], 7, 1, 3, True)
+    assert summary(await recall(seven, per_page=3, page=2)) == (["m0"], 7, 2, 3, False)
+    assert summary(await recall(seven, per_page=3, page=3)) == ([], 7, 3, 3, False)
+
+
+async def test_default_page_size_is_last_messages(seven: Services) -> None:
+    assert summary(await recall(seven)) == ([f"m{i}" for i in range(7)], 7, 0, 10, False)
+    result = await recall(seven, thread_config={"lastMessages": 2})
+    assert summary(result) == (["m5", "m6"], 7, 0, 2, True)
+
+
+async def test_per_page_false_and_zero(seven: Services) -> None:
+    assert summary(await recall(seven, per_page=False, page=2)) == (
+        [f"m{i}" for i in range(7)],
+        7,
+        2,
+        False,
+        False,
+    )
+    assert summary(await recall(seven, per_page=0)) == ([], 0, 0, 0, False)
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, float("inf")])
+async def test_bad_per_page(seven: Services, bad: float) -> None:
+    with pytest.raises(BadUserInput, match="perPage must be >= 0"):
+        await recall(seven, per_page=bad)
+
+
+async def test_bad_page(seven: Services) -> None:
+    with pytest.raises(BadUserInput, match="page must be >= 0"):
+        await recall(seven, page=-1, per_page=-1)  # page is checked first
+
+
+async def test_history_disabled_returns_empty_before_any_check(seven: Services) -> None:
+    result = await recall(
+        seven, thread_config={"lastMessages": False}, resource_id="wrong", page=-1, metadata={"a-b": 1}
+    )
+    assert summary(result) == ([], 0, -1, 0, False)
+    result = await recall(seven, thread_config={"lastMessages": False}, per_page=2)
+    assert summary(result) == (["m5", "m6"], 7, 0, 2, True)
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5])
+async def test_bad_last_messages(seven: Services, bad: float) -> None:
+    with pytest.raises(BadUserInput, match="lastMessages must be a finite non-negative integer"):
+        await recall(seven, thread_config={"lastMessages": bad}, per_page=3)
+
+
+async def test_order_by_picks_the_window_output_is_chronological(seven: Services) -> None:
+    assert ids(await recall(seven, per_page=3, order_by=OrderBy("createdAt", "ASC"))) == ["m0", "m1", "m2"]
+    assert ids(await recall(seven, per_page=3, order_by=OrderBy("createdAt", "DESC"))) == ["m4", "m5", "m6"]
+
+
+async def test_ties_follow_one_total_order(services: Services) -> None:
+    await seed(
+        services,
+        msg("z", at=5),
+        msg("a", at=5),
+        msg("m", at=5),
+        msg("b", at=5),
+        msg("x", at=0),
+        msg("y", at=9),
+    )
+    everything = ["x", "z", "a", "m", "b", "y"]
+    assert ids(await recall(services)) == everything
+    assert ids(await recall(services, per_page=False, order_by=OrderBy("createdAt", "DESC"))) == everything
+    pages = [ids(await recall(services, per_page=2, page=p)) for p in range(3)]
+    assert pages == [["b", "y"], ["a", "m"], ["x", "z"]]
+    # Re-saving keeps createdAt and the insertion position, even with a new createdAt.
+    await services.messages.save([msg("z", at=100, text="replaced")])
+    result = await recall(services)
+    assert ids(result) == everything
+    assert result.messages[1].content["parts"][0]["text"] == "replaced"
+    assert result.messages[1].created_at == t(5)
+
+
+async def test_resource_ownership_and_row_filter(services: Services) -> None:
+    await seed(services, msg("a", at=1), msg("b", at=2), msg("c", at=3, resource="rX"))
+    with pytest.raises(
+        Forbidden, match=r"Thread with id t1 is for resource with id r1 but resource r2 was queried\."
+    ):
+        await recall(services, resource_id="r2")
+    with pytest.raises(NotFound, match="No thread found with id ghost"):
+        await recall(services, thread_id="ghost", resource_id="r1")
+    assert summary(await recall(services, resource_id="r1")) == (["a", "b"], 2, 0, 10, False)
+    # Without resourceId every row of the thread is read.
+    assert ids(await recall(services)) == ["a", "b", "c"]
+    # Resource scope switches off the missing-thread error.
+    result = await recall(
+        services, thread_id="ghost", resource_id="r1", thread_config={"semanticRecall": True}
+    )
+    assert summary(result) == ([], 0, 0, 10, False)
+
+
+async def test_blank_thread_id(services: Services) -> None:
+    with pytest.raises(BadUserInput, match="threadId must be a non-empty string"):
+        await recall(services, thread_id="  ")
+    with pytest.raises(NotFound, match="No thread found with id "):
+        await recall(services, thread_id="", resource_id="r1")
+
+
+async def test_unknown_thread_is_empty(services: Services) -> None:
+    assert summary(await recall(services, thread_id="nope")) == ([], 0, 0, 10, False)
+
+
+async def test_metadata_filter_exact_types(services: Services) -> None:
+    values: dict[str, Any] = {
+        "n1": 1,
+        "n1f": 1.0,
+        "ntrue": True,
+        "s1": "1",
+        "null": None,
+        "snull": "null",
+        "n0": 0,
+        "nfalse": False,
+        "caseB": "abc",
+        "caseA": "Abc",
+    }
+    await seed(
+        services,
+        *(msg(k, at=i, metadata={"v": v}) for i, (k, v) in enumerate(values.items())),
+        msg("missing", at=20, metadata={"other": 1}),
+        msg("nometa", at=21),
+    )
+
+    async def match(flt: dict[str, Any]) -> list[str]:
+        return ids(await recall(services, per_page=False, metadata=flt))
+
+    assert await match({"v": 1}) == ["n1", "n1f"]
+    assert await match({"v": True}) == ["ntrue"]
+    assert await match({"v": "1"}) == ["s1"]
+    assert await match({"v": None}) == ["null"]
+    assert await match({"v": "null"}) == ["snull"]
+    assert await match({"v": 0}) == ["n0"]
+    assert await match({"v": False}) == ["nfalse"]
+    assert await match({"v": "abc"}) == ["caseB"]
+    assert await match({"other": 1}) == ["missing"]
+    assert await match({"v": 1, "other": 1}) == []
+
+
+@pytest.mark.parametrize(
+    ("flt", "message"),
+    [
+        ([1], "Metadata filter must be an object."),
+        ("x", "Metadata filter must be an object."),
+        ({"ok": 1, "b-1": 2, "c-2": 3}, 'Invalid metadata filter key "b-1".'),
+        ({"__proto__": 1}, 'Invalid metadata filter key "__proto__".'),
+        ({"a" * 129: 1}, f'Invalid metadata filter key "{"a" * 129}".'),
+        ({"é": 1}, 'Invalid metadata filter key "é".'),
+        (
+            {"v": {"a": 1}, "b-1": 2},
+            'Invalid metadata filter value for key "v". Values must be string, finite '
+            "number, boolean, or null.",
+        ),
+        ({"v": float("nan")}, 'Invalid metadata filter value for key "v".'),
+    ],
+)
+async def test_metadata_filter_validation(services: Services, flt: Any, message: str) -> None:
+    with pytest.raises(BadUserInput) as err:
+        await recall(services, metadata=flt)
+    assert err.value.message.startswith(message)
+
+
+async def test_128_character_key_is_accepted(services: Services) -> None:
+    assert (await recall(services, metadata={"a" * 128: 1})).total == 0
+
+
+async def test_metadata_filter_has_more_formula(seven: Services) -> None:
+    await seed(seven, msg("n7", at=7, metadata={"k": 1}), msg("n8", at=8, metadata={"k": 1}), threads={})
+    assert summary(await recall(seven, per_page=1, metadata={"k": 1})) == (["n8"], 2, 0, 1, True)
+    assert summary(await recall(seven, per_page=1, page=1, metadata={"k": 1})) == (["n7"], 2, 1, 1, False)
+    # An empty filter is no filter.
+    assert (await recall(seven, metadata={})).total == 9
+
+
+async def test_date_range(services: Services) -> None:
+    await seed(
+        services,
+        msg("m0", at=0),
+        msg("m1", at=1),
+        msg("m2", at=2),
+        msg("m2b", at=2),
+        msg("m3", at=3),
+        msg("m4", at=4),
+        msg("m5", at=5),
+    )
+
+    async def within(**kw: Any) -> list[str]:
+        return ids(await recall(services, per_page=False, date_range=DateRange(**kw)))
+
+    assert await within(start=t(2), end=t(4)) == ["m2", "m2b", "m3", "m4"]
+    assert await within(start=t(2), end=t(4), start_exclusive=True) == ["m3", "m4"]
+    assert await within(start=t(2), end=t(4), end_exclusive=True) == ["m2", "m2b", "m3"]
+    assert await within(start=t(2), end=t(4), start_exclusive=True, end_exclusive=True) == ["m3"]
+    assert await within(start=t(4)) == ["m4", "m5"]
+    assert await within(end=t(1)) == ["m0", "m1"]
+    assert await within(start=t(4), end=t(2)) == []
+    result = await recall(services, per_page=2, date_range=DateRange(start=t(2)))
+    assert summary(result) == (["m4", "m5"], 5, 0, 2, True)
+
+
+async def test_include_windows(services: Services) -> None:
+    await seed(
+        services,
+        *(msg(f"m{i}", at=i, metadata={"even": i % 2 == 0}) for i in range(10)),
+        msg("o0", thread="t2", at=0.5),
+        msg("o1", thread="t2", at=1.5),
+        msg("o2", thread="t2", at=2.5),
+        msg("x1", thread="tx", at=3.5, resource="rx"),
+        msg("x2", thread="tx", at=4.5, resource="rx"),
+        threads={"t1": "r1", "t2": "r1", "tx": "rx"},
+    )
+    inc = [IncludeItem("m3", with_previous_messages=1, with_next_messages=2)]
+    result = await recall(services, per_page=2, include=inc)
+    assert summary(result) == (["m2", "m3", "m4", "m5", "m8", "m9"], 10, 0, 2, True)
+    # Defaults 0/0: the target alone. Cross-thread allowed; unknown ids skipped; duplicates merge.
+    result = await recall(
+        services, per_page=2, include=[IncludeItem("o1"), IncludeItem("nope"), IncludeItem("m9")]
+    )
+    assert ids(result) == ["o1", "m8", "m9"]
+    # Another resource's message: allowed without resourceId, excluded with it.
+    assert ids(await recall(services, per_page=2, include=[IncludeItem("x1", with_next_messages=1)])) == [
+        "x1",
+        "x2",
+        "m8",
+        "m9",
+    ]
+    assert ids(
+        await recall(
+            services, per_page=2, resource_id="r1", include=[IncludeItem("x1", with_next_messages=1)]
+        )
+    ) == ["m8", "m9"]
+    # Include rows bypass the filters and never count in total.
+    result = await recall(services, per_page=False, metadata={"even": True}, include=[IncludeItem("m3")])
+    assert ids(result) == ["m0", "m2", "m3", "m4", "m6", "m8"]
+    assert result.total == 5
+    # perPage 0: include rows only, total 0.
+    result = await recall(services, per_page=0, include=[IncludeItem("m2", with_previous_messages=1)])
+    assert summary(result) == (["m1", "m2"], 0, 0, 0, False)
+    # An unknown thread still returns include rows.
+    result = await recall(services, thread_id="ghost", per_page=5, include=[IncludeItem("m2")])
+    assert summary(result) == (["m2"], 0, 0, 5, False)
+
+
+async def test_include_window_holds_its_target_among_ties(services: Services) -> None:
+    await seed(
+        services,
+        msg("q_before", at=0),
+        msg("q0", at=1),
+        msg("q1", at=1),
+        msg("q2", at=1),
+        msg("q3", at=1),
+        msg("q_after", at=2),
+    )
+    result = await recall(services, per_page=0, include=[IncludeItem("q0", with_previous_messages=1)])
+    assert ids(result) == ["q_before", "q0"]
+    result = await recall(services, per_page=0, include=[IncludeItem("q1", with_next_messages=1)])
+    assert ids(result) == ["q1", "q2"]
+
+
+async def test_include_limits_and_validation(services: Services) -> None:
+    with pytest.raises(BadUserInput, match="withPreviousMessages and withNextMessages must be >= 0"):
+        await recall(services, include=[IncludeItem("a", with_previous_messages=-1)])
+    with pytest.raises(BadUserInput, match="include accepts at most 100 items"):
+        await recall(services, include=[IncludeItem(f"i{n}") for n in range(101)])
+
+
+async def test_has_more_counts_include_rows_of_the_thread(services: Services) -> None:
+    await seed(services, msg("a", at=1), msg("b", at=2), msg("c", at=3))
+    result = await recall(services, per_page=1, include=[IncludeItem("a", with_next_messages=3)])
+    assert summary(result) == (["a", "b", "c"], 3, 0, 1, False)
+
+
+async def test_system_rows_count_but_are_never_returned(services: Services) -> None:
+    await seed(services, msg("x", at=1), msg("sys", at=2, role="system"), msg("y", at=3), msg("z", at=4))
+    assert summary(await recall(services)) == (["x", "y", "z"], 4, 0, 10, False)
+    result = await recall(services, per_page=1, include=[IncludeItem("x", with_next_messages=3)])
+    assert summary(result) == (["x", "y", "z"], 4, 0, 1, True)
+
+
+SIGNALS = [
+    msg("plain", at=0),
+    msg("legacy", at=1, text="<system-reminder>be brief</system-reminder>"),
+    msg("reactive", at=2, role="signal", metadata={"signal": {"type": "reactive"}}),
+    msg("state", at=3, role="signal", metadata={"signal": {"type": "state"}}),
+    msg(
+        "notif",
+        at=4,
+        role="assistant",
+        parts=[{"type": "text", "text": "n"}, {"type": "data-signal", "data": {"type": "notification"}}],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("hide", "isr", "visible"),
+    [
+        (None, None, ["plain", "state", "notif"]),
+        (None, False, ["plain", "state", "notif"]),
+        (None, True, ["plain", "legacy", "reactive", "state", "notif"]),
+        (False, None, ["plain", "legacy", "reactive", "state", "notif"]),
+        ([], None, ["plain", "legacy", "reactive", "state", "notif"]),
+        (True, True, ["plain"]),
+        (["reactive"], None, ["plain", "legacy", "state", "notif"]),
+        (["system-reminder", "state"], False, ["plain", "reactive", "notif"]),
+        (["bogus"], None, ["plain", "legacy", "reactive", "state", "notif"]),
+    ],
+)
+async def test_hide_signals_precedence(services: Services, hide: Any, isr: Any, visible: list[str]) -> None:
+    await seed(services, *SIGNALS)
+    result = await recall(services, hide_signals=hide, include_system_reminders=isr)
+    assert ids(result) == visible
+    assert result.total == 5  # filtering happens after pagination
+
+
+async def test_signal_filter_can_empty_a_page(services: Services) -> None:
+    await seed(services, *SIGNALS)
+    assert summary(await recall(services, per_page=2, hide_signals=True)) == ([], 5, 0, 2, True)
+
+
+async def test_semantic_arguments_are_validated(services: Services) -> None:
+    await seed(services, msg("a", at=1))
+    with pytest.raises(BadUserInput, match="Resource-scoped semantic recall is enabled but no resourceId"):
+        await recall(services, thread_config={"semanticRecall": True}, vector_search_string="apple")
+    # Thread scope needs no resource.
+    result = await recall(
+        services, thread_config={"semanticRecall": {"scope": "thread"}}, vector_search_string="x"
+    )
+    assert ids(result) == ["a"]
+
+
+async def test_thread_config_accepts_generate_title(services: Services) -> None:
+    await seed(services, msg("a", at=1))
+    result = await recall(services, thread_config={"threads": {"generateTitle": True}, "generateTitle": True})
+    assert ids(result) == ["a"]
