@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import orjson
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -13,15 +15,23 @@ def is_sqlite(url: str) -> bool:
     return make_url(url).get_backend_name() == "sqlite"
 
 
+def _dumps(value: Any) -> str:
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:  # integers beyond 64 bits: valid JSON that orjson refuses
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
 def create_engine(
     url: str, *, pool_size: int = 10, max_overflow: int = 10, echo: bool = False
 ) -> AsyncEngine:
+    json_options: dict[str, Any] = {"json_serializer": _dumps, "json_deserializer": orjson.loads}
     if is_sqlite(url):
-        engine = create_async_engine(url, echo=echo, connect_args={"timeout": 30})
+        engine = create_async_engine(url, echo=echo, connect_args={"timeout": 30}, **json_options)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
     return create_async_engine(
-        url, echo=echo, pool_size=pool_size, max_overflow=max_overflow, pool_pre_ping=True
+        url, echo=echo, pool_size=pool_size, max_overflow=max_overflow, pool_pre_ping=True, **json_options
     )
 
 

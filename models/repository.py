@@ -8,17 +8,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import orjson
 from sqlalchemy import (
     ColumnElement,
     Select,
     and_,
-    bindparam,
     delete,
     func,
     literal,
     select,
     text,
-    true,
     tuple_,
     union_all,
     update,
@@ -35,7 +34,9 @@ from models.records import (
     ThreadRecord,
 )
 from models.tables import messages_table as M
+from models.tables import outbox_table as O
 from models.tables import resources_table as R
+from models.tables import thread_resources_table as TR
 from models.tables import threads_table as T
 
 _MESSAGE_COLUMNS = (
@@ -170,7 +171,7 @@ class Repository:
     ) -> tuple[list[ThreadRecord], int]:
         where: list[ColumnElement[bool]] = [T.c.resource_id == resource_id]
         for key, value in (metadata or {}).items():
-            where.append(self._json_equals(T.c.metadata, key, value, loose=False))
+            where.append(self._json_equals(T.c.metadata, key, value))
         column = T.c.updated_at if order_field == "updatedAt" else T.c.created_at
         order = (column.desc(), T.c.id.desc()) if descending else (column.asc(), T.c.id.asc())
         stmt = select(T).where(*where).order_by(*order).offset(offset)
@@ -182,10 +183,13 @@ class Repository:
         return [_thread(r) for r in rows], total
 
     # ------------------------------------------------------------------ messages: write
-    async def save_messages(self, records: Sequence[MessageRecord], *, now: int) -> list[MessageRecord]:
+    async def save_messages(
+        self, records: Sequence[MessageRecord], *, now: int, track_vectors: bool = False
+    ) -> list[MessageRecord]:
         """Upserts the batch in one transaction, in the given order.
 
         A re-saved id keeps its createdAt and insertion sequence; everything else is replaced.
+        With track_vectors, the same transaction queues every message in the vector outbox.
         Returns the stored rows, in the order given.
         """
         if not records:
@@ -227,10 +231,21 @@ class Repository:
         )
         ids = list(last)
         async with self.engine.begin() as conn:
+            previous = await self._messages_by_id(conn, ids) if track_vectors else {}
             for start in range(0, len(rows), 500):
                 await conn.execute(stmt, rows[start : start + 500])
             thread_ids = {rec.thread_id for rec in last.values()}
             await conn.execute(update(T).where(T.c.id.in_(thread_ids)).values(updated_at=now))
+            pairs = {(rec.thread_id, rec.resource_id) for rec in last.values() if rec.resource_id is not None}
+            if pairs:
+                await conn.execute(
+                    self._insert(TR).on_conflict_do_nothing(),
+                    [{"thread_id": t, "resource_id": r} for t, r in sorted(pairs)],
+                )
+            if track_vectors:
+                await self._enqueue(
+                    conn, [(i, previous[i].resource_id if i in previous else None) for i in ids], now
+                )
             stored = await self._messages_by_id(conn, ids)
         return [stored[i] for i in ids if i in stored]
 
@@ -250,7 +265,9 @@ class Repository:
         async with self.engine.connect() as conn:
             return await self._messages_by_id(conn, list(dict.fromkeys(ids)))
 
-    async def delete_messages(self, ids: Sequence[str], *, now: int) -> list[MessageRecord]:
+    async def delete_messages(
+        self, ids: Sequence[str], *, now: int, track_vectors: bool = False
+    ) -> list[MessageRecord]:
         if not ids:
             return []
         async with self.engine.begin() as conn:
@@ -259,31 +276,75 @@ class Repository:
                 await conn.execute(delete(M).where(M.c.id.in_(list(existing))))
                 threads = {m.thread_id for m in existing.values()}
                 await conn.execute(update(T).where(T.c.id.in_(threads)).values(updated_at=now))
+                if track_vectors:
+                    await self._enqueue(conn, [(m.id, m.resource_id) for m in existing.values()], now)
         return list(existing.values())
 
-    # ------------------------------------------------------------------ messages: read
-    def _json_equals(self, column: Any, key: str, value: Any, *, loose: bool = False) -> ColumnElement[bool]:
-        """`column.key == value` with JSON's types: true is not 1, null is not a missing key.
+    # ------------------------------------------------------------------ vector outbox
+    async def _enqueue(
+        self, conn: AsyncConnection, items: Sequence[tuple[str, str | None]], now: int
+    ) -> None:
+        if items:
+            await conn.execute(
+                O.insert(),
+                [{"message_id": m, "previous_resource_id": r, "created_at": now} for m, r in items],
+            )
 
-        `loose` gives listThreads' historical semantics (json_extract equality, null = missing).
-        """
+    async def outbox_batch(self, limit: int) -> list[tuple[int, str, str | None]]:
+        """The oldest queued changes: (entry id, message id, previous resource id)."""
+        async with self.engine.connect() as conn:
+            rows = await conn.execute(
+                select(O.c.id, O.c.message_id, O.c.previous_resource_id).order_by(O.c.id).limit(limit)
+            )
+            return [(r[0], r[1], r[2]) for r in rows]
+
+    async def outbox_done(self, entry_ids: Sequence[int]) -> None:
+        if entry_ids:
+            async with self.engine.begin() as conn:
+                await conn.execute(delete(O).where(O.c.id.in_(list(entry_ids))))
+
+    async def outbox_backlog(self) -> int:
+        async with self.engine.connect() as conn:
+            return (await conn.execute(select(func.count()).select_from(O))).scalar_one()
+
+    async def thread_resource_ids(self, thread_id: str) -> list[str]:
+        async with self.engine.connect() as conn:
+            rows = await conn.execute(select(TR.c.resource_id).where(TR.c.thread_id == thread_id))
+            return [r[0] for r in rows]
+
+    async def messages_in_order(
+        self, *, after_seq: int, limit: int, resource_id: str | None = None
+    ) -> list[MessageRecord]:
+        """Messages by insertion sequence, for a full re-index."""
+        stmt = select(*_MESSAGE_COLUMNS).where(M.c.seq > after_seq)
+        if resource_id is not None:
+            stmt = stmt.where(M.c.resource_id == resource_id)
+        async with self.engine.connect() as conn:
+            result = await conn.execute(stmt.order_by(M.c.seq).limit(limit))
+            return [_message(row) for row in result]
+
+    async def count_all_messages(self, resource_id: str | None = None) -> int:
+        stmt = select(func.count()).select_from(M)
+        if resource_id is not None:
+            stmt = stmt.where(M.c.resource_id == resource_id)
+        async with self.engine.connect() as conn:
+            return (await conn.execute(stmt)).scalar_one()
+
+    # ------------------------------------------------------------------ messages: read
+    def _json_equals(self, column: Any, key: str, value: Any) -> ColumnElement[bool]:
+        """`column.key == value` with JSON's types: true is not 1, null is not a missing key."""
         if self.is_postgres:
-            if loose:
-                if value is None:
-                    return column[key].as_string().is_(None) | (func.jsonb_typeof(column[key]) == "null")
-                return column[key] == func.to_jsonb(bindparam(None, value, literal_execute=False))
+            # jsonb containment is exactly that equality (numbers compare numerically) and is indexable.
             return column.op("@>")(func.cast(literal(_json_text({key: value})), postgresql.JSONB))
         path = f"$.{key}"
         kind = func.json_type(column, path)
-        extracted = func.json_extract(column, path)
-        if loose:
-            return extracted.is_(None) if value is None else extracted == value
         if value is None:
             return kind == "null"
         if value is True:
             return kind == "true"
         if value is False:
             return kind == "false"
+        extracted = func.json_extract(column, path)
         if isinstance(value, str):
             return and_(kind == "text", extracted == value)
         return and_(kind.in_(("integer", "real")), extracted == value)
@@ -305,26 +366,6 @@ class Repository:
                 for key, value in q.metadata.items():
                     where.append(self._json_equals(meta, f"metadata.{key}", value))
         return where
-
-    async def page_messages(
-        self, q: MessageQuery, *, descending: bool, limit: int | None, offset: int
-    ) -> list[MessageRecord]:
-        order = (
-            (M.c.created_at.desc(), M.c.seq.desc()) if descending else (M.c.created_at.asc(), M.c.seq.asc())
-        )
-        stmt = select(*_MESSAGE_COLUMNS).where(*self._message_filter(q)).order_by(*order)
-        if limit is not None:
-            stmt = stmt.limit(limit)
-        if offset:
-            stmt = stmt.offset(offset)
-        async with self.engine.connect() as conn:
-            result = await conn.execute(stmt)
-            return [_message(row) for row in result]
-
-    async def count_messages(self, q: MessageQuery) -> int:
-        stmt = select(func.count()).select_from(M).where(*self._message_filter(q))
-        async with self.engine.connect() as conn:
-            return (await conn.execute(stmt)).scalar_one()
 
     async def page_and_count(
         self,
@@ -433,9 +474,4 @@ def _date_range(dr: DateRange | None) -> Iterable[ColumnElement[bool]]:
 
 
 def _json_text(value: Any) -> str:
-    import orjson
-
     return orjson.dumps(value).decode()
-
-
-__all__ = ["Repository", "true"]

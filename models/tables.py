@@ -74,3 +74,30 @@ metadata = SQLModel.metadata
 resources_table = Resource.__table__  # type: ignore[attr-defined]
 threads_table = Thread.__table__  # type: ignore[attr-defined]
 messages_table = Message.__table__  # type: ignore[attr-defined]
+
+
+class ThreadResource(SQLModel, table=True):
+    """Which resources have messages in a thread: the vector collections a thread-scoped search reads."""
+
+    __tablename__ = "thread_resources"
+
+    thread_id: str = Field(sa_column=Column(String, primary_key=True))
+    resource_id: str = Field(sa_column=Column(String, primary_key=True))
+
+
+class VectorOutbox(SQLModel, table=True):
+    """Messages whose vectors must be brought in line with SQL, written in the same transaction as the
+    change. Draining re-reads the message: present means (re)embed, gone means delete."""
+
+    __tablename__ = "vector_outbox"
+
+    id: int | None = Field(default=None, sa_column=Column(SeqType, primary_key=True, autoincrement=True))
+    message_id: str = Field(sa_column=Column(String, nullable=False))
+    # The resource the message's vectors were filed under before this change ("" for none), so a
+    # move or a delete can clean up the old collection.
+    previous_resource_id: str | None = Field(default=None, sa_column=Column(String, nullable=True))
+    created_at: int = Field(sa_column=Column(BigInteger, nullable=False))
+
+
+thread_resources_table = ThreadResource.__table__  # type: ignore[attr-defined]
+outbox_table = VectorOutbox.__table__  # type: ignore[attr-defined]

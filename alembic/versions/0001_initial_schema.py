@@ -1,4 +1,4 @@
-"""initial schema: resources, threads, messages
+"""initial schema: resources, threads, messages, thread_resources, vector_outbox
 
 Revision ID: 0001
 Revises:
@@ -61,9 +61,27 @@ def upgrade() -> None:
     )
     op.create_index("ix_threads_resource_created", "threads", ["resource_id", "created_at"])
     op.create_index("ix_threads_resource_updated", "threads", ["resource_id", "updated_at"])
+    op.create_table(
+        "thread_resources",
+        sa.Column("thread_id", sa.String(), nullable=False),
+        sa.Column("resource_id", sa.String(), nullable=False),
+        sa.PrimaryKeyConstraint("thread_id", "resource_id"),
+    )
+    op.create_table(
+        "vector_outbox",
+        sa.Column(
+            "id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False
+        ),
+        sa.Column("message_id", sa.String(), nullable=False),
+        sa.Column("previous_resource_id", sa.String(), nullable=True),
+        sa.Column("created_at", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("id"),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("vector_outbox")
+    op.drop_table("thread_resources")
     op.drop_table("threads")
     op.drop_table("resources")
     op.drop_table("messages")
