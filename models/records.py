@@ -66,3 +66,10 @@ class IncludeWindow:
     message_id: str
     before: int
     after: int
+
+
+@dataclass(slots=True, frozen=True)
+class OutboxEntry:
+    id: int
+    message_id: str
+    previous_resource_id: str | None

@@ -30,6 +30,7 @@ from models.records import (
     IncludeWindow,
     MessageQuery,
     MessageRecord,
+    OutboxEntry,
     ResourceRecord,
     ThreadRecord,
 )
@@ -290,13 +291,21 @@ class Repository:
                 [{"message_id": m, "previous_resource_id": r, "created_at": now} for m, r in items],
             )
 
-    async def outbox_batch(self, limit: int) -> list[tuple[int, str, str | None]]:
-        """The oldest queued changes: (entry id, message id, previous resource id)."""
+    async def outbox_snapshot(
+        self, *, message_ids: Sequence[str] | None = None, limit: int = 256
+    ) -> tuple[list[OutboxEntry], dict[str, MessageRecord]]:
+        """Queued changes (the oldest, or those of the given messages) and the current rows of their
+        messages, read in one snapshot: an entry seen here describes a change these rows already show."""
+        stmt = select(O.c.id, O.c.message_id, O.c.previous_resource_id).order_by(O.c.id).limit(limit)
+        if message_ids is not None:
+            stmt = stmt.where(O.c.message_id.in_(list(message_ids)))
         async with self.engine.connect() as conn:
-            rows = await conn.execute(
-                select(O.c.id, O.c.message_id, O.c.previous_resource_id).order_by(O.c.id).limit(limit)
-            )
-            return [(r[0], r[1], r[2]) for r in rows]
+            if self.is_postgres:
+                conn = await conn.execution_options(isolation_level="REPEATABLE READ")
+            async with conn.begin():
+                entries = [OutboxEntry(r[0], r[1], r[2]) for r in await conn.execute(stmt)]
+                rows = await self._messages_by_id(conn, list(dict.fromkeys(e.message_id for e in entries)))
+        return entries, rows
 
     async def outbox_done(self, entry_ids: Sequence[int]) -> None:
         if entry_ids:

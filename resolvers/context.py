@@ -12,6 +12,7 @@ from models.repository import Repository
 from resolvers.loaders import DataLoader
 from resolvers.messages import MessageService
 from resolvers.recall import RecallEngine
+from resolvers.semantic import SemanticMemory
 from resolvers.threads import ThreadService
 
 
@@ -21,6 +22,7 @@ class Services:
     recall: RecallEngine
     threads: ThreadService
     messages: MessageService
+    semantic: SemanticMemory | None = None
 
     @classmethod
     def build(
@@ -28,7 +30,7 @@ class Services:
         repository: Repository,
         *,
         memory_defaults: dict[str, Any],
-        semantic: Any = None,
+        semantic: SemanticMemory | None = None,
         max_include_items: int | None = None,
         max_save_batch: int | None = None,
     ) -> Services:
@@ -38,7 +40,8 @@ class Services:
                 repository, defaults=memory_defaults, semantic=semantic, max_include_items=max_include_items
             ),
             threads=ThreadService(repository),
-            messages=MessageService(repository, max_batch=max_save_batch),
+            messages=MessageService(repository, max_batch=max_save_batch, vectors=semantic),
+            semantic=semantic,
         )
 
 

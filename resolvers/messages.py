@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from models.records import MessageRecord
 from models.repository import Repository
 from models.signals import is_legacy_reminder, is_transient_signal, signal_type
 from resolvers.clock import now_ms
 from resolvers.errors import BadUserInput
+
+log = logging.getLogger("recallql.messages")
 
 
 @dataclass(slots=True)
@@ -31,10 +34,27 @@ class SaveResult:
     acknowledged: int  # transient signals: accepted, not stored
 
 
+class VectorSync(Protocol):
+    async def sync(self, message_ids: Sequence[str] | None = None) -> int: ...
+
+
 class MessageService:
-    def __init__(self, repository: Repository, *, max_batch: int | None = None) -> None:
+    def __init__(
+        self, repository: Repository, *, max_batch: int | None = None, vectors: VectorSync | None = None
+    ) -> None:
         self.repository = repository
         self.max_batch = max_batch
+        self.vectors = vectors
+
+    async def _sync_vectors(self, message_ids: Sequence[str]) -> None:
+        """Indexes the messages now, so a recall right after the save finds them. SQL has committed:
+        if this fails, the outbox still holds the work and the background drain finishes it."""
+        if self.vectors is None or not message_ids:
+            return
+        try:
+            await self.vectors.sync(message_ids)
+        except Exception as exc:
+            log.warning("vector write deferred to the outbox drain: %s", exc)
 
     async def save(self, inputs: Sequence[MessageInput]) -> SaveResult:
         if self.max_batch is not None and len(inputs) > self.max_batch:
@@ -86,7 +106,8 @@ class MessageService:
                     legacy_reminder=is_legacy_reminder(m.role, m.content),
                 )
             )
-        stored = await self.repository.save_messages(records, now=now)
+        stored = await self.repository.save_messages(records, now=now, track_vectors=self.vectors is not None)
+        await self._sync_vectors([m.id for m in stored])
         return SaveResult(stored, transient)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -20,7 +21,9 @@ from models.migrate import upgrade
 from models.repository import Repository
 from resolvers.context import RequestContext, Services
 from schema import build_schema
+from web.frontend import frontend_routes, graphiql_response
 from web.settings import Settings, get_settings
+from web.wiring import build_semantic
 
 log = logging.getLogger("recallql")
 
@@ -28,6 +31,9 @@ log = logging.getLogger("recallql")
 class RecallQLGraphQL(GraphQL[RequestContext, None]):
     async def get_context(self, request: Any, response: Any = None) -> RequestContext:
         return RequestContext(services=request.app.state.services)
+
+    async def render_graphql_ide(self, request: Any) -> Response:
+        return graphiql_response(self.graphql_ide_html)
 
 
 class BodyLimit:
@@ -89,23 +95,35 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         if is_sqlite(url):
             settings.data_dir.mkdir(parents=True, exist_ok=True)
         engine = None
-        if services is None:
+        built = services
+        if built is None:
             engine = create_engine(
                 url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
             )
             if settings.auto_migrate:
                 await upgrade(engine)
-            app.state.services = Services.build(
-                Repository(engine),
+            repository = Repository(engine)
+            built = Services.build(
+                repository,
                 memory_defaults=settings.memory_defaults(),
+                semantic=build_semantic(settings, repository),
                 max_include_items=settings.max_include_items,
                 max_save_batch=settings.max_save_batch,
             )
-        else:
-            app.state.services = services
+        app.state.services = built
+        # Vectors a crashed process never wrote (and any backlog) are written in the background.
+        drainer = None
+        if built.semantic is not None:
+            drainer = asyncio.create_task(built.semantic.run_drainer(settings.vector_drain_interval))
         try:
             yield
         finally:
+            if drainer is not None:
+                drainer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await drainer
+            if services is None and built.semantic is not None:
+                await built.semantic.aclose()
             if engine is not None:
                 await engine.dispose()
 
@@ -135,6 +153,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
             Route("/healthz", healthz),
             Route("/readyz", readyz),
             Route("/graphql", graphql_app, methods=["GET", "POST"]),
+            *frontend_routes(),
         ],
         middleware=[Middleware(BodyLimit, max_bytes=settings.max_body_bytes)],
         lifespan=lifespan,

@@ -40,6 +40,16 @@ class Settings(BaseSettings):
     working_memory: dict[str, Any] = Field(default_factory=lambda: {"enabled": False})
     generate_title: bool | dict[str, Any] = False
 
+    # Semantic recall: the embedder (a local ONNX model folder, or an OpenAI-compatible endpoint) and
+    # the vector index (embedded Chroma under the data dir, or a Chroma server).
+    embedding_model_dir: Path | None = None
+    embeddings_url: str | None = None
+    embeddings_model: str | None = None
+    embeddings_api_key: str | None = None
+    embeddings_dimension: int | None = None
+    chroma_url: str | None = None
+    vector_drain_interval: float = 1.0
+
     # Limits.
     max_query_depth: int = 12
     max_query_tokens: int = 5000
@@ -60,6 +70,22 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite+aiosqlite:///{(self.data_dir / 'recallql.db').resolve()}"
+
+    @property
+    def chroma_path(self) -> Path:
+        return self.data_dir / "chroma"
+
+    def resolved_model_dir(self) -> Path | None:
+        """The configured model folder, else the first standard place that holds the model."""
+        if self.embedding_model_dir is not None:
+            return self.embedding_model_dir
+        for candidate in (
+            self.data_dir / "models" / "all-MiniLM-L6-v2",
+            Path.home() / ".cache" / "chroma" / "onnx_models" / "all-MiniLM-L6-v2",
+        ):
+            if (candidate / "onnx" / "model.onnx").is_file():
+                return candidate
+        return None
 
     def memory_defaults(self) -> dict[str, Any]:
         from resolvers.config import BUILTIN_DEFAULTS, deep_merge

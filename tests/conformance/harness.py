@@ -505,6 +505,17 @@ class Verdict:
         return "\n".join(lines)
 
 
+# Where Mastra's text says nothing useful, RecallQL says what is wrong. Only these pairs may differ.
+CLEARER_ERRORS = {
+    # LibSQLVector rejects topK 0 with MastraError MASTRA_VECTOR_LIBSQL_QUERY_INVALID_TOP_K, "Unknown error".
+    "Unknown error": "semanticRecall.topK must be a positive integer.",
+}
+
+
+def same_error(oracle_error: object, candidate_error: object) -> bool:
+    return oracle_error == candidate_error or CLEARER_ERRORS.get(str(oracle_error)) == candidate_error
+
+
 def is_type_error(result: dict) -> bool:
     """GraphQL rejected a variable before recall ran (a page of 1.5 is no Int): its own wording."""
     return result.get("code") == "BAD_USER_INPUT" and str(result.get("error", "")).startswith("Variable '$")
@@ -542,7 +553,7 @@ def judge(
             error_text
             and not o.get("ok")
             and not c.get("ok")
-            and o.get("error") != c.get("error")
+            and not same_error(o.get("error"), c.get("error"))
             and not is_type_error(c)
         ):
             problems.append(f"error text: oracle {o.get('error')!r}, candidate {c.get('error')!r}")

@@ -33,7 +33,7 @@ MIN_QUERIES = 150
 # Semantic recall (merged semanticRecall truthy and a vectorSearchString) is not implemented yet. While
 # True, those cases are compared and counted but left out of the verdict; everything else must pass.
 # Set it to False once semantic recall lands: then they must all pass too.
-SEMANTIC_PENDING = True
+SEMANTIC_PENDING = False
 # When both sides fail, the error messages must be equal (the contract keeps Mastra's exact texts), except
 # where GraphQL's type system rejects a variable first (a page of 1.5 is no Int). False: any error matches.
 EXACT_ERROR_TEXT = True

@@ -1,0 +1,386 @@
+"""The vector index for semantic recall: a small async interface over Chroma.
+
+Layout: one Chroma collection per (message resource id, embedding model name, dimension), in cosine space.
+Keeping resources apart makes resource-scoped search a plain nearest-neighbour query and deleting a
+resource cheap; keeping models apart means vectors of two embedders are never compared. Messages whose
+resource id is NULL share one collection per model.
+
+Each vector is one chunk of one message, with the id ``f"{message_id}:{chunk}"`` and the metadata
+``message_id, thread_id, resource_id (absent when NULL), role, created_at (int ms), chunk``. Saving a
+message again replaces its vector set (recall-contract.md, table row 4).
+
+chromadb's client is blocking, so every call runs in a worker thread. Nothing here downloads anything:
+collections are opened with ``embedding_function=None`` and always given vectors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import threading
+import weakref
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
+
+# Chroma reads this when its Settings are first built; we also pass Settings explicitly, this covers any
+# client created elsewhere in the process.
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+
+if TYPE_CHECKING:
+    from chromadb.api import ClientAPI
+    from chromadb.api.models.Collection import Collection
+
+__all__ = ["ChromaIndex", "VectorHit", "VectorIndexError", "VectorItem", "collection_name"]
+
+T = TypeVar("T")
+
+# Bump when the layout (naming, metadata) changes incompatibly: old collections are then simply not found.
+_LAYOUT_VERSION = "recallql-v1"
+# Chroma caps batches (5461 records for the embedded client); stay well below for ids, $in lists and adds.
+_BATCH = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class VectorHit:
+    """One matching vector. A message stored as several chunks can appear once per matching chunk."""
+
+    message_id: str
+    thread_id: str
+    score: float  # 1 - cosine distance: 1.0 for the same direction, 0.0 orthogonal, -1.0 opposite
+
+
+@dataclass(frozen=True, slots=True)
+class VectorItem:
+    """One chunk's vector of one message, as written to the index."""
+
+    message_id: str
+    thread_id: str
+    resource_id: str | None
+    chunk: int
+    vector: list[float]
+    created_at_ms: int
+    role: str
+
+
+class VectorIndexError(Exception):
+    """Chroma failed (unreachable server, rejected request...). The original error is ``__cause__``."""
+
+
+def collection_name(resource_id: str | None, model_name: str, dimension: int) -> str:
+    """The Chroma collection for one resource and one embedder identity.
+
+    Resource ids and model names are arbitrary strings while Chroma names are 3-512 characters of
+    ``[a-zA-Z0-9._-]``, so the name is a hash; the JSON encoding keeps None apart from the string "null".
+    """
+    key = json.dumps([_LAYOUT_VERSION, resource_id, model_name, dimension], ensure_ascii=False)
+    return "rql-" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:40]
+
+
+def _vector_id(message_id: str, chunk: int) -> str:
+    return f"{message_id}:{chunk}"
+
+
+def _chunks(seq: Sequence[T], size: int = _BATCH) -> Iterable[Sequence[T]]:
+    for start in range(0, len(seq), size):
+        yield seq[start : start + size]
+
+
+class ChromaIndex:
+    """Message vectors in Chroma, either embedded (``path``) or on a server (``url``).
+
+    ``model_name`` and ``dimension`` are the embedder identity this index reads and writes; build one
+    index per embedder. The client is created on first use, in a worker thread, since creating an
+    HTTP client already talks to the server.
+    """
+
+    def __init__(
+        self,
+        *,
+        path: str | os.PathLike[str] | None = None,
+        url: str | None = None,
+        model_name: str,
+        dimension: int,
+        allow_reset: bool = False,
+        ef_search: int = 100,
+        ef_construction: int = 100,
+    ) -> None:
+        if (path is None) == (url is None):
+            raise ValueError("give exactly one of path (embedded Chroma) or url (Chroma server)")
+        if dimension < 1:
+            raise ValueError("dimension must be positive")
+        if not model_name:
+            raise ValueError("model_name must not be empty")
+        self._path = Path(path) if path is not None else None
+        self._url = url
+        if url is not None:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"not an http(s) URL: {url!r}")
+        self.model_name = model_name
+        self.dimension = dimension
+        self._allow_reset = allow_reset
+        self._configuration: dict[str, Any] = {
+            "hnsw": {"space": "cosine", "ef_search": ef_search, "ef_construction": ef_construction}
+        }
+        self._client: ClientAPI | None = None
+        self._client_lock = threading.Lock()
+        self._collections: dict[str, Collection] = {}
+        # Writes to one collection are serialised so that two saves of the same message cannot interleave
+        # their upsert and stale-chunk cleanup. Weak values: a lock nobody holds or awaits can go.
+        self._write_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    def __repr__(self) -> str:
+        where = f"url={self._url!r}" if self._url else f"path={str(self._path)!r}"
+        return f"ChromaIndex({where}, model_name={self.model_name!r}, dimension={self.dimension})"
+
+    # -- plumbing ------------------------------------------------------------------------------------
+
+    def _get_client(self) -> ClientAPI:
+        with self._client_lock:
+            if self._client is None:
+                import chromadb
+                from chromadb.config import Settings
+
+                settings = Settings(anonymized_telemetry=False, allow_reset=self._allow_reset)
+                if self._path is not None:
+                    self._path.mkdir(parents=True, exist_ok=True)
+                    self._client = chromadb.PersistentClient(path=str(self._path), settings=settings)
+                else:
+                    assert self._url is not None
+                    parts = urlsplit(self._url)
+                    ssl = parts.scheme == "https"
+                    self._client = chromadb.HttpClient(
+                        host=parts.hostname or "localhost",
+                        port=parts.port or (443 if ssl else 80),
+                        ssl=ssl,
+                        settings=settings,
+                    )
+            return self._client
+
+    async def _call(self, operation: str, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except Exception as exc:
+            raise VectorIndexError(f"Chroma {operation} failed: {exc}") from exc
+
+    def _write_lock(self, resource_id: str | None) -> asyncio.Lock:
+        name = collection_name(resource_id, self.model_name, self.dimension)
+        lock = self._write_locks.get(name)
+        if lock is None:
+            lock = self._write_locks[name] = asyncio.Lock()
+        return lock
+
+    def _collection(self, resource_id: str | None, *, create: bool) -> Collection | None:
+        from chromadb.errors import NotFoundError
+
+        name = collection_name(resource_id, self.model_name, self.dimension)
+        cached = self._collections.get(name)
+        if cached is not None:
+            return cached
+        client = self._get_client()
+        if create:
+            metadata: dict[str, str | int | bool] = {
+                "recallql_layout": _LAYOUT_VERSION,
+                "embedding_model": self.model_name,
+                "dimension": self.dimension,
+                "resource_is_null": resource_id is None,
+            }
+            if resource_id is not None:
+                metadata["resource_id"] = resource_id
+            collection = client.get_or_create_collection(
+                name,
+                configuration=self._configuration,  # type: ignore[arg-type]
+                metadata=metadata,
+                embedding_function=None,
+            )
+        else:
+            try:
+                collection = client.get_collection(name, embedding_function=None)
+            except NotFoundError:
+                return None
+        self._collections[name] = collection
+        return collection
+
+    def _forget(self, resource_id: str | None) -> None:
+        # A cached handle goes stale when the collection is deleted behind our back (reset, another
+        # process); dropping it makes the next call look the collection up again.
+        self._collections.pop(collection_name(resource_id, self.model_name, self.dimension), None)
+
+    def _with_collection(
+        self, resource_id: str | None, create: bool, action: Callable[[Collection], T], default: T
+    ) -> T:
+        from chromadb.errors import NotFoundError
+
+        for attempt in range(2):
+            collection = self._collection(resource_id, create=create)
+            if collection is None:
+                return default
+            try:
+                return action(collection)
+            except NotFoundError:
+                self._forget(resource_id)
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    # -- writes --------------------------------------------------------------------------------------
+
+    async def upsert(self, items: Iterable[VectorItem]) -> None:
+        """Store message vectors; a message given here keeps exactly the chunks given here.
+
+        Items are grouped by resource. For every message in a group, vectors of older, higher-numbered
+        chunks in that resource's collection are removed after the new ones are written, so a reader
+        never sees the message without vectors. A message that moved to another resource must first be
+        removed from the old one with :meth:`delete_messages`.
+        """
+        by_resource: dict[str | None, dict[str, VectorItem]] = defaultdict(dict)
+        for item in items:
+            if len(item.vector) != self.dimension:
+                raise ValueError(
+                    f"vector of {item.message_id}:{item.chunk} has {len(item.vector)} dimensions, "
+                    f"this index holds {self.dimension}"
+                )
+            if item.chunk < 0:
+                raise ValueError(f"negative chunk number for {item.message_id}")
+            # The same id twice in one Chroma upsert is an error; the last one given wins.
+            by_resource[item.resource_id][_vector_id(item.message_id, item.chunk)] = item
+        for resource_id, group in by_resource.items():
+            async with self._write_lock(resource_id):
+                action = partial(self._upsert_sync, group=group)
+                await self._call("upsert", self._with_collection, resource_id, True, action, None)
+
+    @staticmethod
+    def _upsert_sync(collection: Collection, group: dict[str, VectorItem]) -> None:
+        ids = list(group)
+        for batch in _chunks(ids):
+            collection.upsert(
+                ids=list(batch),
+                embeddings=[group[i].vector for i in batch],
+                metadatas=[_metadata(group[i]) for i in batch],
+            )
+        message_ids = sorted({item.message_id for item in group.values()})
+        keep = set(ids)
+        stale: list[str] = []
+        for batch in _chunks(message_ids):
+            found = collection.get(where={"message_id": {"$in": list(batch)}}, include=[])
+            stale.extend(vid for vid in found["ids"] if vid not in keep)
+        for batch in _chunks(stale):
+            collection.delete(ids=list(batch))
+
+    async def delete_messages(self, message_ids: Sequence[str], resource_ids: Iterable[str | None]) -> None:
+        """Remove every vector of these messages from the collections of these resources."""
+        ids = sorted(set(message_ids))
+        if not ids:
+            return
+
+        def action(collection: Collection) -> None:
+            for batch in _chunks(ids):
+                collection.delete(where={"message_id": {"$in": list(batch)}})
+
+        for resource_id in dict.fromkeys(resource_ids):
+            async with self._write_lock(resource_id):
+                await self._call("delete", self._with_collection, resource_id, False, action, None)
+
+    async def delete_resource_thread(self, resource_id: str | None, thread_id: str) -> None:
+        """Remove every vector of one thread from that resource's collection."""
+
+        def action(collection: Collection) -> None:
+            collection.delete(where={"thread_id": thread_id})
+
+        async with self._write_lock(resource_id):
+            await self._call("delete", self._with_collection, resource_id, False, action, None)
+
+    # -- reads ---------------------------------------------------------------------------------------
+
+    async def query(
+        self,
+        vector: Sequence[float],
+        *,
+        resource_ids: Sequence[str | None],
+        thread_id: str | None,
+        top_k: int,
+    ) -> list[VectorHit]:
+        """The ``top_k`` vectors nearest to ``vector`` over the given resources, best first.
+
+        ``thread_id`` None searches the whole of each resource (resource scope); otherwise only that
+        thread's vectors. Resources that have no collection yet contribute nothing. Equal scores keep the
+        order of ``resource_ids``, then Chroma's order.
+        """
+        if top_k < 1:
+            raise ValueError("top_k must be at least 1")
+        if len(vector) != self.dimension:
+            raise ValueError(f"query vector has {len(vector)} dimensions, this index holds {self.dimension}")
+        query_vector = [float(x) for x in vector]
+        where = {"thread_id": thread_id} if thread_id is not None else None
+
+        def action(collection: Collection) -> list[VectorHit]:
+            result = collection.query(
+                query_embeddings=[query_vector],
+                n_results=top_k,
+                where=where,
+                include=["metadatas", "distances"],
+            )
+            metadatas = (result.get("metadatas") or [[]])[0]
+            distances = (result.get("distances") or [[]])[0]
+            return [
+                VectorHit(
+                    message_id=str(meta["message_id"]), thread_id=str(meta["thread_id"]), score=1.0 - dist
+                )
+                for meta, dist in zip(metadatas, distances, strict=True)
+                if meta is not None and "message_id" in meta and "thread_id" in meta
+            ]
+
+        hits: list[VectorHit] = []
+        for resource_id in dict.fromkeys(resource_ids):
+            hits.extend(await self._call("query", self._with_collection, resource_id, False, action, []))
+        hits.sort(key=lambda hit: -hit.score)
+        return hits[:top_k]
+
+    async def count(self, resource_id: str | None) -> int:
+        """How many vectors (chunks) this resource holds for this embedder."""
+        return await self._call("count", self._with_collection, resource_id, False, _count, 0)
+
+    async def ping(self) -> None:
+        """Raise :class:`VectorIndexError` unless Chroma answers."""
+        await self._call("heartbeat", lambda: self._get_client().heartbeat())
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        self._collections.clear()
+        if client is None:
+            return
+
+        def close() -> None:
+            client.close()  # type: ignore[attr-defined]
+            # chromadb 1.5's HTTP client never closes its httpx sessions (one for the client, one for its
+            # internal admin client), which leaves sockets to the server open until garbage collection.
+            for owner in (client, getattr(client, "_admin_client", None)):
+                session = getattr(getattr(owner, "_server", None), "_session", None)
+                if session is not None:
+                    session.close()
+
+        await self._call("close", close)
+
+
+def _count(collection: Collection) -> int:
+    return collection.count()
+
+
+def _metadata(item: VectorItem) -> dict[str, str | int]:
+    meta: dict[str, str | int] = {
+        "message_id": item.message_id,
+        "thread_id": item.thread_id,
+        "role": item.role,
+        "created_at": int(item.created_at_ms),
+        "chunk": int(item.chunk),
+    }
+    if item.resource_id is not None:
+        meta["resource_id"] = item.resource_id
+    return meta

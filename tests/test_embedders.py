@@ -1,0 +1,412 @@
+"""Embedders: parity of the local ONNX model with chromadb's own function, the HTTP embedder against the
+conformance embedding server, and Mastra's text rules (chunking, which text is embedded)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from pathlib import Path
+from types import ModuleType
+
+import httpx
+import numpy as np
+import pytest
+
+from models.embedders import (
+    Embedder,
+    Embedding,
+    EmbeddingError,
+    HttpEmbedder,
+    OnnxMiniLMEmbedder,
+    chunk_text,
+    embedding_text,
+)
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+MODEL_DIR = Path(os.environ.get("RECALLQL_EMBEDDING_MODEL_DIR") or SHARED / "models/all-MiniLM-L6-v2")
+EMBED_SERVER = SHARED / "conformance/embed_server.py"
+
+needs_model = pytest.mark.skipif(
+    not (MODEL_DIR / "onnx/model.onnx").is_file() or not (MODEL_DIR / "onnx/tokenizer.json").is_file(),
+    reason=f"all-MiniLM-L6-v2 not found in {MODEL_DIR}/onnx (set RECALLQL_EMBEDDING_MODEL_DIR)",
+)
+needs_embed_server = pytest.mark.skipif(
+    not EMBED_SERVER.is_file(), reason=f"conformance embedding server not found at {EMBED_SERVER}"
+)
+
+LONG_ENGLISH = " ".join(
+    f"Sentence {i} of a long meeting transcript talks about budgets, deadlines and the roadmap."
+    for i in range(40)
+)  # about 700 tokens: truncated at 256 by both sides
+TEXTS = [
+    "",
+    " ",
+    "\n",
+    ".",
+    "\U0001f600",
+    "hi",
+    "Remind me to buy milk tomorrow.",
+    "What did we decide about the project deadline last Friday?",
+    "The deploy failed again with a timeout during the database migration step.",
+    "Der Zug nach München fährt um acht Uhr ab.",
+    "Je préfère le thé au café, surtout le matin.",
+    "¿Dónde está la estación de tren más cercana?",
+    "Москва — столица России.",
+    "我喜欢在周末去公园散步。",
+    "明日の会議は午後三時からです。",
+    "مرحبا، كيف حالك اليوم؟",
+    "नमस्ते, आप कैसे हैं?",
+    "def add(a: int, b: int) -> int:\n    return a + b",
+    "word " * 300,
+    LONG_ENGLISH,
+    "x" * 3000,
+]
+
+
+def cosines(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> list[float]:
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return list((x * y).sum(axis=1) / (np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1)))
+
+
+# ------------------------------------------------------------------------------------------------------
+# OnnxMiniLMEmbedder
+
+
+@pytest.fixture(scope="module")
+async def onnx_embedder() -> AsyncIterator[OnnxMiniLMEmbedder]:
+    embedder = OnnxMiniLMEmbedder(MODEL_DIR)
+    yield embedder
+    await embedder.aclose()
+
+
+@pytest.fixture(scope="module")
+def chroma_embed() -> Iterator[Callable[[list[str]], list[list[float]]]]:
+    from chromadb.utils.embedding_functions import ONNXMiniLM_L6_V2
+
+    saved = ONNXMiniLM_L6_V2.DOWNLOAD_PATH
+    # A class attribute: this is how Chroma is pointed at a model folder without downloading.
+    ONNXMiniLM_L6_V2.DOWNLOAD_PATH = MODEL_DIR
+    function = ONNXMiniLM_L6_V2()
+    try:
+        yield lambda texts: [list(map(float, v)) for v in function(texts)]
+    finally:
+        ONNXMiniLM_L6_V2.DOWNLOAD_PATH = saved
+
+
+@needs_model
+async def test_onnx_matches_chromadb_function(
+    onnx_embedder: OnnxMiniLMEmbedder, chroma_embed: Callable[[list[str]], list[list[float]]]
+) -> None:
+    ours = await onnx_embedder.embed(TEXTS)
+    theirs = chroma_embed(TEXTS)
+    assert len(ours.vectors) == len(TEXTS)
+    assert all(len(v) == 384 for v in ours.vectors)
+    similarity = cosines(ours.vectors, theirs)
+    worst = min(range(len(TEXTS)), key=lambda i: similarity[i])
+    assert similarity[worst] >= 0.99999, f"text {worst} ({TEXTS[worst][:30]!r}): cosine {similarity[worst]}"
+    assert np.abs(np.asarray(ours.vectors) - np.asarray(theirs)).max() < 1e-4
+
+
+@needs_model
+async def test_onnx_identity_and_unit_vectors(onnx_embedder: OnnxMiniLMEmbedder) -> None:
+    embedder: Embedder = onnx_embedder  # structural typing, checked by the type checker
+    assert embedder.name == "all-MiniLM-L6-v2"
+    assert embedder.dimension == 384
+    result = await onnx_embedder.embed(TEXTS)
+    norms = np.linalg.norm(np.asarray(result.vectors), axis=1)
+    assert np.allclose(norms, 1.0, atol=1e-5)
+
+
+@needs_model
+async def test_onnx_batch_equals_single(onnx_embedder: OnnxMiniLMEmbedder) -> None:
+    batched = await onnx_embedder.embed(TEXTS)
+    singles = [(await onnx_embedder.embed([text])).vectors[0] for text in TEXTS]
+    assert min(cosines(batched.vectors, singles)) >= 0.99999
+
+
+@needs_model
+async def test_onnx_order_is_preserved_across_batches() -> None:
+    # A small batch size forces several batches, and the length sort reorders texts inside the call.
+    embedder = OnnxMiniLMEmbedder(MODEL_DIR, batch_size=3)
+    try:
+        forward = await embedder.embed(TEXTS)
+        backward = await embedder.embed(TEXTS[::-1])
+        assert min(cosines(forward.vectors, backward.vectors[::-1])) >= 0.99999
+        # Each vector belongs to its own text: it is closest to that text's single embedding.
+        singles = np.asarray([(await embedder.embed([t])).vectors[0] for t in TEXTS[5:12]])
+        nearest = (np.asarray(forward.vectors[5:12]) @ singles.T).argmax(axis=1)
+        assert list(nearest) == list(range(7))
+    finally:
+        await embedder.aclose()
+
+
+@needs_model
+async def test_onnx_token_counts(onnx_embedder: OnnxMiniLMEmbedder) -> None:
+    assert (await onnx_embedder.embed(["hello world"])).tokens == 4  # [CLS] hello world [SEP]
+    assert (await onnx_embedder.embed([""])).tokens == 2
+    assert (await onnx_embedder.embed([LONG_ENGLISH])).tokens == 256  # truncated like Chroma
+    assert (await onnx_embedder.embed(["hello world", ""])).tokens == 6
+    assert await onnx_embedder.embed([]) == Embedding(vectors=[], tokens=0)
+
+
+@needs_model
+async def test_onnx_similar_texts_are_closer(onnx_embedder: OnnxMiniLMEmbedder) -> None:
+    a, b, c = (
+        await onnx_embedder.embed(["I love apples", "apples are my favourite fruit", "the train"])
+    ).vectors
+    assert np.dot(a, b) > np.dot(a, c) + 0.2
+
+
+@needs_model
+async def test_onnx_concurrent_calls_give_the_same_vectors(onnx_embedder: OnnxMiniLMEmbedder) -> None:
+    alone = await onnx_embedder.embed(TEXTS)
+    results = await asyncio.gather(*(onnx_embedder.embed(TEXTS[i:] + TEXTS[:i]) for i in range(4)))
+    for i, result in enumerate(results):
+        rotated_back = result.vectors[-i:] + result.vectors[:-i] if i else result.vectors
+        assert min(cosines(alone.vectors, rotated_back)) >= 0.99999
+
+
+@needs_model
+async def test_onnx_embed_does_not_block_the_event_loop(onnx_embedder: OnnxMiniLMEmbedder) -> None:
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.001)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    try:
+        await onnx_embedder.embed([LONG_ENGLISH] * 64)
+    finally:
+        task.cancel()
+    assert ticks > 5
+
+
+@needs_model
+async def test_onnx_closed_embedder_raises() -> None:
+    embedder = OnnxMiniLMEmbedder(MODEL_DIR)
+    await embedder.warmup()
+    await embedder.aclose()
+    await embedder.aclose()  # idempotent
+    with pytest.raises(EmbeddingError, match="closed"):
+        await embedder.embed(["hello"])
+    with pytest.raises(EmbeddingError, match="closed"):
+        embedder.embed_sync(["hello"])
+
+
+def test_onnx_missing_model_dir(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="contains onnx/"):
+        OnnxMiniLMEmbedder(tmp_path)
+
+
+# ------------------------------------------------------------------------------------------------------
+# HttpEmbedder against the conformance server
+
+
+def load_embed_server() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("conformance_embed_server", EMBED_SERVER)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def embed_server_url() -> Iterator[str]:
+    process = subprocess.Popen(
+        [sys.executable, str(EMBED_SERVER), "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    try:
+        assert process.stdout is not None
+        port = int(process.stdout.readline().strip())
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+@needs_embed_server
+async def test_http_embedder_matches_reference(embed_server_url: str) -> None:
+    reference = load_embed_server()
+    texts = ["talk about apple", "", "Apple pie, apple tart!", "ünïcödé only", "x" * 100] * 3
+    embedder: Embedder = HttpEmbedder(embed_server_url, "hash-64", batch_size=4)
+    try:
+        result = await embedder.embed(texts)
+        assert embedder.name == "hash-64"
+        assert embedder.dimension == 64
+        for text, vector in zip(texts, result.vectors, strict=True):
+            assert vector == pytest.approx(reference.embed(text), abs=1e-12)
+        assert result.tokens == sum(len(reference.tokens(t)) for t in texts)
+        assert await embedder.embed([]) == Embedding(vectors=[], tokens=0)
+    finally:
+        await embedder.aclose()
+
+
+@needs_embed_server
+async def test_http_embedder_base_url_forms(embed_server_url: str) -> None:
+    for base in (embed_server_url, embed_server_url + "/", embed_server_url + "/v1"):
+        embedder = HttpEmbedder(base, "m")
+        try:
+            assert await embedder.discover_dimension() == 64
+        finally:
+            await embedder.aclose()
+
+
+async def test_http_embedder_sends_bearer_key_and_sorts_by_index() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        data = [{"index": i, "embedding": [float(i), 1.0]} for i in (2, 0, 1)]  # out of order on purpose
+        return httpx.Response(200, json={"data": data, "usage": {"prompt_tokens": 7}})
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    embedder = HttpEmbedder("http://embed.test", "m", api_key="sk-test", client=client)
+    result = await embedder.embed(["a", "b", "c"])
+    assert result == Embedding(vectors=[[0.0, 1.0], [1.0, 1.0], [2.0, 1.0]], tokens=7)
+    assert seen[0].headers["authorization"] == "Bearer sk-test"
+    assert seen[0].url == "http://embed.test/v1/embeddings"
+    await embedder.aclose()
+    assert not client.is_closed  # a client handed in belongs to the caller
+    await client.aclose()
+
+
+@needs_embed_server
+async def test_http_embedder_errors(embed_server_url: str) -> None:
+    # The conformance server answers 404 on any other path.
+    embedder = HttpEmbedder(embed_server_url + "/nowhere", "m", max_retries=0)
+    try:
+        with pytest.raises(EmbeddingError, match="HTTP 404: not found") as info:
+            await embedder.embed(["x"])
+        assert info.value.status_code == 404
+        with pytest.raises(EmbeddingError, match="not known yet"):
+            _ = embedder.dimension
+    finally:
+        await embedder.aclose()
+
+
+async def test_http_embedder_unreachable() -> None:
+    embedder = HttpEmbedder("http://127.0.0.1:9", "m", max_retries=1, retry_backoff=0.01, timeout=2)
+    try:
+        with pytest.raises(EmbeddingError, match="failed") as info:
+            await embedder.embed(["x"])
+        assert info.value.status_code is None
+    finally:
+        await embedder.aclose()
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "message"),
+    [
+        (500, {"error": {"message": "boom"}}, "HTTP 500: boom"),
+        (200, {"data": [{"index": 0, "embedding": [1.0]}]}, "returned 1 embeddings for 2 texts"),
+        (200, {"nope": []}, "malformed answer"),
+        (
+            200,
+            {"data": [{"index": 0, "embedding": [1.0]}, {"index": 1, "embedding": [1.0, 2.0]}]},
+            "expected 1",
+        ),
+    ],
+)
+async def test_http_embedder_bad_answers(status: int, body: dict[str, object], message: str) -> None:
+    calls = 0
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        return httpx.Response(status, json=body)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        embedder = HttpEmbedder("http://embed.test", "m", client=client, max_retries=2, retry_backoff=0.001)
+        with pytest.raises(EmbeddingError, match=message):
+            await embedder.embed(["a", "b"])
+    assert calls == (3 if status == 500 else 1)  # only server errors are retried
+
+
+async def test_http_embedder_retries_then_succeeds() -> None:
+    answers = [httpx.Response(503), httpx.Response(429), None]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        answer = answers.pop(0)
+        return answer or httpx.Response(200, json={"data": [{"index": 0, "embedding": [0.6, 0.8]}]})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        embedder = HttpEmbedder("http://embed.test", "m", client=client, dimension=2, retry_backoff=0.001)
+        result = await embedder.embed(["a"])
+    assert result == Embedding(vectors=[[0.6, 0.8]], tokens=None)
+
+
+# ------------------------------------------------------------------------------------------------------
+# Mastra's text rules
+
+
+def test_chunk_text_matches_mastra_e15() -> None:
+    # The lengths Mastra produced in experiment e15 (mastra-behaviour.md §3.1).
+    long = " ".join(f"word{i}" for i in range(3000))
+    assert [len(c) for c in chunk_text(long)] == [16376, 9512]
+    assert " ".join(chunk_text(long)) == long
+    assert [len(c) for c in chunk_text("x" * 40000)] == [16384, 16384, 7232]
+
+
+def test_chunk_text_small_cases() -> None:
+    assert chunk_text("") == []
+    assert chunk_text("hello world") == ["hello world"]
+    assert chunk_text("  hello \n\t world  ", 100) == ["hello world "]  # Mastra keeps one trailing space
+    assert chunk_text("aa bb cc", 5) == ["aa bb", "cc"]
+    assert chunk_text("a bbbbbbb c", 3) == ["a", "bbb", "bbb", "b", "c"]
+    assert chunk_text("a\u00a0b\u3000c\ufeffd", 100) == ["a b c d"]  # JavaScript's \s, not Python's
+    assert chunk_text("a\x1cb", 100) == ["a\x1cb"]
+    # Lengths are counted in UTF-16 units, like JavaScript; a character is never split.
+    assert chunk_text("\U0001f600" * 3, 4) == ["\U0001f600" * 2, "\U0001f600"]
+    assert chunk_text("\U0001f600\U0001f600 a", 4) == ["\U0001f600\U0001f600", "a"]
+    with pytest.raises(ValueError, match="positive"):
+        chunk_text("a", 0)
+
+
+def test_chunk_text_never_exceeds_size() -> None:
+    text = " ".join("w" * (i % 37 + 1) for i in range(2000)) + " " + "y" * 1000
+    for size in (7, 50, 333):
+        chunks = chunk_text(text, size)
+        assert all(0 < len(c) <= size for c in chunks)
+        assert "".join(chunks).replace(" ", "") == text.replace(" ", "")
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (
+            {"format": 2, "parts": [{"type": "text", "text": "hello"}], "content": "from content"},
+            "from content",
+        ),
+        ({"format": 2, "parts": [{"type": "text", "text": "hello"}], "content": "   "}, "hello"),
+        (
+            {
+                "format": 2,
+                "parts": [
+                    {"type": "text", "text": " a "},
+                    {"type": "step-start"},
+                    {"type": "text", "text": "b"},
+                ],
+            },
+            "a  b",  # parts are not trimmed one by one: RecallQL stores them as given
+        ),
+        ({"format": 2, "parts": [{"type": "tool-invocation", "toolInvocation": {}}]}, None),
+        ({"format": 2, "parts": [{"type": "text", "text": "  "}]}, None),
+        ({"format": 2, "parts": []}, None),
+        ({"format": 2, "parts": [], "content": "  kept as is  "}, "  kept as is  "),
+        ({"format": 2, "parts": [{"type": "text"}, {"type": "text", "text": "x"}]}, "x"),
+        ({"format": 2, "parts": [{"type": "text", "text": 1}, {"type": "text", "text": True}]}, "1 true"),
+        ({"format": 2, "content": 42, "parts": [{"type": "text", "text": "t"}]}, "t"),
+        ({}, None),
+    ],
+)
+def test_embedding_text(content: dict[str, object], expected: str | None) -> None:
+    assert embedding_text(content) == expected

@@ -1,0 +1,428 @@
+"""ChromaIndex on embedded Chroma (tmp_path) and against a real `chroma run` server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
+
+import httpx
+import pytest
+
+from models.vector_index import ChromaIndex, VectorHit, VectorIndexError, VectorItem, collection_name
+
+DIM = 4
+MODEL = "test-model"
+
+
+def unit(*xs: float) -> list[float]:
+    norm = sum(x * x for x in xs) ** 0.5
+    return [x / norm for x in xs]
+
+
+E0, E1, E2, E3 = (unit(*(1.0 if i == j else 0.0 for j in range(DIM))) for i in range(DIM))
+
+
+def item(
+    message_id: str,
+    vector: Sequence[float],
+    *,
+    thread_id: str = "t1",
+    resource_id: str | None = "r1",
+    chunk: int = 0,
+    role: str = "user",
+    created_at_ms: int = 1_767_225_600_000,
+) -> VectorItem:
+    return VectorItem(
+        message_id=message_id,
+        thread_id=thread_id,
+        resource_id=resource_id,
+        chunk=chunk,
+        vector=list(vector),
+        created_at_ms=created_at_ms,
+        role=role,
+    )
+
+
+def ids(hits: Sequence[VectorHit]) -> list[str]:
+    return [hit.message_id for hit in hits]
+
+
+@pytest.fixture
+async def index(tmp_path: Path) -> AsyncIterator[ChromaIndex]:
+    idx = ChromaIndex(path=tmp_path / "chroma", model_name=MODEL, dimension=DIM)
+    yield idx
+    await idx.aclose()
+
+
+async def stored(index: ChromaIndex, resource_id: str | None) -> dict[str, dict[str, object]]:
+    """Vector id -> metadata, read straight from Chroma."""
+
+    def read() -> dict[str, dict[str, object]]:
+        name = collection_name(resource_id, index.model_name, index.dimension)
+        collection = index._get_client().get_collection(name, embedding_function=None)
+        got = collection.get(include=["metadatas"])
+        return {vid: dict(meta or {}) for vid, meta in zip(got["ids"], got["metadatas"] or [], strict=True)}
+
+    return await asyncio.to_thread(read)
+
+
+async def collection_names(index: ChromaIndex) -> set[str]:
+    return {c.name for c in await asyncio.to_thread(index._get_client().list_collections)}
+
+
+# ------------------------------------------------------------------------------------------------------
+# layout
+
+
+def test_collection_names_are_valid_and_distinct() -> None:
+    names = {
+        collection_name(rid, model, dim)
+        for rid in (None, "null", "", "r1", "r/é 🙂" * 100)
+        for model in ("all-MiniLM-L6-v2", "text-embedding-3-small")
+        for dim in (384, 1536)
+    }
+    assert len(names) == 5 * 2 * 2
+    for name in names:
+        assert re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9._-]{1,510}[a-zA-Z0-9]", name), name
+    assert collection_name("r1", "m", 4) == collection_name("r1", "m", 4)
+
+
+def test_constructor_checks() -> None:
+    with pytest.raises(ValueError, match="exactly one"):
+        ChromaIndex(model_name=MODEL, dimension=DIM)
+    with pytest.raises(ValueError, match="exactly one"):
+        ChromaIndex(path="x", url="http://localhost:8000", model_name=MODEL, dimension=DIM)
+    with pytest.raises(ValueError, match="http"):
+        ChromaIndex(url="localhost:8000", model_name=MODEL, dimension=DIM)
+    with pytest.raises(ValueError, match="dimension"):
+        ChromaIndex(path="x", model_name=MODEL, dimension=0)
+
+
+async def test_metadata_and_collection_layout(index: ChromaIndex) -> None:
+    await index.upsert(
+        [
+            item("m1", E0, role="assistant", created_at_ms=1234),
+            item("m2", E1, thread_id="t9", resource_id=None, chunk=0),
+            item("m2", E2, thread_id="t9", resource_id=None, chunk=1),
+        ]
+    )
+    assert await stored(index, "r1") == {
+        "m1:0": {
+            "message_id": "m1",
+            "thread_id": "t1",
+            "resource_id": "r1",
+            "role": "assistant",
+            "created_at": 1234,
+            "chunk": 0,
+        }
+    }
+    null_resource = await stored(index, None)
+    assert set(null_resource) == {"m2:0", "m2:1"}
+    assert "resource_id" not in null_resource["m2:1"]
+    assert null_resource["m2:1"]["chunk"] == 1
+    assert await collection_names(index) == {
+        collection_name("r1", MODEL, DIM),
+        collection_name(None, MODEL, DIM),
+    }
+
+    def collection_metadata() -> dict[str, object]:
+        collection = index._get_client().get_collection(
+            collection_name("r1", MODEL, DIM), embedding_function=None
+        )
+        return dict(collection.metadata or {})
+
+    meta = await asyncio.to_thread(collection_metadata)
+    assert meta["resource_id"] == "r1"
+    assert meta["embedding_model"] == MODEL
+    assert meta["dimension"] == DIM
+
+
+# ------------------------------------------------------------------------------------------------------
+# writes
+
+
+async def test_resave_replaces_the_vector_set(index: ChromaIndex) -> None:
+    await index.upsert([item("m1", v, chunk=i) for i, v in enumerate((E0, E1, E2))])
+    await index.upsert([item("other", E3)])
+    assert await index.count("r1") == 4
+
+    await index.upsert([item("m1", E3, thread_id="t2")])  # fewer chunks, new text, moved thread
+    assert set(await stored(index, "r1")) == {"m1:0", "other:0"}
+    assert (await stored(index, "r1"))["m1:0"]["thread_id"] == "t2"
+    hits = await index.query(E2, resource_ids=["r1"], thread_id=None, top_k=10)
+    assert all(hit.score < 0.5 for hit in hits)  # the old chunk 2 is gone
+    # The same upsert twice is a no-op.
+    await index.upsert([item("m1", E3, thread_id="t2")])
+    assert await index.count("r1") == 2
+
+
+async def test_duplicate_chunks_in_one_call_last_wins(index: ChromaIndex) -> None:
+    await index.upsert([item("m1", E0), item("m1", E1)])
+    assert await index.count("r1") == 1
+    hits = await index.query(E1, resource_ids=["r1"], thread_id=None, top_k=1)
+    assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+
+
+async def test_concurrent_saves_of_one_message_do_not_mix(index: ChromaIndex) -> None:
+    three = [item("m1", v, chunk=i) for i, v in enumerate((E0, E1, E2))]
+    await asyncio.gather(index.upsert(three), index.upsert([item("m1", E3)]), index.upsert(three))
+    assert set(await stored(index, "r1")) == {"m1:0", "m1:1", "m1:2"}
+
+
+async def test_upsert_validates(index: ChromaIndex) -> None:
+    with pytest.raises(ValueError, match="3 dimensions"):
+        await index.upsert([item("m1", [1.0, 0.0, 0.0])])
+    with pytest.raises(ValueError, match="negative chunk"):
+        await index.upsert([item("m1", E0, chunk=-1)])
+    await index.upsert([])
+    assert await collection_names(index) == set()
+
+
+async def test_chroma_errors_are_wrapped(index: ChromaIndex) -> None:
+    with pytest.raises(VectorIndexError, match="upsert failed") as info:
+        await index.upsert([item("m1", [float("nan"), 0.0, 0.0, 1.0])])
+    assert info.value.__cause__ is not None
+
+
+async def test_delete_messages(index: ChromaIndex) -> None:
+    await index.upsert(
+        [
+            item("m1", E0, chunk=0),
+            item("m1", E1, chunk=1),
+            item("m2", E1),
+            item("m1", E0, resource_id="r2"),  # same id in another resource: only deleted when named
+            item("n1", E2, resource_id=None),
+        ]
+    )
+    await index.delete_messages(["m1", "unknown"], ["r1", "never-written"])
+    assert set(await stored(index, "r1")) == {"m2:0"}
+    assert await index.count("r2") == 1
+    await index.delete_messages(["n1"], [None, None])
+    assert await index.count(None) == 0
+    await index.delete_messages([], ["r1"])
+    assert collection_name("never-written", MODEL, DIM) not in await collection_names(index)
+
+
+async def test_delete_resource_thread(index: ChromaIndex) -> None:
+    await index.upsert(
+        [
+            item("a", E0, thread_id="t1"),
+            item("b", E1, thread_id="t2"),
+            item("c", E2, thread_id="t1", resource_id="r2"),
+        ]
+    )
+    await index.delete_resource_thread("r1", "t1")
+    assert set(await stored(index, "r1")) == {"b:0"}
+    assert await index.count("r2") == 1  # the same thread id elsewhere is untouched
+    await index.delete_resource_thread("nobody", "t1")  # no collection: nothing to do
+
+
+# ------------------------------------------------------------------------------------------------------
+# reads
+
+
+async def test_scores_are_one_minus_cosine_distance(index: ChromaIndex) -> None:
+    await index.upsert(
+        [
+            item("same", E0),
+            item("orthogonal", E1),
+            item("opposite", [-1.0, 0.0, 0.0, 0.0]),
+            item("diag", unit(1, 1, 0, 0)),
+        ]
+    )
+    hits = await index.query(E0, resource_ids=["r1"], thread_id=None, top_k=10)
+    scores = {hit.message_id: hit.score for hit in hits}
+    assert ids(hits) == ["same", "diag", "orthogonal", "opposite"]
+    assert scores["same"] == pytest.approx(1.0, abs=1e-5)
+    assert scores["diag"] == pytest.approx(2**-0.5, abs=1e-5)
+    assert scores["orthogonal"] == pytest.approx(0.0, abs=1e-5)
+    assert scores["opposite"] == pytest.approx(-1.0, abs=1e-5)
+    # Cosine: the query's length does not matter.
+    scaled = await index.query([5.0, 0.0, 0.0, 0.0], resource_ids=["r1"], thread_id=None, top_k=1)
+    assert scaled[0].message_id == "same" and scaled[0].score == pytest.approx(1.0, abs=1e-5)
+
+
+async def test_thread_and_resource_scope(index: ChromaIndex) -> None:
+    await index.upsert(
+        [
+            item("t1-a", unit(1, 0.1, 0, 0), thread_id="t1"),
+            item("t1-b", unit(0, 1, 0, 0), thread_id="t1"),
+            item("t2-a", unit(1, 0.05, 0, 0), thread_id="t2"),
+            item("r2-a", E0, thread_id="t3", resource_id="r2"),
+        ]
+    )
+    resource = await index.query(E0, resource_ids=["r1"], thread_id=None, top_k=10)
+    assert ids(resource) == ["t2-a", "t1-a", "t1-b"]
+    assert [hit.thread_id for hit in resource] == ["t2", "t1", "t1"]
+    thread = await index.query(E0, resource_ids=["r1"], thread_id="t1", top_k=10)
+    assert ids(thread) == ["t1-a", "t1-b"]
+    assert await index.query(E0, resource_ids=["r1"], thread_id="t3", top_k=10) == []
+    top1 = await index.query(E0, resource_ids=["r1"], thread_id=None, top_k=1)
+    assert ids(top1) == ["t2-a"]
+
+
+async def test_several_resources_merge_by_score(index: ChromaIndex) -> None:
+    await index.upsert(
+        [
+            item("r1-far", unit(0, 1, 0, 0)),
+            item("r1-near", unit(1, 0.2, 0, 0)),
+            item("r2-best", E0, resource_id="r2"),
+            item("r2-mid", unit(1, 0.5, 0, 0), resource_id="r2"),
+            item("null-mid", unit(1, 0.3, 0, 0), resource_id=None),
+        ]
+    )
+    hits = await index.query(E0, resource_ids=["r1", "r2", None, "r1"], thread_id=None, top_k=4)
+    assert ids(hits) == ["r2-best", "r1-near", "null-mid", "r2-mid"]
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+async def test_multi_chunk_message_can_hit_once_per_chunk(index: ChromaIndex) -> None:
+    await index.upsert([item("long", unit(1, 0.1, 0, 0), chunk=0), item("long", unit(1, 0.2, 0, 0), chunk=1)])
+    hits = await index.query(E0, resource_ids=["r1"], thread_id=None, top_k=5)
+    assert ids(hits) == ["long", "long"]
+
+
+async def test_missing_collections_give_no_hits_and_are_not_created(index: ChromaIndex) -> None:
+    assert await index.query(E0, resource_ids=["nobody", None], thread_id=None, top_k=3) == []
+    assert await index.query(E0, resource_ids=["nobody"], thread_id="t1", top_k=3) == []
+    assert await index.query(E0, resource_ids=[], thread_id=None, top_k=3) == []
+    assert await index.count("nobody") == 0
+    assert await collection_names(index) == set()
+
+
+async def test_query_validates(index: ChromaIndex) -> None:
+    with pytest.raises(ValueError, match="top_k"):
+        await index.query(E0, resource_ids=["r1"], thread_id=None, top_k=0)
+    with pytest.raises(ValueError, match="dimensions"):
+        await index.query([1.0], resource_ids=["r1"], thread_id=None, top_k=1)
+
+
+async def test_model_identities_never_mix(tmp_path: Path) -> None:
+    path = tmp_path / "chroma"
+    a = ChromaIndex(path=path, model_name="model-a", dimension=DIM)
+    b = ChromaIndex(path=path, model_name="model-b", dimension=DIM)
+    c = ChromaIndex(path=path, model_name="model-a", dimension=3)
+    try:
+        await a.upsert([item("from-a", E0)])
+        await b.upsert([item("from-b", E0)])
+        await c.upsert([item("from-c", [1.0, 0.0, 0.0])])
+        assert ids(await a.query(E0, resource_ids=["r1"], thread_id=None, top_k=10)) == ["from-a"]
+        assert ids(await b.query(E0, resource_ids=["r1"], thread_id=None, top_k=10)) == ["from-b"]
+        assert ids(await c.query([1.0, 0, 0], resource_ids=["r1"], thread_id=None, top_k=10)) == ["from-c"]
+        await a.delete_messages(["from-a", "from-b", "from-c"], ["r1"])
+        assert (await a.count("r1"), await b.count("r1"), await c.count("r1")) == (0, 1, 1)
+    finally:
+        for idx in (a, b, c):
+            await idx.aclose()
+
+
+async def test_data_survives_reopening(tmp_path: Path) -> None:
+    first = ChromaIndex(path=tmp_path / "db", model_name=MODEL, dimension=DIM)
+    await first.upsert([item("m1", E0)])
+    await first.aclose()
+    second = ChromaIndex(path=tmp_path / "db", model_name=MODEL, dimension=DIM)
+    try:
+        hits = await second.query(E0, resource_ids=["r1"], thread_id="t1", top_k=1)
+        assert hits == [VectorHit(message_id="m1", thread_id="t1", score=pytest.approx(1.0, abs=1e-5))]
+    finally:
+        await second.aclose()
+
+
+async def test_ping_embedded(index: ChromaIndex) -> None:
+    await index.ping()
+
+
+# ------------------------------------------------------------------------------------------------------
+# a real Chroma server
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def chroma_binary() -> str | None:
+    beside_python = Path(sys.executable).parent / "chroma"
+    return str(beside_python) if beside_python.is_file() else shutil.which("chroma")
+
+
+@pytest.fixture(scope="module")
+def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    binary = chroma_binary()
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("the `chroma` executable is missing (pip install chromadb) and CI is set")
+        pytest.skip("the `chroma` executable is not installed; the server test needs `chroma run`")
+    data = tmp_path_factory.mktemp("chroma-server")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "ANONYMIZED_TELEMETRY": "False"}
+    with open(data / "server.log", "wb") as log:
+        process = subprocess.Popen(
+            [binary, "run", "--path", str(data / "db"), "--host", "127.0.0.1", "--port", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/api/v2/heartbeat", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                output = (data / "server.log").read_text(errors="replace")[-3000:]
+                pytest.fail(f"chroma run did not come up (exit code {process.poll()}):\n{output}")
+            time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=15)
+
+
+async def test_against_chroma_server(chroma_server: str) -> None:
+    index = ChromaIndex(url=chroma_server, model_name=MODEL, dimension=DIM)
+    try:
+        await index.ping()
+        assert await index.query(E0, resource_ids=["r1"], thread_id=None, top_k=3) == []
+        await index.upsert([item("m1", v, chunk=i) for i, v in enumerate((E0, E1, E2))])
+        await index.upsert([item("m2", unit(1, 1, 0, 0), thread_id="t2"), item("n1", E0, resource_id=None)])
+        await index.upsert([item("m1", E0)])  # re-save with one chunk
+        assert await index.count("r1") == 2
+
+        hits = await index.query(E0, resource_ids=["r1", None], thread_id=None, top_k=3)
+        assert ids(hits)[:2] in (["m1", "n1"], ["n1", "m1"])
+        assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+        assert ids(hits)[2] == "m2"
+        assert ids(await index.query(E0, resource_ids=["r1"], thread_id="t2", top_k=3)) == ["m2"]
+
+        await index.delete_messages(["m1"], ["r1"])
+        await index.delete_resource_thread(None, "t1")
+        assert (await index.count("r1"), await index.count(None)) == (1, 0)
+    finally:
+        await index.aclose()
+
+
+async def test_unreachable_server_raises() -> None:
+    index = ChromaIndex(url=f"http://127.0.0.1:{free_port()}", model_name=MODEL, dimension=DIM)
+    try:
+        with pytest.raises(VectorIndexError):
+            await index.ping()
+    finally:
+        await index.aclose()

@@ -1,0 +1,54 @@
+"""Builds the collaborators (database engine, embedder, vector index) from settings."""
+
+from __future__ import annotations
+
+import logging
+
+from models.embedders import Embedder, HttpEmbedder, OnnxMiniLMEmbedder
+from models.repository import Repository
+from models.vector_index import ChromaIndex
+from resolvers.semantic import SemanticMemory
+from web.settings import Settings
+
+log = logging.getLogger("recallql")
+
+
+def build_embedder(settings: Settings) -> Embedder | None:
+    if settings.embeddings_url:
+        if not settings.embeddings_model:
+            raise SystemExit("RECALLQL_EMBEDDINGS_MODEL is required with RECALLQL_EMBEDDINGS_URL")
+        return HttpEmbedder(
+            settings.embeddings_url,
+            settings.embeddings_model,
+            api_key=settings.embeddings_api_key,
+            dimension=settings.embeddings_dimension,
+        )
+    model_dir = settings.resolved_model_dir()
+    if model_dir is None:
+        return None
+    return OnnxMiniLMEmbedder(model_dir)
+
+
+def build_semantic(settings: Settings, repository: Repository) -> SemanticMemory | None:
+    embedder = build_embedder(settings)
+    if embedder is None:
+        log.warning(
+            "semantic recall is off: no embedding model found. Set RECALLQL_EMBEDDING_MODEL_DIR to a folder "
+            "holding onnx/model.onnx (all-MiniLM-L6-v2) or RECALLQL_EMBEDDINGS_URL to an embeddings endpoint."
+        )
+        return None
+    if settings.chroma_url:
+        url = settings.chroma_url
+
+        def factory(model: str, dimension: int) -> ChromaIndex:
+            return ChromaIndex(url=url, model_name=model, dimension=dimension)
+
+    else:
+        path = settings.chroma_path
+        path.mkdir(parents=True, exist_ok=True)
+
+        def factory(model: str, dimension: int) -> ChromaIndex:
+            return ChromaIndex(path=path, model_name=model, dimension=dimension)
+
+    log.info("semantic recall: %r, vectors in %s", embedder, settings.chroma_url or settings.chroma_path)
+    return SemanticMemory(repository, embedder, factory)
