@@ -33,6 +33,7 @@ class Services:
         semantic: SemanticMemory | None = None,
         max_include_items: int | None = None,
         max_save_batch: int | None = None,
+        vector_sync_timeout: float = 10.0,
     ) -> Services:
         return cls(
             repository=repository,
@@ -40,7 +41,12 @@ class Services:
                 repository, defaults=memory_defaults, semantic=semantic, max_include_items=max_include_items
             ),
             threads=ThreadService(repository),
-            messages=MessageService(repository, max_batch=max_save_batch, vectors=semantic),
+            messages=MessageService(
+                repository,
+                max_batch=max_save_batch,
+                vectors=semantic,
+                vector_sync_timeout=vector_sync_timeout,
+            ),
             semantic=semantic,
         )
 

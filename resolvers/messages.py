@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Sequence
@@ -40,11 +41,17 @@ class VectorSync(Protocol):
 
 class MessageService:
     def __init__(
-        self, repository: Repository, *, max_batch: int | None = None, vectors: VectorSync | None = None
+        self,
+        repository: Repository,
+        *,
+        max_batch: int | None = None,
+        vectors: VectorSync | None = None,
+        vector_sync_timeout: float = 10.0,
     ) -> None:
         self.repository = repository
         self.max_batch = max_batch
         self.vectors = vectors
+        self.vector_sync_timeout = vector_sync_timeout
 
     async def _sync_vectors(self, message_ids: Sequence[str]) -> None:
         """Indexes the messages now, so a recall right after the save finds them. SQL has committed:
@@ -52,9 +59,10 @@ class MessageService:
         if self.vectors is None or not message_ids:
             return
         try:
-            await self.vectors.sync(message_ids)
+            # Bounded: a slow embedder must not hold the save; the drain catches up.
+            await asyncio.wait_for(self.vectors.sync(message_ids), self.vector_sync_timeout)
         except Exception as exc:
-            log.warning("vector write deferred to the outbox drain: %s", exc)
+            log.warning("vector write deferred to the outbox drain: %r", exc)
 
     async def save(self, inputs: Sequence[MessageInput]) -> SaveResult:
         if self.max_batch is not None and len(inputs) > self.max_batch:

@@ -168,6 +168,26 @@ class SemanticMemory:
             ]
         )
 
+    async def reindex(
+        self,
+        *,
+        resource_id: str | None = None,
+        batch: int = 256,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """Re-embeds every message (of one resource, or all) from SQL; returns how many were read."""
+        index = await self.index()
+        after, done = 0, 0
+        while rows := await self.repository.messages_in_order(
+            after_seq=after, limit=batch, resource_id=resource_id
+        ):
+            await self._write(index, [m for m in rows if embeddable_text(m) is not None])
+            after, done = rows[-1].seq, done + len(rows)
+            if on_progress is not None:
+                on_progress(len(rows))
+        await self.drain()
+        return done
+
     async def drain(self) -> int:
         """Settles the whole outbox; returns how many entries it settled."""
         total = 0

@@ -10,7 +10,7 @@ from models.migrate import upgrade
 from models.repository import Repository
 from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import Services
-from tests.support import Api, ServerProcess, database, engines, running_server
+from tests.support import Api, ServerProcess, chroma_server_process, database, engines, running_server
 
 
 @pytest.fixture(params=engines())
@@ -47,3 +47,10 @@ async def server(
 @pytest.fixture
 def api(server: ServerProcess) -> Iterator[Api]:
     yield Api(server.url)
+
+
+@pytest.fixture(scope="session")
+def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Chroma server (`chroma run`) on a free loopback port, for the whole session."""
+    with chroma_server_process(tmp_path_factory.mktemp("chroma-server")) as url:
+        yield url

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -140,6 +141,50 @@ def running_server(
         yield server
     finally:
         server.stop()
+
+
+# ---------------------------------------------------------------------------------------------- chroma
+def chroma_binary() -> str | None:
+    beside_python = Path(sys.executable).parent / "chroma"
+    return str(beside_python) if beside_python.is_file() else shutil.which("chroma")
+
+
+@contextlib.contextmanager
+def chroma_server_process(data_dir: Path) -> Iterator[str]:
+    """`chroma run` on a free loopback port; yields its URL."""
+    binary = chroma_binary()
+    require(binary is not None, "the `chroma` executable (from chromadb) is not installed")
+    assert binary is not None
+    data_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "ANONYMIZED_TELEMETRY": "False"}
+    with open(data_dir / "chroma.log", "wb") as log:
+        process = subprocess.Popen(
+            [binary, "run", "--path", str(data_dir / "db"), "--host", "127.0.0.1", "--port", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/api/v2/heartbeat", timeout=1).status_code == 200:
+                    break
+            if process.poll() is not None or time.monotonic() > deadline:
+                output = (data_dir / "chroma.log").read_text(errors="replace")[-3000:]
+                pytest.fail(f"chroma run did not come up (exit code {process.poll()}):\n{output}")
+            time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=15)
 
 
 # ---------------------------------------------------------------------------------------------- client

@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import shutil
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
-import httpx
 import pytest
 
 from models.vector_index import ChromaIndex, VectorHit, VectorIndexError, VectorItem, collection_name
+from tests.support import free_port
 
 DIM = 4
 MODEL = "test-model"
@@ -342,58 +336,6 @@ async def test_ping_embedded(index: ChromaIndex) -> None:
 
 # ------------------------------------------------------------------------------------------------------
 # a real Chroma server
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def chroma_binary() -> str | None:
-    beside_python = Path(sys.executable).parent / "chroma"
-    return str(beside_python) if beside_python.is_file() else shutil.which("chroma")
-
-
-@pytest.fixture(scope="module")
-def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    binary = chroma_binary()
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail("the `chroma` executable is missing (pip install chromadb) and CI is set")
-        pytest.skip("the `chroma` executable is not installed; the server test needs `chroma run`")
-    data = tmp_path_factory.mktemp("chroma-server")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "ANONYMIZED_TELEMETRY": "False"}
-    with open(data / "server.log", "wb") as log:
-        process = subprocess.Popen(
-            [binary, "run", "--path", str(data / "db"), "--host", "127.0.0.1", "--port", str(port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/api/v2/heartbeat", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                output = (data / "server.log").read_text(errors="replace")[-3000:]
-                pytest.fail(f"chroma run did not come up (exit code {process.poll()}):\n{output}")
-            time.sleep(0.1)
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=15)
 
 
 async def test_against_chroma_server(chroma_server: str) -> None:

@@ -109,6 +109,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
                 semantic=build_semantic(settings, repository),
                 max_include_items=settings.max_include_items,
                 max_save_batch=settings.max_save_batch,
+                vector_sync_timeout=settings.vector_sync_timeout,
             )
         app.state.services = built
         # Vectors a crashed process never wrote (and any backlog) are written in the background.

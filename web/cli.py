@@ -45,6 +45,43 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _reindex(settings: Settings, resource_id: str | None) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from models.db import create_engine
+    from models.migrate import upgrade
+    from models.repository import Repository
+    from web.wiring import build_semantic
+
+    engine = create_engine(settings.resolved_database_url)
+    try:
+        if settings.auto_migrate:
+            await upgrade(engine)
+        repository = Repository(engine)
+        semantic = build_semantic(settings, repository)
+        if semantic is None:
+            raise SystemExit("reindex: no embedder is configured (see RECALLQL_EMBEDDING_MODEL_DIR)")
+        total = await repository.count_all_messages(resource_id)
+        columns = (TextColumn("embedding"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+        try:
+            with Progress(*columns) as progress:
+                task = progress.add_task("messages", total=total)
+                return await semantic.reindex(
+                    resource_id=resource_id, on_progress=lambda n: progress.advance(task, n)
+                )
+        finally:
+            await semantic.aclose()
+    finally:
+        await engine.dispose()
+
+
+def cmd_reindex(args: argparse.Namespace) -> int:
+    settings = _apply_overrides(args)
+    done = asyncio.run(_reindex(settings, args.resource))
+    print(f"re-indexed {done} message(s)")  # noqa: T201
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -104,6 +141,12 @@ def main(argv: list[str] | None = None) -> int:
     migrate.add_argument("--data-dir", type=Path)
     migrate.add_argument("--database-url")
     migrate.set_defaults(func=cmd_migrate)
+
+    reindex = sub.add_parser("reindex", help="rebuild the vector index from the database")
+    reindex.add_argument("--resource", help="only this resource's messages")
+    reindex.add_argument("--data-dir", type=Path)
+    reindex.add_argument("--database-url")
+    reindex.set_defaults(func=cmd_reindex)
 
     args = parser.parse_args(argv)
     return int(args.func(args))

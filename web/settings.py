@@ -49,6 +49,7 @@ class Settings(BaseSettings):
     embeddings_dimension: int | None = None
     chroma_url: str | None = None
     vector_drain_interval: float = 1.0
+    vector_sync_timeout: float = 10.0
 
     # Limits.
     max_query_depth: int = 12
