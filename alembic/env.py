@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+from alembic import context
 from sqlalchemy.engine import Connection
 
-from alembic import context
+from models.migrate import include_object_for
 from models.tables import metadata
 
 config = context.config
@@ -18,6 +19,7 @@ def run_on(connection: Connection) -> None:
         target_metadata=metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
+        include_object=include_object_for(connection.dialect.name),
     )
     with context.begin_transaction():
         context.run_migrations()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -11,11 +14,20 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from alembic import command
+from models.tables import PG_ONLY_INDEXES
 
 SCRIPT_LOCATION = Path(__file__).resolve().parent.parent / "alembic"
 # Any constant works; it serialises migrations of replicas starting together on PostgreSQL.
 _PG_LOCK_KEY = 0x5245_4341_4C4C
+
+
+def include_object_for(dialect: str) -> Callable[..., bool]:
+    """Autogenerate filter: objects that exist on one dialect only are not drift on the other."""
+
+    def include_object(_obj: Any, name: str | None, type_: str, *_rest: Any) -> bool:
+        return not (type_ == "index" and name in PG_ONLY_INDEXES and dialect != "postgresql")
+
+    return include_object
 
 
 def alembic_config() -> Config:

@@ -5,7 +5,7 @@ It speaks in domain records (models.records) and plain values; callers never see
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import orjson
@@ -13,9 +13,11 @@ from sqlalchemy import (
     ColumnElement,
     Select,
     and_,
+    bindparam,
     delete,
     func,
     literal,
+    literal_column,
     select,
     text,
     tuple_,
@@ -52,6 +54,9 @@ _MESSAGE_COLUMNS = (
     M.c.signal_type,
     M.c.legacy_reminder,
 )
+# The key is a literal, not a bind parameter, so that the planner can match the expression index
+# ix_messages_metadata (migration 0001) under generic prepared-statement plans too.
+_PG_METADATA = M.c.content.op("->", return_type=postgresql.JSONB)(literal_column("'metadata'"))
 # SQLite caps compound SELECTs at 500 terms; stay well below it.
 _MAX_UNION_TERMS = 200
 
@@ -143,6 +148,7 @@ class Repository:
     ) -> ThreadRecord | None:
         """Sets the title (when given) and shallow-merges metadata, atomically."""
         async with self.engine.begin() as conn:
+            await self._begin_write(conn)
             row = (await conn.execute(self._lock(select(T).where(T.c.id == thread_id)))).first()
             if row is None:
                 return None
@@ -272,7 +278,8 @@ class Repository:
         if not ids:
             return []
         async with self.engine.begin() as conn:
-            existing = await self._messages_by_id(conn, list(dict.fromkeys(ids)))
+            await self._begin_write(conn)
+            existing = await self._locked_messages(conn, list(dict.fromkeys(ids)))
             if existing:
                 await conn.execute(delete(M).where(M.c.id.in_(list(existing))))
                 threads = {m.thread_id for m in existing.values()}
@@ -366,15 +373,23 @@ class Repository:
         if q.metadata:
             if self.is_postgres:
                 where.append(
-                    M.c.content["metadata"].op("@>")(
-                        func.cast(literal(_json_text(q.metadata)), postgresql.JSONB)
-                    )
+                    _PG_METADATA.op("@>")(func.cast(literal(_json_text(q.metadata)), postgresql.JSONB))
                 )
             else:
                 meta = M.c.content
                 for key, value in q.metadata.items():
                     where.append(self._json_equals(meta, f"metadata.{key}", value))
         return where
+
+    def page_statement(self, q: MessageQuery, *, descending: bool, limit: int, offset: int) -> Select[Any]:
+        order = (
+            (M.c.created_at.desc(), M.c.seq.desc()) if descending else (M.c.created_at.asc(), M.c.seq.asc())
+        )
+        stmt = select(*_MESSAGE_COLUMNS).where(*self._message_filter(q)).order_by(*order).limit(limit)
+        return stmt.offset(offset) if offset else stmt
+
+    def count_statement(self, q: MessageQuery) -> Select[Any]:
+        return select(func.count()).select_from(M).where(*self._message_filter(q))
 
     async def page_and_count(
         self,
@@ -386,20 +401,38 @@ class Repository:
         windows: Sequence[IncludeWindow] = (),
         window_resource_id: str | None = None,
     ) -> tuple[list[MessageRecord], int, list[MessageRecord]]:
-        """The page, the count and the include windows on one connection (one snapshot)."""
-        order = (
-            (M.c.created_at.desc(), M.c.seq.desc()) if descending else (M.c.created_at.asc(), M.c.seq.asc())
-        )
-        where = self._message_filter(q)
+        """The count, the page (limit None: every row) and the include windows, on one connection."""
         async with self.engine.connect() as conn:
-            total = (await conn.execute(select(func.count()).select_from(M).where(*where))).scalar_one()
+            total = (await conn.execute(self.count_statement(q))).scalar_one()
             rows: list[MessageRecord] = []
             if limit is None or limit > 0:
-                stmt = select(*_MESSAGE_COLUMNS).where(*where).order_by(*order)
-                stmt = stmt.limit(limit if limit is not None else total).offset(offset)
+                stmt = self.page_statement(
+                    q, descending=descending, limit=limit if limit is not None else total, offset=offset
+                )
                 rows = [_message(row) for row in await conn.execute(stmt)]
             included = await self._windows(conn, windows, window_resource_id)
         return rows, total, included
+
+    def window_statement(self, windows: Sequence[IncludeWindow], resource_id: str | None) -> Any:
+        """All include windows of a request as one statement (callers chunk very long lists)."""
+        terms = []
+        for w in windows:
+            terms.append(
+                self._window_select(w.message_id, w.before + 1, previous=True, resource_id=resource_id)
+            )
+            if w.after > 0:
+                terms.append(
+                    self._window_select(w.message_id, w.after, previous=False, resource_id=resource_id)
+                )
+        return terms[0] if len(terms) == 1 else union_all(*terms)
+
+    async def explain(self, stmt: Any) -> str:
+        """The engine's query plan for a statement built here (tests check that indexes are used)."""
+        compiled = stmt.compile(dialect=self.engine.dialect, compile_kwargs={"literal_binds": True})
+        prefix = "EXPLAIN" if self.is_postgres else "EXPLAIN QUERY PLAN"
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(text(f"{prefix} {compiled}"))).all()
+        return "\n".join(" ".join(str(c) for c in row) for row in rows)
 
     async def include_windows(
         self, windows: Sequence[IncludeWindow], resource_id: str | None
@@ -413,42 +446,32 @@ class Repository:
         self, conn: AsyncConnection, windows: Sequence[IncludeWindow], resource_id: str | None
     ) -> list[MessageRecord]:
         """Every include window (target plus neighbours in its own thread) in one statement."""
-        if not windows:
-            return []
-        terms = []
-        for w in windows:
-            terms.append(
-                self._window_select(w.message_id, w.before + 1, previous=True, resource_id=resource_id)
-            )
-            if w.after > 0:
-                terms.append(
-                    self._window_select(w.message_id, w.after, previous=False, resource_id=resource_id)
-                )
         out: list[MessageRecord] = []
-        for start in range(0, len(terms), _MAX_UNION_TERMS):
-            chunk = terms[start : start + _MAX_UNION_TERMS]
-            stmt = chunk[0] if len(chunk) == 1 else union_all(*chunk)
+        # Each window is up to two SELECTs; SQLite caps a compound SELECT at 500 terms.
+        step = _MAX_UNION_TERMS // 2
+        for start in range(0, len(windows), step):
+            stmt = self.window_statement(windows[start : start + step], resource_id)
             out.extend(_message(row) for row in await conn.execute(stmt))
         return out
 
     def _window_select(self, message_id: str, limit: int, *, previous: bool, resource_id: str | None) -> Any:
+        """One side of one include window. The target's thread and position are scalar subqueries, so
+        the engine evaluates them once and then walks ix_messages_thread_order from that position."""
         t = M.alias("target")
-        target_cond = [t.c.id == message_id]
-        if resource_id:
-            target_cond.append(t.c.resource_id == resource_id)
+
+        def target(column: Any) -> Any:
+            stmt = select(column).where(t.c.id == message_id)
+            if resource_id:
+                stmt = stmt.where(t.c.resource_id == resource_id)
+            return stmt.scalar_subquery()
+
         key = tuple_(M.c.created_at, M.c.seq)
-        target_key = tuple_(t.c.created_at, t.c.seq)
-        cond = [M.c.thread_id == t.c.thread_id, key <= target_key if previous else key > target_key]
+        target_key = tuple_(target(t.c.created_at), target(t.c.seq))
+        cond = [M.c.thread_id == target(t.c.thread_id), key <= target_key if previous else key > target_key]
         if resource_id:
             cond.append(M.c.resource_id == resource_id)
         order = (M.c.created_at.desc(), M.c.seq.desc()) if previous else (M.c.created_at.asc(), M.c.seq.asc())
-        inner = (
-            select(*_MESSAGE_COLUMNS)
-            .select_from(M.join(t, and_(*target_cond, *cond)))
-            .order_by(*order)
-            .limit(limit)
-            .subquery()
-        )
+        inner = select(*_MESSAGE_COLUMNS).where(*cond).order_by(*order).limit(limit).subquery()
         return select(*inner.c)
 
     # ------------------------------------------------------------------ resources
@@ -469,6 +492,280 @@ class Repository:
         async with self.engine.connect() as conn:
             rows = await conn.execute(select(R.c.id).order_by(R.c.id).offset(offset).limit(limit))
             return [r[0] for r in rows]
+
+
+    # ------------------------------------------------------------------ memory API (issue 4)
+    async def _begin_write(self, conn: AsyncConnection) -> None:
+        """Makes a read-modify-write transaction the only writer from its first statement.
+
+        SQLite reads without a lock until the first write, so two transactions could read the same
+        state and one update would be lost; BEGIN IMMEDIATE takes the database write lock up front
+        (waiting up to busy_timeout). It must be the transaction's first statement. PostgreSQL callers
+        lock the rows they read instead (`_lock`: SELECT ... FOR UPDATE)."""
+        if not self.is_postgres:
+            await conn.execute(text("BEGIN IMMEDIATE"))
+
+    async def _locked_messages(self, conn: AsyncConnection, ids: Sequence[str]) -> dict[str, MessageRecord]:
+        found: dict[str, MessageRecord] = {}
+        for start in range(0, len(ids), 500):
+            stmt = self._lock(select(*_MESSAGE_COLUMNS).where(M.c.id.in_(list(ids[start : start + 500]))))
+            for row in await conn.execute(stmt):
+                rec = _message(row)
+                found[rec.id] = rec
+        return found
+
+    async def delete_thread(
+        self, thread_id: str, *, now: int, track_vectors: bool = False
+    ) -> tuple[ThreadRecord | None, list[MessageRecord]]:
+        """Deletes the thread and every message filed under its id, in one transaction; returns what
+        was deleted (the thread row may be missing while messages exist, and vice versa)."""
+        async with self.engine.begin() as conn:
+            await self._begin_write(conn)
+            row = (await conn.execute(self._lock(select(T).where(T.c.id == thread_id)))).first()
+            stmt = (
+                select(*_MESSAGE_COLUMNS)
+                .where(M.c.thread_id == thread_id)
+                .order_by(M.c.created_at.asc(), M.c.seq.asc())
+            )
+            messages = [_message(r) for r in await conn.execute(stmt)]
+            if messages:
+                await conn.execute(delete(M).where(M.c.thread_id == thread_id))
+                if track_vectors:
+                    await self._enqueue(conn, [(m.id, m.resource_id) for m in messages], now)
+            await conn.execute(delete(TR).where(TR.c.thread_id == thread_id))
+            if row is not None:
+                await conn.execute(delete(T).where(T.c.id == thread_id))
+        return (_thread(row) if row is not None else None), messages
+
+    async def clone_thread(
+        self,
+        source_id: str,
+        build: Callable[[ThreadRecord, list[MessageRecord]], tuple[ThreadRecord, list[MessageRecord]]],
+        *,
+        start: int | None = None,
+        end: int | None = None,
+        message_ids: Sequence[str] | None = None,
+        limit: int | None = None,
+        copy_resource_working_memory: bool = False,
+        now: int,
+        track_vectors: bool = False,
+    ) -> tuple[ThreadRecord, list[MessageRecord]] | None:
+        """Copies a thread and a selection of its messages in one transaction.
+
+        The messages are those of the source thread within [start, end], restricted to `message_ids`
+        when given, and the newest `limit` of those; `build` turns the source thread and that selection
+        (chronological) into the new thread and the copies. Returns None when the source is missing;
+        raises RowConflict when the new id is taken. With `copy_resource_working_memory`, the source
+        resource's working memory (when set) is copied to the new thread's resource."""
+        async with self.engine.begin() as conn:
+            await self._begin_write(conn)
+            row = (await conn.execute(select(T).where(T.c.id == source_id))).first()
+            if row is None:
+                return None
+            source = _thread(row)
+            where: list[ColumnElement[bool]] = [M.c.thread_id == source_id]
+            if start is not None:
+                where.append(M.c.created_at >= start)
+            if end is not None:
+                where.append(M.c.created_at <= end)
+            if message_ids:
+                where.append(M.c.id.in_(list(dict.fromkeys(message_ids))))
+            stmt = select(*_MESSAGE_COLUMNS).where(*where)
+            if limit:
+                stmt = stmt.order_by(M.c.created_at.desc(), M.c.seq.desc()).limit(limit)
+                selected = [_message(r) for r in await conn.execute(stmt)][::-1]
+            else:
+                stmt = stmt.order_by(M.c.created_at.asc(), M.c.seq.asc())
+                selected = [_message(r) for r in await conn.execute(stmt)]
+            thread, copies = build(source, selected)
+            inserted = await conn.execute(
+                self._insert(T)
+                .values(
+                    id=thread.id,
+                    resource_id=thread.resource_id,
+                    title=thread.title,
+                    metadata=thread.metadata,
+                    created_at=thread.created_at,
+                    updated_at=thread.updated_at,
+                )
+                .on_conflict_do_nothing(index_elements=["id"])
+            )
+            if inserted.rowcount != 1:
+                raise RowConflict(thread.id)
+            await self._ensure_resource(conn, thread.resource_id, now)
+            if copies:
+                rows = [
+                    {
+                        "id": m.id,
+                        "thread_id": m.thread_id,
+                        "resource_id": m.resource_id,
+                        "role": m.role,
+                        "type": m.type,
+                        "created_at": m.created_at,
+                        "content": m.content,
+                        "signal_type": m.signal_type,
+                        "legacy_reminder": m.legacy_reminder,
+                    }
+                    for m in copies
+                ]
+                # In chronological order, so the new insertion sequences keep the source's tie order.
+                for chunk in range(0, len(rows), 500):
+                    await conn.execute(M.insert(), rows[chunk : chunk + 500])
+                pairs = sorted({(m.thread_id, m.resource_id) for m in copies if m.resource_id is not None})
+                if pairs:
+                    await conn.execute(
+                        self._insert(TR).on_conflict_do_nothing(),
+                        [{"thread_id": t, "resource_id": r} for t, r in pairs],
+                    )
+                if track_vectors:
+                    await self._enqueue(conn, [(m.id, None) for m in copies], now)
+            if copy_resource_working_memory and thread.resource_id != source.resource_id:
+                value = (
+                    await conn.execute(select(R.c.working_memory).where(R.c.id == source.resource_id))
+                ).scalar()
+                if value:
+                    await conn.execute(
+                        update(R)
+                        .where(R.c.id == thread.resource_id)
+                        .values(working_memory=value, updated_at=now)
+                    )
+            stored = await self._messages_by_id(conn, [m.id for m in copies])
+        return thread, [stored[m.id] for m in copies if m.id in stored]
+
+    async def update_messages(
+        self,
+        ids: Sequence[str],
+        apply: Callable[[dict[str, MessageRecord]], list[MessageRecord]],
+        *,
+        now: int,
+        track_vectors: bool = False,
+    ) -> tuple[dict[str, MessageRecord], list[MessageRecord]]:
+        """Reads the messages under a write lock, lets `apply` compute their new versions (it may raise:
+        then nothing is written) and writes them in the same transaction. createdAt and the insertion
+        sequence never change. Bumps updatedAt of every old and new thread. Returns (before, after)."""
+        unique = list(dict.fromkeys(ids))
+        if not unique:
+            return {}, []
+        async with self.engine.begin() as conn:
+            await self._begin_write(conn)
+            before = await self._locked_messages(conn, unique)
+            if not before:
+                return {}, []
+            after = apply(dict(before))
+            if after:
+                stmt = (
+                    update(M)
+                    .where(M.c.id == bindparam("b_id"))
+                    .values(
+                        thread_id=bindparam("b_thread_id"),
+                        resource_id=bindparam("b_resource_id"),
+                        role=bindparam("b_role"),
+                        type=bindparam("b_type"),
+                        content=bindparam("b_content", type_=M.c.content.type),
+                        signal_type=bindparam("b_signal_type"),
+                        legacy_reminder=bindparam("b_legacy_reminder"),
+                    )
+                )
+                await conn.execute(
+                    stmt,
+                    [
+                        {
+                            "b_id": m.id,
+                            "b_thread_id": m.thread_id,
+                            "b_resource_id": m.resource_id,
+                            "b_role": m.role,
+                            "b_type": m.type,
+                            "b_content": m.content,
+                            "b_signal_type": m.signal_type,
+                            "b_legacy_reminder": m.legacy_reminder,
+                        }
+                        for m in after
+                    ],
+                )
+                threads = {m.thread_id for m in after} | {before[m.id].thread_id for m in after}
+                await conn.execute(update(T).where(T.c.id.in_(threads)).values(updated_at=now))
+                pairs = sorted({(m.thread_id, m.resource_id) for m in after if m.resource_id is not None})
+                if pairs:
+                    await conn.execute(
+                        self._insert(TR).on_conflict_do_nothing(),
+                        [{"thread_id": t, "resource_id": r} for t, r in pairs],
+                    )
+                if track_vectors:
+                    await self._enqueue(conn, [(m.id, before[m.id].resource_id) for m in after], now)
+            stored = await self._messages_by_id(conn, [m.id for m in after])
+        return before, [stored[m.id] for m in after if m.id in stored]
+
+    async def modify_resource_working_memory(
+        self, resource_id: str, change: Callable[[str | None], str], *, now: int
+    ) -> ResourceRecord:
+        """Creates the resource row if needed (metadata {}), then replaces its working memory with
+        `change(current)` under a row lock: concurrent updates of one resource are serialised."""
+        async with self.engine.begin() as conn:
+            await self._begin_write(conn)
+            await self._ensure_resource(conn, resource_id, now)
+            row = (await conn.execute(self._lock(select(R).where(R.c.id == resource_id)))).one()
+            value = change(row.working_memory)
+            await conn.execute(
+                update(R).where(R.c.id == resource_id).values(working_memory=value, updated_at=now)
+            )
+            row = (await conn.execute(select(R).where(R.c.id == resource_id))).one()
+        return _resource(row)
+
+    async def modify_thread_working_memory(
+        self, thread_id: str, change: Callable[[str | None], str], *, now: int
+    ) -> ThreadRecord | None:
+        """Sets metadata.workingMemory to `change(current)` under a row lock; None when the thread is
+        missing. Bumps updatedAt (the thread changed)."""
+        async with self.engine.begin() as conn:
+            await self._begin_write(conn)
+            row = (await conn.execute(self._lock(select(T).where(T.c.id == thread_id)))).first()
+            if row is None:
+                return None
+            metadata = dict(row.metadata or {})
+            current = metadata.get("workingMemory")
+            metadata["workingMemory"] = change(current if isinstance(current, str) else None)
+            await conn.execute(
+                update(T).where(T.c.id == thread_id).values(metadata=metadata, updated_at=now)
+            )
+            row = (await conn.execute(select(T).where(T.c.id == thread_id))).one()
+        return _thread(row)
+
+    async def set_title_if_untitled(self, thread_id: str, title: str, *, now: int) -> ThreadRecord | None:
+        """Sets a generated title unless the thread has one by now (a user's title always wins);
+        createdAt is untouched. Returns the updated thread, or None when nothing changed."""
+        async with self.engine.begin() as conn:
+            result = await conn.execute(
+                update(T).where(T.c.id == thread_id, T.c.title == "").values(title=title, updated_at=now)
+            )
+            if result.rowcount != 1:
+                return None
+            row = (await conn.execute(select(T).where(T.c.id == thread_id))).one()
+        return _thread(row)
+
+    async def first_messages(self, thread_id: str, limit: int) -> list[MessageRecord]:
+        """A thread's oldest messages, chronologically."""
+        stmt = (
+            select(*_MESSAGE_COLUMNS)
+            .where(M.c.thread_id == thread_id)
+            .order_by(M.c.created_at.asc(), M.c.seq.asc())
+            .limit(limit)
+        )
+        async with self.engine.connect() as conn:
+            return [_message(r) for r in await conn.execute(stmt)]
+
+
+class RowConflict(Exception):
+    """An insert met an existing primary key (the id is in args[0])."""
+
+
+def _resource(row: Any) -> ResourceRecord:
+    return ResourceRecord(
+        id=row.id,
+        working_memory=row.working_memory,
+        metadata=row.metadata,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
 
 
 def _date_range(dr: DateRange | None) -> Iterable[ColumnElement[bool]]:

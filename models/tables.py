@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, Column, Index, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, Column, Index, Integer, String, Text, literal_column
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
 
@@ -69,6 +69,15 @@ class Message(SQLModel, table=True):
         default=False, sa_column=Column(Boolean, nullable=False, server_default="0")
     )
 
+
+# PostgreSQL only: metadata filters are `content -> 'metadata' @> {...}` (exact JSON types), served by GIN.
+PG_ONLY_INDEXES = frozenset({"ix_messages_metadata"})
+Index(
+    "ix_messages_metadata",
+    Message.__table__.c.content.op("->")(literal_column("'metadata'")).label("metadata_doc"),  # type: ignore[attr-defined]
+    postgresql_using="gin",
+    postgresql_ops={"metadata_doc": "jsonb_path_ops"},
+).ddl_if(dialect="postgresql")
 
 metadata = SQLModel.metadata
 resources_table = Resource.__table__  # type: ignore[attr-defined]

@@ -8,9 +8,8 @@ Create Date: 2026-11-30
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
-
 from alembic import op
+from sqlalchemy.dialects import postgresql
 
 revision: str = "0001"
 down_revision: str | None = None
@@ -40,6 +39,11 @@ def upgrade() -> None:
     )
     op.create_index("ix_messages_resource_order", "messages", ["resource_id", "created_at", "seq"])
     op.create_index("ix_messages_thread_order", "messages", ["thread_id", "created_at", "seq"])
+    if op.get_bind().dialect.name == "postgresql":
+        # Metadata filters are `content -> 'metadata' @> {...}` (exact JSON types); jsonb_path_ops serves @>.
+        op.execute(
+            "CREATE INDEX ix_messages_metadata ON messages USING gin ((content -> 'metadata') jsonb_path_ops)"
+        )
     op.create_table(
         "resources",
         sa.Column("id", sa.String(), nullable=False),
