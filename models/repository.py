@@ -5,8 +5,10 @@ It speaks in domain records (models.records) and plain values; callers never see
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+import asyncio
+import random
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 import orjson
 from sqlalchemy import (
@@ -25,6 +27,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from models.records import (
@@ -42,6 +45,8 @@ from models.tables import resources_table as R
 from models.tables import thread_resources_table as TR
 from models.tables import threads_table as T
 
+_T = TypeVar("_T")
+_WRITE_ATTEMPTS = 5
 _MESSAGE_COLUMNS = (
     M.c.seq,
     M.c.id,
@@ -237,11 +242,12 @@ class Repository:
             },
         )
         ids = list(last)
-        async with self.engine.begin() as conn:
+        thread_ids = {rec.thread_id for rec in last.values()}
+
+        async def write(conn: AsyncConnection) -> dict[str, MessageRecord]:
             previous = await self._messages_by_id(conn, ids) if track_vectors else {}
             for start in range(0, len(rows), 500):
                 await conn.execute(stmt, rows[start : start + 500])
-            thread_ids = {rec.thread_id for rec in last.values()}
             await conn.execute(update(T).where(T.c.id.in_(thread_ids)).values(updated_at=now))
             pairs = {(rec.thread_id, rec.resource_id) for rec in last.values() if rec.resource_id is not None}
             if pairs:
@@ -253,8 +259,36 @@ class Repository:
                 await self._enqueue(
                     conn, [(i, previous[i].resource_id if i in previous else None) for i in ids], now
                 )
-            stored = await self._messages_by_id(conn, ids)
+            return await self._messages_by_id(conn, ids)
+
+        stored = await self._write_transaction(write, lock_keys=thread_ids)
         return [stored[i] for i in ids if i in stored]
+
+    async def _write_transaction(
+        self, body: Callable[[AsyncConnection], Awaitable[_T]], *, lock_keys: Iterable[str] = ()
+    ) -> _T:
+        """Runs `body` in a write transaction, retried when the database reports a deadlock or a
+        serialization failure (replicas writing the same rows at once).
+
+        SQLite: BEGIN IMMEDIATE makes it the single writer from the start, so a read inside can never
+        be overtaken by another writer. PostgreSQL: transaction-scoped advisory locks on `lock_keys`
+        (thread ids), taken in sorted order, serialise writers of the same threads without deadlocks.
+        """
+        for attempt in range(_WRITE_ATTEMPTS):
+            try:
+                async with self.engine.begin() as conn:
+                    await self._begin_write(conn)
+                    if self.is_postgres:
+                        for key in sorted(set(lock_keys)):
+                            await conn.execute(
+                                text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"), {"key": key}
+                            )
+                    return await body(conn)
+            except DBAPIError as exc:
+                if attempt + 1 == _WRITE_ATTEMPTS or not _retryable(exc):
+                    raise
+                await asyncio.sleep(0.005 * 2**attempt * (1 + random.random()))
+        raise AssertionError("unreachable")
 
     async def _messages_by_id(self, conn: AsyncConnection, ids: Sequence[str]) -> dict[str, MessageRecord]:
         found: dict[str, MessageRecord] = {}
@@ -493,7 +527,6 @@ class Repository:
             rows = await conn.execute(select(R.c.id).order_by(R.c.id).offset(offset).limit(limit))
             return [r[0] for r in rows]
 
-
     # ------------------------------------------------------------------ memory API (issue 4)
     async def _begin_write(self, conn: AsyncConnection) -> None:
         """Makes a read-modify-write transaction the only writer from its first statement.
@@ -724,9 +757,7 @@ class Repository:
             metadata = dict(row.metadata or {})
             current = metadata.get("workingMemory")
             metadata["workingMemory"] = change(current if isinstance(current, str) else None)
-            await conn.execute(
-                update(T).where(T.c.id == thread_id).values(metadata=metadata, updated_at=now)
-            )
+            await conn.execute(update(T).where(T.c.id == thread_id).values(metadata=metadata, updated_at=now))
             row = (await conn.execute(select(T).where(T.c.id == thread_id))).one()
         return _thread(row)
 
@@ -766,6 +797,12 @@ def _resource(row: Any) -> ResourceRecord:
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
+
+
+def _retryable(exc: DBAPIError) -> bool:
+    code = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
+    # 40P01 deadlock detected, 40001 serialization failure; SQLite: a writer that outlived busy_timeout.
+    return code in ("40P01", "40001") or "database is locked" in str(exc.orig)
 
 
 def _date_range(dr: DateRange | None) -> Iterable[ColumnElement[bool]]:
