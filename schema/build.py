@@ -9,11 +9,20 @@ from typing import Any
 
 import strawberry
 from graphql import GraphQLError
-from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter, SchemaExtension
+from strawberry.extensions import (
+    AddValidationRules,
+    MaxTokensLimiter,
+    ParserCache,
+    SchemaExtension,
+    ValidationCache,
+)
+from strawberry.extensions.max_aliases import create_validator as alias_validator
+from strawberry.extensions.query_depth_limiter import create_validator as depth_validator
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types.execution import ExecutionContext
 
 from resolvers.errors import RecallQLError
+from schema.memory import Subscription
 from schema.root import Mutation, Query
 from schema.scalars import SCALAR_MAP
 
@@ -87,16 +96,22 @@ class RecallQLSchema(strawberry.Schema):
 def build_schema(
     *, max_depth: int = 12, max_tokens: int = 5000, max_aliases: int = 30, mask_errors: bool = True
 ) -> strawberry.Schema:
+    limit_rules = [depth_validator(max_depth, None), alias_validator(max_aliases)]
     return RecallQLSchema(
         query=Query,
         mutation=Mutation,
+        subscription=Subscription,
         config=StrawberryConfig(scalar_map=SCALAR_MAP),
         # Factories: Strawberry builds fresh extension instances for every request.
         extensions=[
-            lambda: QueryDepthLimiter(max_depth=max_depth),
+            # The limit rules are built once: ValidationCache keys on the rule classes, so per-request
+            # classes (what QueryDepthLimiter(...) would make) would never hit the cache.
+            lambda: AddValidationRules(limit_rules),
             lambda: MaxTokensLimiter(max_token_count=max_tokens),
-            lambda: MaxAliasesLimiter(max_alias_count=max_aliases),
             lambda: ErrorPolicy(mask=mask_errors),
+            # Clients send the same few documents over and over: parse and validate each once.
+            lambda: ParserCache(maxsize=1024),
+            lambda: ValidationCache(maxsize=1024),
         ],
     )
 
