@@ -1,0 +1,277 @@
+"""The web pages in a real browser (Debian's Chromium, driven by Playwright), with no request leaving the
+machine: GraphiQL at /graphql and the memory explorer at /. Screenshots go to test-artifacts/."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.support import REPO, Api, ServerProcess, at, require, text_message, uid
+from web import frontend
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+ARTIFACTS = REPO / "test-artifacts"
+LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
+TIMEOUT_MS = 30_000
+
+pytestmark = pytest.mark.slow
+
+
+class Offline:
+    """Routes every request of a browser context: loopback goes through, anything else is aborted and kept."""
+
+    def __init__(self) -> None:
+        self.blocked: list[str] = []
+        self.seen: list[str] = []
+
+    async def route(self, route: Any) -> None:
+        url = route.request.url
+        self.seen.append(url)
+        parts = urlsplit(url)
+        local = parts.scheme in ("http", "https") and parts.hostname in LOOPBACK
+        if local or parts.scheme in ("data", "blob"):
+            await route.continue_()
+        else:
+            self.blocked.append(url)
+            await route.abort()
+
+
+@dataclass
+class Tab:
+    page: Any
+    offline: Offline
+    errors: list[str]
+
+
+@pytest.fixture(scope="module")
+async def browser() -> AsyncIterator[Any]:
+    require(importlib.util.find_spec("playwright") is not None, "the playwright package is not installed")
+    require(CHROMIUM.exists(), f"{CHROMIUM} is missing (apt-get install chromium)")
+    require(
+        frontend.graphiql_page_path().is_file(),
+        f"the GraphiQL build is missing ({frontend.graphiql_page_path()}): run web/build.sh",
+    )
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as playwright:
+        chromium = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            await chromium.close()
+
+
+@pytest.fixture
+async def tab(browser: Any) -> AsyncIterator[Tab]:
+    context = await browser.new_context(viewport={"width": 1400, "height": 900})
+    offline = Offline()
+    await context.route("**/*", offline.route)
+    page = await context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        yield Tab(page, offline, errors)
+    finally:
+        await context.close()
+    assert not offline.blocked, f"requests that would have left the machine: {offline.blocked}"
+    assert not errors, f"uncaught errors in the page: {errors}"
+
+
+def artifact(request: pytest.FixtureRequest, name: str) -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    engine = getattr(request.node, "callspec", None)
+    suffix = f"-{engine.params['server']}" if engine and "server" in engine.params else ""
+    return ARTIFACTS / f"{name}{suffix}.png"
+
+
+MESSAGES_QUERY = """
+query ($threadId: ID!, $perPage: PerPage, $page: Int, $hideSignals: HideSignalsInput) {
+  recall(threadId: $threadId, perPage: $perPage, page: $page, hideSignals: $hideSignals) {
+    total page perPage hasMore messages { id }
+  }
+}"""
+
+
+async def recall(api: Api, thread: str, **args: Any) -> dict[str, Any]:
+    """The same recall through the API, for comparison."""
+    return (await api.execute(MESSAGES_QUERY, threadId=thread, **args))["recall"]
+
+
+async def seed_thread(api: Api, *, title: str) -> tuple[str, str, list[str]]:
+    """A thread of 14 messages: text, metadata, two typed signals and a legacy system reminder."""
+    resource, thread = uid("res"), uid("thread")
+    await api.execute(
+        "mutation ($input: CreateThreadInput!) { createThread(input: $input) { id } }",
+        input={"id": thread, "resourceId": resource, "title": title, "metadata": {"team": "ops"}},
+    )
+    messages = []
+    for i in range(14):
+        role = "user" if i % 2 == 0 else "assistant"
+        messages.append(
+            text_message(
+                thread_id=thread,
+                id=f"{thread}-m{i:02d}",
+                role=role,
+                text=f"Message {i}: " + ("the train to Lyon leaves at 9:04 " * (1 + i % 3)),
+                created_at=at(i * 60),
+                metadata={"topic": "travel", "n": i} if i % 4 == 0 else None,
+            )
+        )
+    messages[5]["role"] = "signal"
+    messages[5]["content"]["parts"] = [{"type": "data-signal", "data": {"type": "reactive", "text": "idle"}}]
+    messages[9]["content"]["parts"].insert(0, {"type": "data-signal", "data": {"type": "notification"}})
+    reminder = "<system-reminder>Be brief.</system-reminder>"
+    messages[12]["content"]["parts"] = [{"type": "text", "text": reminder}]
+    await api.execute(
+        "mutation ($m: [MessageInput!]!) { saveMessages(messages: $m) { messages { id } } }", m=messages
+    )
+    return resource, thread, [m["id"] for m in messages]
+
+
+async def test_graphiql_works_offline(
+    tab: Tab, server: ServerProcess, request: pytest.FixtureRequest
+) -> None:
+    page = tab.page
+    api = Api(server.url)
+    _, thread, _ids = await seed_thread(api, title="GraphiQL check")
+    expected = await recall(api, thread, perPage=3)
+
+    await page.goto(f"{server.url}/graphql")
+    await page.wait_for_selector(".graphiql-container")
+    assert await page.title() == "RecallQL · GraphiQL"
+
+    # The docs explorer is open from the start and browses the schema.
+    docs = page.locator(".graphiql-doc-explorer")
+    await docs.wait_for()
+    await docs.get_by_role("link", name="Query").first.click()
+    await docs.get_by_text("recall", exact=True).first.wait_for()
+    await docs.get_by_role("link", name="recall").first.click()
+    await docs.get_by_text("vectorSearchString").first.wait_for()
+    # It closes and opens again from the sidebar.
+    await page.get_by_role("button", name="Hide Documentation Explorer").click()
+    await docs.wait_for(state="hidden")
+    await page.get_by_role("button", name="Show Documentation Explorer").click()
+    await docs.wait_for()
+
+    # The default tabs are recall examples; the first one runs with its variables edited to our thread.
+    tabs = page.locator(".graphiql-tab")
+    assert await tabs.count() >= 2
+    titles = await tabs.all_inner_texts()
+    assert any("NewestPage" in t for t in titles), titles
+    variables = page.locator(".graphiql-editor-tool .graphiql-editor").first
+    await variables.click()
+    await page.keyboard.press("ControlOrMeta+A")
+    await page.keyboard.press("Delete")
+    await page.keyboard.insert_text(json.dumps({"threadId": thread, "perPage": 3}))
+    await page.locator(".graphiql-execute-button").click()
+    response = page.locator(".graphiql-response")
+    await response.get_by_text(f'"{expected["messages"][-1]["id"]}"').wait_for()
+    text = await response.inner_text()
+    assert re.search(rf'"total":\s*{expected["total"]},', text), text
+    assert re.search(r'"hasMore":\s*true', text), text
+    for message in expected["messages"]:
+        assert f'"{message["id"]}"' in text, text
+    await page.screenshot(path=artifact(request, "graphiql"))
+
+    loaded = [u for u in tab.offline.seen if "/static/build/graphiql/" in u]
+    assert any(u.endswith(".js") for u in loaded) and any(u.endswith(".css") for u in loaded), loaded
+    assert any(".worker-" in u for u in loaded), f"no Monaco worker was loaded: {loaded}"
+
+
+async def test_explorer_recall_matches_the_api(
+    tab: Tab, server: ServerProcess, request: pytest.FixtureRequest
+) -> None:
+    page = tab.page
+    api = Api(server.url)
+    resource, thread, ids = await seed_thread(api, title="Trip planning")
+
+    await page.goto(f"{server.url}/")
+    assert await page.title() == "RecallQL · Memory explorer"
+    await page.get_by_label("Resource id").fill(resource)
+    await page.get_by_label("Resource id").press("Enter")
+    await page.locator(f'#threads button[data-thread-id="{thread}"]').click()
+    await page.locator("#thread-title", has_text="Trip planning").wait_for()
+    assert f"#resource={resource}&thread={thread}" in page.url
+
+    # The thread view: every message, signals and reminders marked and hidden until asked for.
+    items = page.locator("#thread-messages > li")
+    await items.nth(13).wait_for(state="attached")
+    assert await items.evaluate_all("els => els.map(e => e.dataset.messageId)") == ids
+    marked = page.locator("#thread-messages > li.default-hidden")
+    assert await marked.count() == 3
+    assert not await marked.first.is_visible()
+    assert await page.locator("#thread-messages .badge.signal").count() == 2
+    assert await page.locator("#thread-messages .badge.reminder").count() == 1
+    await page.get_by_label("Show signals and system reminders").check()
+    assert await marked.first.is_visible()
+    await page.screenshot(path=artifact(request, "explorer-thread"), full_page=True)
+
+    # The Recall tab, reached with the keyboard.
+    await page.locator("#tab-messages").focus()
+    await page.keyboard.press("ArrowRight")
+    assert await page.locator("#tab-recall").get_attribute("aria-selected") == "true"
+    form = page.locator("#recall-form")
+    await form.get_by_label("perPage", exact=True).fill("5")
+    await form.get_by_label("hide all").check()
+    await form.get_by_role("button", name="Run recall").click()
+
+    expected = await recall(api, thread, perPage=5, hideSignals={"all": True})
+    await check_recall(page, expected)
+    assert expected["hasMore"] is True
+    status = await page.locator("#recall-status").text_content() or ""
+    assert f"total {expected['total']}, page 0, perPage 5, hasMore true" in status, status
+    # Signals are filtered after paging (the contract): the page may be short, none of it is a signal.
+    assert await page.locator("#recall-messages .badge").count() == 0
+
+    # Next page, through the pager.
+    await page.get_by_role("button", name="Next page").click()
+    expected_next = await recall(api, thread, perPage=5, page=1, hideSignals={"all": True})
+    await check_recall(page, expected_next)
+    request_text = await page.locator("#recall-request").text_content() or ""
+    assert '"hideSignals": {\n    "all": true\n  }' in request_text, request_text
+    await page.screenshot(path=artifact(request, "explorer-recall"), full_page=True)
+
+    # All (perPage false) with every signal kept.
+    await form.get_by_label("all (false)").check()
+    await form.get_by_label("page", exact=True).fill("")
+    await form.get_by_label("hide none").check()
+    await form.get_by_role("button", name="Run recall").click()
+    everything = await recall(api, thread, perPage=False, hideSignals={"all": False})
+    await check_recall(page, everything)
+    assert [m["id"] for m in everything["messages"]] == ids
+
+    # Working memory: the section is there, whatever the schema offers.
+    assert (await page.locator("#wm-status").inner_text()) != "Pick a resource."
+
+
+async def check_recall(page: Any, expected: dict[str, Any]) -> None:
+    want = [m["id"] for m in expected["messages"]]
+    summary = page.locator("#recall-summary")
+    await page.wait_for_function(
+        """([want, page, total]) => {
+            const got = Array.from(document.querySelectorAll('#recall-messages > li[data-message-id]'))
+              .map(e => e.dataset.messageId);
+            return document.querySelector('#recall-results').getAttribute('aria-busy') === 'false'
+              && document.querySelector('#recall-page').dataset.value === String(page)
+              && document.querySelector('#recall-total').dataset.value === String(total)
+              && JSON.stringify(got) === JSON.stringify(want);
+        }""",
+        arg=[want, expected["page"], expected["total"]],
+    )
+    assert await summary.is_visible()
+    value = lambda selector: summary.locator(selector).get_attribute("data-value")  # noqa: E731
+    assert json.loads(await value("#recall-total")) == expected["total"]
+    assert json.loads(await value("#recall-page")) == expected["page"]
+    assert json.loads(await value("#recall-per-page")) == expected["perPage"]
+    assert json.loads(await value("#recall-has-more")) == expected["hasMore"]
+    assert await page.locator("#recall-next").is_disabled() == (not expected["hasMore"])

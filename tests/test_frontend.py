@@ -1,0 +1,140 @@
+"""The web pages without a browser: the explorer at /, static files, GraphiQL at /graphql (local or CDN)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from starlette.testclient import TestClient
+
+from tests.support import REPO, ServerProcess, require
+from web import frontend
+from web.app import create_app
+from web.settings import Settings
+
+HTML = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
+CDN_HOSTS = ("unpkg.com", "jsdelivr", "esm.sh", "cdnjs", "googleapis.com", "skypack", "jspm")
+BUILT = frontend.graphiql_page_path().is_file()
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    settings = Settings(data_dir=tmp_path, database_url=f"sqlite+aiosqlite:///{tmp_path / 'recallql.db'}")
+    with TestClient(create_app(settings)) as test_client:
+        yield test_client
+
+
+def asset_urls(html: str) -> list[str]:
+    return re.findall(r'(?:src|href)="([^"#:]+)"', html)
+
+
+def test_explorer_page(client: TestClient) -> None:
+    response = client.get("/")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/html")
+    page = response.text
+    assert "<title>RecallQL · Memory explorer</title>" in page
+    assert set(asset_urls(page)) >= {"static/explorer.css", "static/explorer.js", "graphql"}
+    assert not any(host in page for host in CDN_HOSTS)
+    # Every form control has a label; the results are announced.
+    assert 'aria-live="polite"' in page
+    assert client.head("/").status_code == 200
+
+
+def test_static_assets(client: TestClient) -> None:
+    js = client.get("/static/explorer.js")
+    assert js.status_code == 200
+    assert "javascript" in js.headers["content-type"]
+    assert js.headers["cache-control"] == "no-cache"
+    assert "fetch(ENDPOINT" in js.text
+    css = client.get("/static/explorer.css")
+    assert css.status_code == 200
+    assert css.headers["content-type"].startswith("text/css")
+    assert client.get("/static/nothing-here.js").status_code == 404
+    assert client.get("/static/../frontend.py").status_code == 404
+    assert client.get("/static/%2e%2e/frontend.py").status_code == 404
+
+
+def test_graphiql_served_locally(client: TestClient) -> None:
+    require(BUILT, f"the GraphiQL build is missing ({frontend.graphiql_page_path()}): run web/build.sh")
+    response = client.get("/graphql", headers=HTML)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/html")
+    page = response.text
+    assert "<title>RecallQL · GraphiQL</title>" in page
+    assert "Strawberry" not in page
+    urls = asset_urls(page)
+    assert {Path(u).suffix for u in urls} == {".css", ".js"}, urls
+    for url in urls:
+        assert url.startswith("static/build/graphiql/"), url
+        asset = client.get(f"/{url}")
+        assert asset.status_code == 200, url
+        assert asset.headers["cache-control"] == "public, max-age=31536000, immutable"
+        assert not any(host in asset.text for host in CDN_HOSTS), url
+    assert not any(host in page for host in CDN_HOSTS)
+    # The Monaco workers and fonts the bundle loads are there too.
+    built = {p.name for p in frontend.graphiql_page_path().parent.iterdir()}
+    for worker in ("editor.worker-", "json.worker-", "graphql.worker-"):
+        assert any(name.startswith(worker) for name in built), worker
+
+
+def test_graphiql_falls_back_to_the_cdn_page_with_a_warning(
+    client: TestClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(frontend, "BUILD_DIR", tmp_path / "no-build")
+    with caplog.at_level(logging.WARNING, logger="recallql.frontend"):
+        response = client.get("/graphql", headers=HTML)
+        again = client.get("/graphql", headers=HTML)
+    assert response.status_code == again.status_code == 200
+    assert "Strawberry GraphiQL" in response.text
+    warnings = [r for r in caplog.records if r.name == "recallql.frontend" and r.levelno == logging.WARNING]
+    assert len(warnings) == 1, "the warning is logged once, not on every request"
+    message = warnings[0].getMessage()
+    assert "GraphiQL build not found" in message
+    assert "CDN" in message
+    assert "web/build.sh" in message
+
+
+def test_real_server_serves_the_pages(server: ServerProcess) -> None:
+    explorer = httpx.get(f"{server.url}/", timeout=10)
+    assert explorer.status_code == 200
+    assert "Memory explorer" in explorer.text
+    graphiql = httpx.get(f"{server.url}/graphql", headers=HTML, timeout=10)
+    assert graphiql.status_code == 200
+    log = server.log_path.read_text()
+    if BUILT:
+        assert "RecallQL · GraphiQL" in graphiql.text
+        assert "GraphiQL build not found" not in log
+    else:
+        assert "Strawberry GraphiQL" in graphiql.text
+        assert "GraphiQL build not found" in log
+    api = httpx.post(f"{server.url}/graphql", json={"query": "{ __typename }"}, timeout=10)
+    assert api.json() == {"data": {"__typename": "Query"}}
+
+
+def test_build_script_fails_clearly_without_npm(tmp_path: Path) -> None:
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for tool in ("dirname", "find"):
+        found = shutil.which(tool)
+        assert found, tool
+        (tools / tool).symlink_to(found)
+    bash = shutil.which("bash")
+    assert bash
+    result = subprocess.run(
+        [bash, str(REPO / "web" / "build.sh")],
+        env={"PATH": str(tools), "FORCE": "1", "HOME": os.environ.get("HOME", "/tmp")},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "npm (Node.js >= 20) is required" in result.stderr

@@ -1,0 +1,120 @@
+// The tabs GraphiQL opens with (when the browser has no saved tabs of its own): recall examples
+// with variables. Replace the ids in the variables with a thread of yours.
+
+const MESSAGE_FIELDS = `id
+      role
+      createdAt
+      signalType
+      isSystemReminder
+      content {
+        parts {
+          __typename
+          ... on TextPart { text }
+        }
+      }`;
+
+export const DEFAULT_TABS = [
+  {
+    query: `# recall: a thread's newest page.
+# Run: play button or Ctrl-Enter.
+# Docs: the book icon, top left.
+query NewestPage($threadId: ID!, $perPage: PerPage) {
+  recall(threadId: $threadId, perPage: $perPage) {
+    total
+    page
+    perPage
+    hasMore
+    messages {
+      ${MESSAGE_FIELDS}
+    }
+  }
+}
+`,
+    variables: JSON.stringify({ threadId: 't1', perPage: 10 }, null, 2),
+  },
+  {
+    query: `# recall with filters, signals
+# hidden and an included message.
+query FilteredWindow(
+  $threadId: ID!
+  $resourceId: String
+  $filter: RecallFilter
+  $include: [IncludeInput!]
+) {
+  recall(
+    threadId: $threadId
+    resourceId: $resourceId
+    perPage: 20
+    page: 0
+    orderBy: {field: CREATED_AT, direction: DESC}
+    filter: $filter
+    include: $include
+    hideSignals: {all: true}
+  ) {
+    total
+    hasMore
+    messages {
+      ${MESSAGE_FIELDS}
+    }
+  }
+}
+`,
+    variables: JSON.stringify(
+      {
+        threadId: 't1',
+        resourceId: 'alice',
+        filter: {
+          dateRange: { start: '2026-01-01T00:00:00Z', end: '2027-01-01T00:00:00Z', endExclusive: true },
+          metadata: { topic: 'travel' },
+        },
+        include: [{ id: 'm1', withPreviousMessages: 1, withNextMessages: 1 }],
+      },
+      null,
+      2,
+    ),
+  },
+  {
+    query: `# A resource's threads, newest first.
+query Threads($resourceId: String!) {
+  threads(resourceId: $resourceId, perPage: 20) {
+    total
+    hasMore
+    threads { id title createdAt updatedAt metadata }
+  }
+}
+`,
+    variables: JSON.stringify({ resourceId: 'alice' }, null, 2),
+  },
+  {
+    query: `# Sample data for the tabs (run once).
+mutation Seed($messages: [MessageInput!]!) {
+  createThread(input: {id: "t1", resourceId: "alice", title: "Trip planning"}) { id createdAt }
+  saveMessages(messages: $messages) { messages { id createdAt } acknowledged }
+}
+`,
+    variables: JSON.stringify(
+      {
+        messages: [
+          {
+            id: 'm1',
+            threadId: 't1',
+            role: 'user',
+            content: {
+              format: 2,
+              parts: [{ type: 'text', text: 'Find me a train to Lyon' }],
+              metadata: { topic: 'travel' },
+            },
+          },
+          {
+            id: 'm2',
+            threadId: 't1',
+            role: 'assistant',
+            content: { format: 2, parts: [{ type: 'text', text: 'The 9:04 from Paris' }] },
+          },
+        ],
+      },
+      null,
+      2,
+    ),
+  },
+];
