@@ -1,0 +1,188 @@
+"""Recall cost as a thread grows: 1,000 vs 1,000,000 messages, on SQLite and PostgreSQL.
+
+    python benchmarks/scale_bench.py [--sizes 1000,1000000] [--engines sqlite,postgres] [--calls 200]
+
+For each engine and size it loads one thread through the repository (the real write path, batched),
+then times in process, through the recall engine: the newest page of 20, a deep page (page 50 of 20,
+ascending), a metadata-filtered page of 20, and the count alone. It also reports the load rate.
+Writes a Markdown table to benchmarks/results/scale-<date>.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+from models.db import create_engine
+from models.migrate import upgrade
+from models.records import MessageQuery, MessageRecord
+from models.repository import Repository
+from resolvers.config import BUILTIN_DEFAULTS
+from resolvers.context import Services
+from resolvers.recall import OrderBy, RecallArgs
+
+BASE_MS = 1767225600000
+PG_ADMIN = os.environ.get("RECALLQL_TEST_PG_DSN", "postgresql://127.0.0.1:5432/test")
+TOPICS = ["billing", "shipping", "login", "refund", "other"]
+
+
+@contextlib.asynccontextmanager
+async def database(kind: str) -> AsyncIterator[str]:
+    if kind == "sqlite":
+        with tempfile.TemporaryDirectory() as tmp:
+            yield f"sqlite+aiosqlite:///{tmp}/scale.db"
+        return
+    import asyncpg
+
+    name = f"recallql_scale_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(PG_ADMIN)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    await admin.close()
+    try:
+        yield f"{PG_ADMIN.rsplit('/', 1)[0].replace('postgresql://', 'postgresql+asyncpg://')}/{name}"
+    finally:
+        admin = await asyncpg.connect(PG_ADMIN)
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+def message(thread_id: str, i: int) -> MessageRecord:
+    return MessageRecord(
+        id=f"{thread_id}-m{i}",
+        thread_id=thread_id,
+        resource_id="r1",
+        role="user" if i % 2 == 0 else "assistant",
+        type="v2",
+        created_at=BASE_MS + i * 1000,
+        content={
+            "format": 2,
+            "parts": [{"type": "text", "text": f"message number {i} about topic {i % 17}"}],
+            "metadata": {"topic": TOPICS[i % 5], "priority": i % 5},
+        },
+    )
+
+
+async def load(repo: Repository, thread_id: str, size: int) -> float:
+    started = time.perf_counter()
+    batch = 5000
+    for start in range(0, size, batch):
+        await repo.save_messages(
+            [message(thread_id, i) for i in range(start, min(size, start + batch))], now=0
+        )
+    return size / (time.perf_counter() - started)
+
+
+async def timed(fn: Callable[[], Awaitable[object]], calls: int) -> tuple[float, float]:
+    for _ in range(max(5, calls // 10)):
+        await fn()
+    samples = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        await fn()
+        samples.append((time.perf_counter() - t0) * 1000)
+    samples.sort()
+    return statistics.median(samples), samples[min(len(samples) - 1, int(len(samples) * 0.99))]
+
+
+async def run(kind: str, size: int, calls: int) -> dict[str, object]:
+    async with database(kind) as url:
+        engine = create_engine(url)
+        try:
+            await upgrade(engine)
+            repo = Repository(engine)
+            services = Services.build(repo, memory_defaults=dict(BUILTIN_DEFAULTS))
+            thread_id = "big"
+            await services.threads.create(resource_id="r1", thread_id=thread_id)
+            rate = await load(repo, thread_id, size)
+            if kind == "postgres":
+                async with engine.begin() as conn:
+                    from sqlalchemy import text
+
+                    await conn.execute(text("ANALYZE messages"))
+            recall = services.recall.recall
+            scenarios: dict[str, Callable[[], Awaitable[object]]] = {
+                "newest 20": lambda: recall(RecallArgs(thread_id=thread_id, per_page=20)),
+                "page 50 of 20 ASC": lambda: recall(
+                    RecallArgs(
+                        thread_id=thread_id, per_page=20, page=50, order_by=OrderBy("createdAt", "ASC")
+                    )
+                ),
+                "metadata page": lambda: recall(
+                    RecallArgs(thread_id=thread_id, per_page=20, metadata={"topic": "billing", "priority": 0})
+                ),
+                "count": lambda: repo.page_and_count(
+                    MessageQuery(thread_id=thread_id), descending=True, limit=0, offset=0
+                ),
+            }
+            results: dict[str, object] = {"engine": kind, "size": size, "load_rate": rate}
+            for name, fn in scenarios.items():
+                results[name] = await timed(fn, calls if size < 100_000 else max(20, calls // 4))
+            return results
+        finally:
+            await engine.dispose()
+
+
+def report(rows: list[dict[str, object]]) -> str:
+    names = ["newest 20", "page 50 of 20 ASC", "metadata page", "count"]
+    lines = [
+        f"# Recall at scale — {dt.date.today()}",
+        "",
+        f"{platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"load average before: {os.getloadavg()[0]:.2f}",
+        "",
+        "In-process recall engine (p50 / p99 ms), one thread of N messages; "
+        "load rate through the repository.",
+        "",
+        "| engine | N | " + " | ".join(names) + " | load msgs/s |",
+        "|---|---|" + "---|" * len(names) + "---|",
+    ]
+    for r in rows:
+        cells = [f"{r[n][0]:.2f} / {r[n][1]:.2f}" for n in names]  # type: ignore[index]
+        lines.append(
+            f"| {r['engine']} | {r['size']:,} | " + " | ".join(cells) + f" | {r['load_rate']:,.0f} |"
+        )
+    by = {(r["engine"], r["size"]): r for r in rows}
+    sizes = sorted({r["size"] for r in rows})  # type: ignore[type-var]
+    if len(sizes) >= 2:
+        small, large = sizes[0], sizes[-1]
+        lines += ["", f"Ratio of p50 at {large:,} to p50 at {small:,} (flat = 1.0):", ""]
+        lines.append("| engine | " + " | ".join(names) + " |")
+        lines.append("|---|" + "---|" * len(names))
+        for kind in sorted({r["engine"] for r in rows}):  # type: ignore[type-var]
+            a, b = by.get((kind, small)), by.get((kind, large))
+            if a and b:
+                cells = [f"{b[n][0] / a[n][0]:.2f}x" for n in names]  # type: ignore[index]
+                lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="1000,1000000")
+    parser.add_argument("--engines", default="sqlite,postgres")
+    parser.add_argument("--calls", type=int, default=200)
+    args = parser.parse_args()
+    rows = []
+    for kind in args.engines.split(","):
+        for size in (int(s) for s in args.sizes.split(",")):
+            print(f"{kind} {size:,}...", file=sys.stderr, flush=True)
+            rows.append(await run(kind, size, args.calls))
+    text = report(rows)
+    print(text)
+    out = Path(__file__).resolve().parent / "results" / f"scale-{dt.date.today()}.md"
+    out.write_text(text)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
