@@ -6,7 +6,8 @@ import json
 from typing import Any
 
 import orjson
-from sqlalchemy import event
+from sqlalchemy import Engine, event
+from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -33,6 +34,24 @@ def create_engine(
     return create_async_engine(
         url, echo=echo, pool_size=pool_size, max_overflow=max_overflow, pool_pre_ping=True, **json_options
     )
+
+
+def create_read_engine(url: str) -> Engine | None:
+    """SQLite only: a synchronous engine for reads, used from worker threads (WAL lets them run beside
+    the writer). None for PostgreSQL, whose async driver needs no threads."""
+    if not is_sqlite(url):
+        return None
+    sync_url = make_url(url).set(drivername="sqlite+pysqlite")
+    engine = create_sync_engine(
+        sync_url,
+        connect_args={"timeout": 30, "check_same_thread": False},
+        pool_size=8,
+        max_overflow=8,
+        json_serializer=_dumps,
+        json_deserializer=orjson.loads,
+    )
+    event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

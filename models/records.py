@@ -73,3 +73,13 @@ class OutboxEntry:
     id: int
     message_id: str
     previous_resource_id: str | None
+
+
+@dataclass(slots=True)
+class PageRead:
+    """One recall's reads: the thread (when asked for), the page, its count and the include rows."""
+
+    thread: ThreadRecord | None
+    rows: list[MessageRecord]
+    total: int
+    included: list[MessageRecord]

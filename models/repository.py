@@ -27,15 +27,17 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from models.db import create_read_engine
 from models.records import (
-    DateRange,
     IncludeWindow,
     MessageQuery,
     MessageRecord,
     OutboxEntry,
+    PageRead,
     ResourceRecord,
     ThreadRecord,
 )
@@ -93,9 +95,31 @@ def _thread(row: Any) -> ThreadRecord:
 
 
 class Repository:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, read_engine: Engine | None = None) -> None:
         self.engine = engine
         self.dialect = engine.dialect.name
+        self._statements: dict[tuple[Any, ...], Select[Any]] = {}
+        # SQLite: hot reads run on plain sqlite3 connections in a worker thread, one hop per read,
+        # instead of one aiosqlite thread hop per statement and cursor operation.
+        self.read_engine = read_engine or create_read_engine(engine.url.render_as_string(hide_password=False))
+
+    def close(self) -> None:
+        """Releases the SQLite read connections (the async engine is its owner's to dispose)."""
+        if self.read_engine is not None:
+            self.read_engine.dispose()
+
+    async def _read(self, fn: Callable[[Connection], _T]) -> _T:
+        """Runs a read-only function of a connection: in a thread on SQLite, on the event loop's
+        connection on PostgreSQL (asyncpg is asynchronous already)."""
+        if self.read_engine is not None:
+            return await asyncio.to_thread(self._read_sync, fn)
+        async with self.engine.connect() as conn:
+            return await conn.run_sync(fn)
+
+    def _read_sync(self, fn: Callable[[Connection], _T]) -> _T:
+        assert self.read_engine is not None
+        with self.read_engine.connect() as conn:
+            return fn(conn)
 
     @property
     def is_postgres(self) -> bool:
@@ -110,9 +134,11 @@ class Repository:
 
     # ------------------------------------------------------------------ threads
     async def get_thread(self, thread_id: str) -> ThreadRecord | None:
-        async with self.engine.connect() as conn:
-            row = (await conn.execute(select(T).where(T.c.id == thread_id))).first()
-        return _thread(row) if row else None
+        def read(conn: Connection) -> ThreadRecord | None:
+            row = conn.execute(select(T).where(T.c.id == thread_id)).first()
+            return _thread(row) if row else None
+
+        return await self._read(read)
 
     async def get_threads(self, ids: Sequence[str]) -> dict[str, ThreadRecord]:
         if not ids:
@@ -311,8 +337,8 @@ class Repository:
     ) -> list[MessageRecord]:
         if not ids:
             return []
-        async with self.engine.begin() as conn:
-            await self._begin_write(conn)
+
+        async def body(conn: AsyncConnection) -> list[MessageRecord]:
             existing = await self._locked_messages(conn, list(dict.fromkeys(ids)))
             if existing:
                 await conn.execute(delete(M).where(M.c.id.in_(list(existing))))
@@ -320,7 +346,9 @@ class Repository:
                 await conn.execute(update(T).where(T.c.id.in_(threads)).values(updated_at=now))
                 if track_vectors:
                     await self._enqueue(conn, [(m.id, m.resource_id) for m in existing.values()], now)
-        return list(existing.values())
+            return list(existing.values())
+
+        return await self._write_transaction(body)
 
     # ------------------------------------------------------------------ vector outbox
     async def _enqueue(
@@ -333,13 +361,15 @@ class Repository:
             )
 
     async def outbox_snapshot(
-        self, *, message_ids: Sequence[str] | None = None, limit: int = 256
+        self, *, message_ids: Sequence[str] | None = None, limit: int = 256, queued_before: int | None = None
     ) -> tuple[list[OutboxEntry], dict[str, MessageRecord]]:
         """Queued changes (the oldest, or those of the given messages) and the current rows of their
         messages, read in one snapshot: an entry seen here describes a change these rows already show."""
         stmt = select(O.c.id, O.c.message_id, O.c.previous_resource_id).order_by(O.c.id).limit(limit)
         if message_ids is not None:
             stmt = stmt.where(O.c.message_id.in_(list(message_ids)))
+        if queued_before is not None:
+            stmt = stmt.where(O.c.created_at <= queued_before)
         async with self.engine.connect() as conn:
             if self.is_postgres:
                 conn = await conn.execution_options(isolation_level="REPEATABLE READ")
@@ -347,6 +377,14 @@ class Repository:
                 entries = [OutboxEntry(r[0], r[1], r[2]) for r in await conn.execute(stmt)]
                 rows = await self._messages_by_id(conn, list(dict.fromkeys(e.message_id for e in entries)))
         return entries, rows
+
+    async def outbox_release(self, message_ids: Sequence[str]) -> None:
+        """Marks these messages' queued changes as due now (their request could not write them)."""
+        if message_ids:
+            async with self.engine.begin() as conn:
+                await conn.execute(
+                    update(O).where(O.c.message_id.in_(list(message_ids))).values(created_at=0)
+                )
 
     async def outbox_done(self, entry_ids: Sequence[int]) -> None:
         if entry_ids:
@@ -399,33 +437,103 @@ class Repository:
             return and_(kind == "text", extracted == value)
         return and_(kind.in_(("integer", "real")), extracted == value)
 
-    def _message_filter(self, q: MessageQuery) -> list[ColumnElement[bool]]:
-        where: list[ColumnElement[bool]] = [M.c.thread_id == q.thread_id]
+    def _filter_params(self, q: MessageQuery) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The filter's shape (which conditions, of which JSON types) and its parameter values.
+        Statements are built once per shape and cached: building SQLAlchemy statements per request
+        cost more than running them."""
+        params: dict[str, Any] = {"thread_id": q.thread_id}
         if q.resource_id:
-            where.append(M.c.resource_id == q.resource_id)
-        where.extend(_date_range(q.date_range))
+            params["resource_id"] = q.resource_id
+        dr = q.date_range
+        if dr is not None:
+            if dr.start is not None:
+                params["start"] = dr.start
+            if dr.end is not None:
+                params["end"] = dr.end
+        kinds: tuple[str, ...] = ()
         if q.metadata:
             if self.is_postgres:
-                where.append(
-                    _PG_METADATA.op("@>")(func.cast(literal(_json_text(q.metadata)), postgresql.JSONB))
-                )
+                params["metadata"] = _json_text(q.metadata)
+                kinds = ("jsonb",)
             else:
-                meta = M.c.content
-                for key, value in q.metadata.items():
-                    where.append(self._json_equals(meta, f"metadata.{key}", value))
+                kinds = tuple(_json_kind(v) for v in q.metadata.values())
+                for n, (key, value) in enumerate(q.metadata.items()):
+                    params[f"path{n}"] = f"$.metadata.{key}"
+                    if _json_kind(value) in ("text", "number"):
+                        params[f"value{n}"] = value
+        shape = (
+            bool(q.resource_id),
+            dr is not None and dr.start is not None,
+            dr is not None and dr.start_exclusive,
+            dr is not None and dr.end is not None,
+            dr is not None and dr.end_exclusive,
+            kinds,
+        )
+        return shape, params
+
+    def _filter_conditions(self, shape: tuple[Any, ...]) -> list[ColumnElement[bool]]:
+        has_resource, has_start, start_exclusive, has_end, end_exclusive, kinds = shape
+        where: list[ColumnElement[bool]] = [M.c.thread_id == bindparam("thread_id")]
+        if has_resource:
+            where.append(M.c.resource_id == bindparam("resource_id"))
+        if has_start:
+            start = bindparam("start")
+            where.append(M.c.created_at > start if start_exclusive else M.c.created_at >= start)
+        if has_end:
+            end = bindparam("end")
+            where.append(M.c.created_at < end if end_exclusive else M.c.created_at <= end)
+        if kinds == ("jsonb",):
+            where.append(_PG_METADATA.op("@>")(func.cast(bindparam("metadata"), postgresql.JSONB)))
+        else:
+            for n, kind in enumerate(kinds):
+                path = bindparam(f"path{n}")
+                json_type = func.json_type(M.c.content, path)
+                if kind in ("null", "true", "false"):
+                    where.append(json_type == kind)
+                    continue
+                extracted = func.json_extract(M.c.content, path) == bindparam(f"value{n}")
+                # Literal type names, not parameters: the statement is cached per shape anyway.
+                types = ("text",) if kind == "text" else ("integer", "real")
+                where.append(and_(json_type.in_([literal_column(f"'{t}'") for t in types]), extracted))
         return where
 
+    def _page_template(self, shape: tuple[Any, ...], descending: bool) -> Select[Any]:
+        key = ("page", shape, descending)
+        stmt = self._statements.get(key)
+        if stmt is None:
+            order = (
+                (M.c.created_at.desc(), M.c.seq.desc())
+                if descending
+                else (M.c.created_at.asc(), M.c.seq.asc())
+            )
+            stmt = (
+                select(*_MESSAGE_COLUMNS)
+                .where(*self._filter_conditions(shape))
+                .order_by(*order)
+                .limit(bindparam("limit"))
+                .offset(bindparam("offset"))
+            )
+            self._statements[key] = stmt
+        return stmt
+
+    def _count_template(self, shape: tuple[Any, ...]) -> Select[Any]:
+        key = ("count", shape)
+        stmt = self._statements.get(key)
+        if stmt is None:
+            stmt = select(func.count()).select_from(M).where(*self._filter_conditions(shape))
+            self._statements[key] = stmt
+        return stmt
+
     def page_statement(self, q: MessageQuery, *, descending: bool, limit: int, offset: int) -> Select[Any]:
-        order = (
-            (M.c.created_at.desc(), M.c.seq.desc()) if descending else (M.c.created_at.asc(), M.c.seq.asc())
-        )
-        stmt = select(*_MESSAGE_COLUMNS).where(*self._message_filter(q)).order_by(*order).limit(limit)
-        return stmt.offset(offset) if offset else stmt
+        """The page query with its values bound (for EXPLAIN in tests)."""
+        shape, params = self._filter_params(q)
+        return self._page_template(shape, descending).params(**params, limit=limit, offset=offset)
 
     def count_statement(self, q: MessageQuery) -> Select[Any]:
-        return select(func.count()).select_from(M).where(*self._message_filter(q))
+        shape, params = self._filter_params(q)
+        return self._count_template(shape).params(**params)
 
-    async def page_and_count(
+    async def read_page(
         self,
         q: MessageQuery,
         *,
@@ -434,18 +542,26 @@ class Repository:
         offset: int,
         windows: Sequence[IncludeWindow] = (),
         window_resource_id: str | None = None,
-    ) -> tuple[list[MessageRecord], int, list[MessageRecord]]:
-        """The count, the page (limit None: every row) and the include windows, on one connection."""
-        async with self.engine.connect() as conn:
-            total = (await conn.execute(self.count_statement(q))).scalar_one()
-            rows: list[MessageRecord] = []
+        with_thread: bool = False,
+    ) -> PageRead:
+        """Everything one recall reads, in one round trip to the reading thread: the thread (for the
+        ownership check), the count and the page (limit None: every row; 0: neither) and the include
+        windows."""
+
+        def read(conn: Connection) -> PageRead:
+            thread = None
+            if with_thread:
+                row = conn.execute(select(T).where(T.c.id == q.thread_id)).first()
+                thread = _thread(row) if row else None
+            total, rows = 0, []
             if limit is None or limit > 0:
-                stmt = self.page_statement(
-                    q, descending=descending, limit=limit if limit is not None else total, offset=offset
-                )
-                rows = [_message(row) for row in await conn.execute(stmt)]
-            included = await self._windows(conn, windows, window_resource_id)
-        return rows, total, included
+                shape, params = self._filter_params(q)
+                total = conn.execute(self._count_template(shape), params).scalar_one()
+                page = {**params, "limit": limit if limit is not None else total, "offset": offset}
+                rows = [_message(row) for row in conn.execute(self._page_template(shape, descending), page)]
+            return PageRead(thread, rows, total, self._windows(conn, windows, window_resource_id))
+
+        return await self._read(read)
 
     def window_statement(self, windows: Sequence[IncludeWindow], resource_id: str | None) -> Any:
         """All include windows of a request as one statement (callers chunk very long lists)."""
@@ -462,10 +578,12 @@ class Repository:
 
     async def explain(self, stmt: Any) -> str:
         """The engine's query plan for a statement built here (tests check that indexes are used)."""
-        compiled = stmt.compile(dialect=self.engine.dialect, compile_kwargs={"literal_binds": True})
+        compiled = stmt.compile(dialect=self.engine.dialect)
+        values = compiled.construct_params()
+        params = tuple(values[name] for name in compiled.positiontup or ())
         prefix = "EXPLAIN" if self.is_postgres else "EXPLAIN QUERY PLAN"
         async with self.engine.connect() as conn:
-            rows = (await conn.execute(text(f"{prefix} {compiled}"))).all()
+            rows = (await conn.exec_driver_sql(f"{prefix} {compiled}", params)).all()
         return "\n".join(" ".join(str(c) for c in row) for row in rows)
 
     async def include_windows(
@@ -473,11 +591,10 @@ class Repository:
     ) -> list[MessageRecord]:
         if not windows:
             return []
-        async with self.engine.connect() as conn:
-            return await self._windows(conn, windows, resource_id)
+        return await self._read(lambda conn: self._windows(conn, windows, resource_id))
 
-    async def _windows(
-        self, conn: AsyncConnection, windows: Sequence[IncludeWindow], resource_id: str | None
+    def _windows(
+        self, conn: Connection, windows: Sequence[IncludeWindow], resource_id: str | None
     ) -> list[MessageRecord]:
         """Every include window (target plus neighbours in its own thread) in one statement."""
         out: list[MessageRecord] = []
@@ -485,7 +602,7 @@ class Repository:
         step = _MAX_UNION_TERMS // 2
         for start in range(0, len(windows), step):
             stmt = self.window_statement(windows[start : start + step], resource_id)
-            out.extend(_message(row) for row in await conn.execute(stmt))
+            out.extend(_message(row) for row in conn.execute(stmt))
         return out
 
     def _window_select(self, message_id: str, limit: int, *, previous: bool, resource_id: str | None) -> Any:
@@ -527,6 +644,256 @@ class Repository:
             rows = await conn.execute(select(R.c.id).order_by(R.c.id).offset(offset).limit(limit))
             return [r[0] for r in rows]
 
+    # ------------------------------------------------------------------ import / export (resolvers.transfer)
+    async def _begin_import(self, conn: AsyncConnection) -> None:
+        # SQLite: take the write lock before reading what is stored, so the compare-then-write of an
+        # import batch cannot interleave with another writer. PostgreSQL's upserts are atomic as they are.
+        if not self.is_postgres:
+            await conn.execute(text("BEGIN IMMEDIATE"))
+
+    async def _stored_for_import(self, conn: AsyncConnection, ids: list[str]) -> dict[str, MessageRecord]:
+        if not self.is_postgres:
+            return await self._messages_by_id(conn, ids)
+        # One array parameter instead of an expanded IN list: much cheaper to build for a large batch.
+        ids_param = bindparam("import_ids", value=ids, type_=postgresql.ARRAY(M.c.id.type))
+        result = await conn.execute(select(*_MESSAGE_COLUMNS).where(M.c.id == func.any(ids_param)))
+        return {rec.id: rec for rec in map(_message, result)}
+
+    async def import_resources(self, records: Sequence[ResourceRecord]) -> tuple[int, int]:
+        """Upserts resources as given (working memory, metadata, both times), in one transaction;
+        rows already stored exactly so are not written. Returns (inserted, updated)."""
+        last = {r.id: r for r in records}
+        if not last:
+            return 0, 0
+        async with self.engine.begin() as conn:
+            await self._begin_import(conn)
+            stored: dict[str, tuple[Any, ...]] = {}
+            ids = list(last)
+            for start in range(0, len(ids), 500):
+                stmt = select(R.c.id, R.c.working_memory, R.c.metadata, R.c.created_at, R.c.updated_at)
+                for row in await conn.execute(stmt.where(R.c.id.in_(ids[start : start + 500]))):
+                    stored[row[0]] = tuple(row[1:])
+            write = [
+                r
+                for r in last.values()
+                if stored.get(r.id) != (r.working_memory, r.metadata, r.created_at, r.updated_at)
+            ]
+            if write:
+                stmt = self._insert(R)
+                stmt = stmt.on_conflict_do_update(
+                    index_elements=["id"],
+                    set_={
+                        c: getattr(stmt.excluded, c)
+                        for c in ("working_memory", "metadata", "created_at", "updated_at")
+                    },
+                )
+                await conn.execute(
+                    stmt,
+                    [
+                        {
+                            "id": r.id,
+                            "working_memory": r.working_memory,
+                            "metadata": r.metadata,
+                            "created_at": r.created_at,
+                            "updated_at": r.updated_at,
+                        }
+                        for r in write
+                    ],
+                )
+        inserted = sum(1 for r in write if r.id not in stored)
+        return inserted, len(write) - inserted
+
+    async def import_threads(self, records: Sequence[ThreadRecord]) -> tuple[int, int]:
+        """Upserts threads as given (resource, title, metadata, both times), in one transaction, and
+        creates a missing owner resource (no working memory, metadata {}, created with the thread).
+        Rows already stored exactly so are not written. Returns (inserted, updated)."""
+        last = {t.id: t for t in records}
+        if not last:
+            return 0, 0
+        async with self.engine.begin() as conn:
+            await self._begin_import(conn)
+            stored: dict[str, tuple[Any, ...]] = {}
+            ids = list(last)
+            for start in range(0, len(ids), 500):
+                stmt = select(
+                    T.c.id, T.c.resource_id, T.c.title, T.c.metadata, T.c.created_at, T.c.updated_at
+                )
+                for row in await conn.execute(stmt.where(T.c.id.in_(ids[start : start + 500]))):
+                    stored[row[0]] = tuple(row[1:])
+            write = [
+                t
+                for t in last.values()
+                if stored.get(t.id) != (t.resource_id, t.title, t.metadata, t.created_at, t.updated_at)
+            ]
+            if write:
+                stmt = self._insert(T)
+                stmt = stmt.on_conflict_do_update(
+                    index_elements=["id"],
+                    set_={
+                        c: getattr(stmt.excluded, c)
+                        for c in ("resource_id", "title", "metadata", "created_at", "updated_at")
+                    },
+                )
+                await conn.execute(
+                    stmt,
+                    [
+                        {
+                            "id": t.id,
+                            "resource_id": t.resource_id,
+                            "title": t.title,
+                            "metadata": t.metadata,
+                            "created_at": t.created_at,
+                            "updated_at": t.updated_at,
+                        }
+                        for t in write
+                    ],
+                )
+                owners: dict[str, int] = {}
+                for t in write:
+                    owners[t.resource_id] = min(owners.get(t.resource_id, t.created_at), t.created_at)
+                await conn.execute(
+                    self._insert(R).on_conflict_do_nothing(index_elements=["id"]),
+                    [
+                        {"id": r, "working_memory": None, "metadata": {}, "created_at": at, "updated_at": at}
+                        for r, at in sorted(owners.items())
+                    ],
+                )
+        inserted = sum(1 for t in write if t.id not in stored)
+        return inserted, len(write) - inserted
+
+    async def import_messages(
+        self, records: Sequence[MessageRecord], *, now: int, track_vectors: bool = False
+    ) -> tuple[int, int]:
+        """Upserts messages in one transaction, new ones in the given order (their insertion sequence).
+
+        Like save_messages, an id already stored keeps its createdAt and sequence; unlike it, thread
+        updatedAt is left alone (an import carries its own), and rows already stored exactly so are not
+        written (nor re-queued for embedding). With track_vectors, written messages are queued in the
+        vector outbox. Returns (inserted, updated)."""
+        last: dict[str, MessageRecord] = {}
+        for rec in records:
+            last[rec.id] = rec
+        if not last:
+            return 0, 0
+        async with self.engine.begin() as conn:
+            await self._begin_import(conn)
+            stored = await self._stored_for_import(conn, list(last))
+            write = [
+                m
+                for m in last.values()
+                if (old := stored.get(m.id)) is None
+                or (old.thread_id, old.resource_id, old.role, old.type, old.content, old.signal_type)
+                != (m.thread_id, m.resource_id, m.role, m.type, m.content, m.signal_type)
+                or old.legacy_reminder != m.legacy_reminder
+            ]
+            if write:
+                stmt = self._insert(M)
+                stmt = stmt.on_conflict_do_update(
+                    index_elements=["id"],
+                    set_={
+                        c: getattr(stmt.excluded, c)
+                        for c in (
+                            "thread_id",
+                            "resource_id",
+                            "role",
+                            "type",
+                            "content",
+                            "signal_type",
+                            "legacy_reminder",
+                        )
+                    },
+                )
+                rows = [
+                    {
+                        "id": m.id,
+                        "thread_id": m.thread_id,
+                        "resource_id": m.resource_id,
+                        "role": m.role,
+                        "type": m.type,
+                        "created_at": m.created_at,
+                        "content": m.content,
+                        "signal_type": m.signal_type,
+                        "legacy_reminder": m.legacy_reminder,
+                    }
+                    for m in write
+                ]
+                for start in range(0, len(rows), 500):
+                    await conn.execute(stmt, rows[start : start + 500])
+                pairs = sorted({(m.thread_id, m.resource_id) for m in write if m.resource_id is not None})
+                if pairs:
+                    await conn.execute(
+                        self._insert(TR).on_conflict_do_nothing(),
+                        [{"thread_id": t, "resource_id": r} for t, r in pairs],
+                    )
+                if track_vectors:
+                    await self._enqueue(
+                        conn,
+                        [(m.id, stored[m.id].resource_id if m.id in stored else None) for m in write],
+                        now,
+                    )
+        inserted = sum(1 for m in write if m.id not in stored)
+        return inserted, len(write) - inserted
+
+    async def export_rows(
+        self,
+        emit: Callable[[str, list[Any]], Awaitable[None]],
+        *,
+        resource_id: str | None = None,
+        batch: int = 1000,
+    ) -> dict[str, int]:
+        """Reads everything (or one resource: its row, its threads and every message in them) from one
+        snapshot, in re-import order: emit("counts", [totals]) first, then emit(kind, records) per batch
+        for "resource" (by id), "thread" (by createdAt, id) and "message" (by insertion sequence).
+        Returns how many rows of each kind were emitted."""
+        r_where: list[ColumnElement[bool]] = [] if resource_id is None else [R.c.id == resource_id]
+        t_where: list[ColumnElement[bool]] = [] if resource_id is None else [T.c.resource_id == resource_id]
+        m_where: list[ColumnElement[bool]] = (
+            [] if resource_id is None else [M.c.thread_id.in_(select(T.c.id).where(*t_where))]
+        )
+        done = {"resource": 0, "thread": 0, "message": 0}
+        async with self.engine.connect() as conn:
+            if self.is_postgres:
+                conn = await conn.execution_options(isolation_level="REPEATABLE READ")
+            async with conn.begin():
+                if not self.is_postgres:
+                    # A read transaction: every statement below sees the same WAL snapshot.
+                    await conn.execute(text("BEGIN"))
+                counts = {}
+                for kind, table, where in (
+                    ("resource", R, r_where),
+                    ("thread", T, t_where),
+                    ("message", M, m_where),
+                ):
+                    stmt = select(func.count()).select_from(table).where(*where)
+                    counts[kind] = (await conn.execute(stmt)).scalar_one()
+                await emit("counts", [counts])
+                statements = (
+                    ("resource", select(R).where(*r_where).order_by(R.c.id)),
+                    ("thread", select(T).where(*t_where).order_by(T.c.created_at, T.c.id)),
+                    ("message", select(*_MESSAGE_COLUMNS).where(*m_where).order_by(M.c.seq)),
+                )
+                for kind, stmt in statements:
+                    result = await conn.stream(stmt)
+                    async for rows in result.partitions(batch):
+                        if kind == "resource":
+                            records: list[Any] = [
+                                ResourceRecord(
+                                    id=r.id,
+                                    working_memory=r.working_memory,
+                                    metadata=r.metadata,
+                                    created_at=r.created_at,
+                                    updated_at=r.updated_at,
+                                )
+                                for r in rows
+                            ]
+                        elif kind == "thread":
+                            records = [_thread(r) for r in rows]
+                        else:
+                            records = [_message(r) for r in rows]
+                        done[kind] += len(records)
+                        await emit(kind, records)
+        return done
+
     # ------------------------------------------------------------------ memory API (issue 4)
     async def _begin_write(self, conn: AsyncConnection) -> None:
         """Makes a read-modify-write transaction the only writer from its first statement.
@@ -540,8 +907,10 @@ class Repository:
 
     async def _locked_messages(self, conn: AsyncConnection, ids: Sequence[str]) -> dict[str, MessageRecord]:
         found: dict[str, MessageRecord] = {}
+        ids = sorted(ids)
         for start in range(0, len(ids), 500):
-            stmt = self._lock(select(*_MESSAGE_COLUMNS).where(M.c.id.in_(list(ids[start : start + 500]))))
+            chunk = ids[start : start + 500]
+            stmt = self._lock(select(*_MESSAGE_COLUMNS).where(M.c.id.in_(chunk)).order_by(M.c.id))
             for row in await conn.execute(stmt):
                 rec = _message(row)
                 found[rec.id] = rec
@@ -552,8 +921,8 @@ class Repository:
     ) -> tuple[ThreadRecord | None, list[MessageRecord]]:
         """Deletes the thread and every message filed under its id, in one transaction; returns what
         was deleted (the thread row may be missing while messages exist, and vice versa)."""
-        async with self.engine.begin() as conn:
-            await self._begin_write(conn)
+
+        async def body(conn: AsyncConnection) -> tuple[ThreadRecord | None, list[MessageRecord]]:
             row = (await conn.execute(self._lock(select(T).where(T.c.id == thread_id)))).first()
             stmt = (
                 select(*_MESSAGE_COLUMNS)
@@ -568,7 +937,9 @@ class Repository:
             await conn.execute(delete(TR).where(TR.c.thread_id == thread_id))
             if row is not None:
                 await conn.execute(delete(T).where(T.c.id == thread_id))
-        return (_thread(row) if row is not None else None), messages
+            return (_thread(row) if row is not None else None), messages
+
+        return await self._write_transaction(body, lock_keys=[thread_id])
 
     async def clone_thread(
         self,
@@ -587,11 +958,12 @@ class Repository:
 
         The messages are those of the source thread within [start, end], restricted to `message_ids`
         when given, and the newest `limit` of those; `build` turns the source thread and that selection
-        (chronological) into the new thread and the copies. Returns None when the source is missing;
-        raises RowConflict when the new id is taken. With `copy_resource_working_memory`, the source
-        resource's working memory (when set) is copied to the new thread's resource."""
-        async with self.engine.begin() as conn:
-            await self._begin_write(conn)
+        (chronological) into the new thread and the copies (it may run again if the transaction is
+        retried). Returns None when the source is missing; raises RowConflict when the new id is
+        taken. With `copy_resource_working_memory`, the source resource's working memory (when set) is
+        copied to the new thread's resource."""
+
+        async def body(conn: AsyncConnection) -> tuple[ThreadRecord, list[MessageRecord]] | None:
             row = (await conn.execute(select(T).where(T.c.id == source_id))).first()
             if row is None:
                 return None
@@ -663,7 +1035,9 @@ class Repository:
                         .values(working_memory=value, updated_at=now)
                     )
             stored = await self._messages_by_id(conn, [m.id for m in copies])
-        return thread, [stored[m.id] for m in copies if m.id in stored]
+            return thread, [stored[m.id] for m in copies if m.id in stored]
+
+        return await self._write_transaction(body)
 
     async def update_messages(
         self,
@@ -672,15 +1046,18 @@ class Repository:
         *,
         now: int,
         track_vectors: bool = False,
+        lock_keys: Iterable[str] = (),
     ) -> tuple[dict[str, MessageRecord], list[MessageRecord]]:
         """Reads the messages under a write lock, lets `apply` compute their new versions (it may raise:
-        then nothing is written) and writes them in the same transaction. createdAt and the insertion
-        sequence never change. Bumps updatedAt of every old and new thread. Returns (before, after)."""
+        then nothing is written; it may run again if the transaction is retried) and writes them in the
+        same transaction. createdAt and the insertion sequence never change. Bumps updatedAt of every
+        old and new thread. `lock_keys`: the threads involved (serialised with saves to them). Returns
+        (before, after)."""
         unique = list(dict.fromkeys(ids))
         if not unique:
             return {}, []
-        async with self.engine.begin() as conn:
-            await self._begin_write(conn)
+
+        async def body(conn: AsyncConnection) -> tuple[dict[str, MessageRecord], list[MessageRecord]]:
             before = await self._locked_messages(conn, unique)
             if not before:
                 return {}, []
@@ -726,40 +1103,49 @@ class Repository:
                 if track_vectors:
                     await self._enqueue(conn, [(m.id, before[m.id].resource_id) for m in after], now)
             stored = await self._messages_by_id(conn, [m.id for m in after])
-        return before, [stored[m.id] for m in after if m.id in stored]
+            return before, [stored[m.id] for m in after if m.id in stored]
+
+        return await self._write_transaction(body, lock_keys=lock_keys)
 
     async def modify_resource_working_memory(
         self, resource_id: str, change: Callable[[str | None], str], *, now: int
     ) -> ResourceRecord:
         """Creates the resource row if needed (metadata {}), then replaces its working memory with
         `change(current)` under a row lock: concurrent updates of one resource are serialised."""
-        async with self.engine.begin() as conn:
-            await self._begin_write(conn)
+
+        async def body(conn: AsyncConnection) -> ResourceRecord:
             await self._ensure_resource(conn, resource_id, now)
             row = (await conn.execute(self._lock(select(R).where(R.c.id == resource_id)))).one()
             value = change(row.working_memory)
+            # Never backwards: the last committed update has the latest updatedAt.
+            stamp = max(now, row.updated_at)
             await conn.execute(
-                update(R).where(R.c.id == resource_id).values(working_memory=value, updated_at=now)
+                update(R).where(R.c.id == resource_id).values(working_memory=value, updated_at=stamp)
             )
-            row = (await conn.execute(select(R).where(R.c.id == resource_id))).one()
-        return _resource(row)
+            return _resource((await conn.execute(select(R).where(R.c.id == resource_id))).one())
+
+        return await self._write_transaction(body)
 
     async def modify_thread_working_memory(
         self, thread_id: str, change: Callable[[str | None], str], *, now: int
     ) -> ThreadRecord | None:
         """Sets metadata.workingMemory to `change(current)` under a row lock; None when the thread is
         missing. Bumps updatedAt (the thread changed)."""
-        async with self.engine.begin() as conn:
-            await self._begin_write(conn)
+
+        async def body(conn: AsyncConnection) -> ThreadRecord | None:
             row = (await conn.execute(self._lock(select(T).where(T.c.id == thread_id)))).first()
             if row is None:
                 return None
             metadata = dict(row.metadata or {})
             current = metadata.get("workingMemory")
             metadata["workingMemory"] = change(current if isinstance(current, str) else None)
-            await conn.execute(update(T).where(T.c.id == thread_id).values(metadata=metadata, updated_at=now))
-            row = (await conn.execute(select(T).where(T.c.id == thread_id))).one()
-        return _thread(row)
+            stamp = max(now, row.updated_at)
+            await conn.execute(
+                update(T).where(T.c.id == thread_id).values(metadata=metadata, updated_at=stamp)
+            )
+            return _thread((await conn.execute(select(T).where(T.c.id == thread_id))).one())
+
+        return await self._write_transaction(body, lock_keys=[thread_id])
 
     async def set_title_if_untitled(self, thread_id: str, title: str, *, now: int) -> ThreadRecord | None:
         """Sets a generated title unless the thread has one by now (a user's title always wins);
@@ -772,6 +1158,13 @@ class Repository:
                 return None
             row = (await conn.execute(select(T).where(T.c.id == thread_id))).one()
         return _thread(row)
+
+    async def get_resources(self, ids: Sequence[str]) -> dict[str, ResourceRecord]:
+        if not ids:
+            return {}
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(select(R).where(R.c.id.in_(set(ids))))).all()
+        return {row.id: _resource(row) for row in rows}
 
     async def first_messages(self, thread_id: str, limit: int) -> list[MessageRecord]:
         """A thread's oldest messages, chronologically."""
@@ -805,15 +1198,14 @@ def _retryable(exc: DBAPIError) -> bool:
     return code in ("40P01", "40001") or "database is locked" in str(exc.orig)
 
 
-def _date_range(dr: DateRange | None) -> Iterable[ColumnElement[bool]]:
-    if dr is None:
-        return []
-    cond: list[ColumnElement[bool]] = []
-    if dr.start is not None:
-        cond.append(M.c.created_at > dr.start if dr.start_exclusive else M.c.created_at >= dr.start)
-    if dr.end is not None:
-        cond.append(M.c.created_at < dr.end if dr.end_exclusive else M.c.created_at <= dr.end)
-    return cond
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    return "text" if isinstance(value, str) else "number"
 
 
 def _json_text(value: Any) -> str:

@@ -7,13 +7,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from models.records import MessageRecord, ThreadRecord
+from models.records import MessageRecord, ResourceRecord, ThreadRecord
 from models.repository import Repository
+from resolvers.events import EventBroker, InProcessBroker
 from resolvers.loaders import DataLoader
 from resolvers.messages import MessageService
 from resolvers.recall import RecallEngine
 from resolvers.semantic import SemanticMemory
 from resolvers.threads import ThreadService
+from resolvers.titles import Chat, TitleGenerator
+from resolvers.working_memory import WorkingMemoryService
 
 
 @dataclass
@@ -23,6 +26,18 @@ class Services:
     threads: ThreadService
     messages: MessageService
     semantic: SemanticMemory | None = None
+    working_memory: WorkingMemoryService = field(default=None)  # type: ignore[assignment]
+    events: EventBroker = field(default_factory=InProcessBroker)
+    titles: TitleGenerator = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        # Services built by hand (tests) get the memory-API collaborators with their defaults.
+        if self.working_memory is None:
+            self.working_memory = WorkingMemoryService(
+                self.repository, defaults=self.recall.defaults, events=self.events
+            )
+        if self.titles is None:
+            self.titles = TitleGenerator(self.repository, events=self.events)
 
     @classmethod
     def build(
@@ -34,21 +49,43 @@ class Services:
         max_include_items: int | None = None,
         max_save_batch: int | None = None,
         vector_sync_timeout: float = 10.0,
+        events: EventBroker | None = None,
+        chat: Chat | None = None,
+        title_timeout: float = 30.0,
     ) -> Services:
+        broker: EventBroker = events if events is not None else InProcessBroker()
+        titles = TitleGenerator(repository, chat=chat, events=broker, timeout=title_timeout)
         return cls(
             repository=repository,
             recall=RecallEngine(
                 repository, defaults=memory_defaults, semantic=semantic, max_include_items=max_include_items
             ),
-            threads=ThreadService(repository),
+            threads=ThreadService(
+                repository,
+                events=broker,
+                vectors=semantic,
+                defaults=memory_defaults,
+                vector_sync_timeout=vector_sync_timeout,
+            ),
             messages=MessageService(
                 repository,
                 max_batch=max_save_batch,
                 vectors=semantic,
                 vector_sync_timeout=vector_sync_timeout,
+                events=broker,
+                titles=titles,
+                defaults=memory_defaults,
             ),
             semantic=semantic,
+            working_memory=WorkingMemoryService(repository, defaults=memory_defaults, events=broker),
+            events=broker,
+            titles=titles,
         )
+
+    async def aclose(self) -> None:
+        """Finishes (briefly) the titles in progress and closes the event broker."""
+        await self.titles.aclose()
+        await self.events.aclose()
 
 
 @dataclass
@@ -57,6 +94,7 @@ class RequestContext:
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     threads: DataLoader[str, ThreadRecord | None] = field(init=False)
     messages: DataLoader[str, MessageRecord | None] = field(init=False)
+    resources: DataLoader[str, ResourceRecord | None] = field(init=False)
 
     def __post_init__(self) -> None:
         repo = self.services.repository
@@ -69,5 +107,14 @@ class RequestContext:
             found = await repo.get_messages(ids)
             return [found.get(i) for i in ids]
 
+        async def load_resources(ids: Sequence[str]) -> list[ResourceRecord | None]:
+            found = await repo.get_resources(ids)
+            return [found.get(i) for i in ids]
+
         self.threads = DataLoader(load_threads)
         self.messages = DataLoader(load_messages)
+        self.resources = DataLoader(load_resources)
+
+    def clear_caches(self) -> None:
+        """Forgets loaded rows (a subscription's context lives as long as its connection)."""
+        self.__post_init__()

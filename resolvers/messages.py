@@ -1,21 +1,42 @@
-"""Saving messages: validation, classification (once, on write) and one transactional upsert."""
+"""Saving, updating and deleting messages: validation, classification (once, on write) and one
+transaction per call. Changes are announced on the event broker after they commit; saves may start
+title generation (resolvers.titles)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import orjson
+
 from models.records import MessageRecord
 from models.repository import Repository
 from models.signals import is_legacy_reminder, is_transient_signal, signal_type
 from resolvers.clock import now_ms
+from resolvers.config import BUILTIN_DEFAULTS, deep_merge
 from resolvers.errors import BadUserInput
+from resolvers.events import (
+    MESSAGE_DELETED,
+    MESSAGE_SAVED,
+    MESSAGE_UPDATED,
+    THREAD_UPDATED,
+    EventBroker,
+    Publication,
+    message_event,
+    publish_quietly,
+    thread_event,
+)
+from resolvers.titles import TitleGenerator, title_options
 
 log = logging.getLogger("recallql.messages")
+# A JSON \u0000 escape that is not itself an escaped backslash followed by "u0000".
+_NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 
 
 @dataclass(slots=True)
@@ -30,6 +51,18 @@ class MessageInput:
 
 
 @dataclass(slots=True)
+class MessagePatch:
+    """An updateMessages item: None means "not given"."""
+
+    id: str
+    content: Any = None
+    role: str | None = None
+    type: str | None = None
+    thread_id: str | None = None
+    resource_id: str | None = None
+
+
+@dataclass(slots=True)
 class SaveResult:
     messages: list[MessageRecord]
     acknowledged: int  # transient signals: accepted, not stored
@@ -37,6 +70,26 @@ class SaveResult:
 
 class VectorSync(Protocol):
     async def sync(self, message_ids: Sequence[str] | None = None) -> int: ...
+    async def release(self, message_ids: Sequence[str]) -> None: ...
+
+
+async def sync_vectors(vectors: VectorSync | None, message_ids: Sequence[str], timeout: float) -> None:
+    """Brings the vectors of these messages in line with SQL now (in chunks), within `timeout`. SQL has
+    committed: if this fails or runs out of time, the outbox still holds the work for the drain."""
+    if vectors is None or not message_ids:
+        return
+
+    async def run() -> None:
+        for start in range(0, len(message_ids), 500):
+            await vectors.sync(message_ids[start : start + 500])
+
+    try:
+        await asyncio.wait_for(run(), timeout)
+    except Exception as exc:
+        log.warning("vector write deferred to the outbox drain: %r", exc)
+        # The drain leaves young entries to their request; this request has given up on them.
+        with contextlib.suppress(Exception):
+            await vectors.release(message_ids)
 
 
 class MessageService:
@@ -47,29 +100,36 @@ class MessageService:
         max_batch: int | None = None,
         vectors: VectorSync | None = None,
         vector_sync_timeout: float = 10.0,
+        events: EventBroker | None = None,
+        titles: TitleGenerator | None = None,
+        defaults: dict[str, Any] | None = None,
     ) -> None:
         self.repository = repository
         self.max_batch = max_batch
         self.vectors = vectors
         self.vector_sync_timeout = vector_sync_timeout
+        self.events = events
+        self.titles = titles
+        self.defaults = defaults if defaults is not None else BUILTIN_DEFAULTS
 
     async def _sync_vectors(self, message_ids: Sequence[str]) -> None:
         """Indexes the messages now, so a recall right after the save finds them. SQL has committed:
         if this fails, the outbox still holds the work and the background drain finishes it."""
-        if self.vectors is None or not message_ids:
-            return
-        try:
-            # Bounded: a slow embedder must not hold the save; the drain catches up.
-            await asyncio.wait_for(self.vectors.sync(message_ids), self.vector_sync_timeout)
-        except Exception as exc:
-            log.warning("vector write deferred to the outbox drain: %r", exc)
+        # Bounded: a slow embedder must not hold the save; the drain catches up.
+        await sync_vectors(self.vectors, message_ids, self.vector_sync_timeout)
 
-    async def save(self, inputs: Sequence[MessageInput]) -> SaveResult:
-        if self.max_batch is not None and len(inputs) > self.max_batch:
+    def _check_batch(self, operation: str, size: int) -> None:
+        if self.max_batch is not None and size > self.max_batch:
             raise BadUserInput(
-                f"saveMessages accepts at most {self.max_batch} messages per call, got {len(inputs)}.",
+                f"{operation} accepts at most {self.max_batch} messages per call, got {size}.",
                 limit="maxSaveBatch",
             )
+
+    async def save(
+        self, inputs: Sequence[MessageInput], memory_config: dict[str, Any] | None = None
+    ) -> SaveResult:
+        self._check_batch("saveMessages", len(inputs))
+        titles = title_options(deep_merge(self.defaults, memory_config))
         now = now_ms()
         owners = await self.repository.get_threads([m.thread_id for m in inputs if m.thread_id])
         records: list[MessageRecord] = []
@@ -116,12 +176,125 @@ class MessageService:
             )
         stored = await self.repository.save_messages(records, now=now, track_vectors=self.vectors is not None)
         await self._sync_vectors([m.id for m in stored])
+        events = [message_event(MESSAGE_SAVED, m.thread_id, m) for m in stored]
+        await publish_quietly(self.events, events + await self._thread_events({m.thread_id for m in stored}))
+        if titles is not None and self.titles is not None:
+            # Threads without a title before this save; the generator checks the rest (a user message,
+            # minMessages) on what the thread holds once the save has committed.
+            untitled = {m.thread_id for m in stored if m.thread_id in owners}
+            untitled = {t for t in untitled if not owners[t].title}
+            self.titles.schedule(sorted(untitled), titles)
         return SaveResult(stored, transient)
+
+    async def _thread_events(self, thread_ids: set[str]) -> list[Publication]:
+        if self.events is None or not thread_ids:
+            return []
+        threads = await self.repository.get_threads(sorted(thread_ids))
+        return [thread_event(THREAD_UPDATED, t) for t in threads.values()]
+
+    async def update(self, patches: Sequence[MessagePatch]) -> list[MessageRecord]:
+        """Mastra's updateMessages: unknown ids are skipped; content is shallow-merged (metadata one
+        level deeper when both are objects; parts replaced); createdAt never changes. The signal
+        classification is recomputed, vectors follow through the outbox, and the old and new threads'
+        updatedAt are bumped. One transaction: an invalid item writes nothing."""
+        self._check_batch("updateMessages", len(patches))
+        for n, p in enumerate(patches):
+            where = f"messages[{n}]"
+            if not p.id or not p.id.strip():
+                raise BadUserInput(f"{where}.id must be a non-empty string.")
+            if p.content is not None and not isinstance(p.content, dict):
+                raise BadUserInput(f"{where}.content must be an object (merged into the stored content).")
+            for name, value in (("role", p.role), ("type", p.type), ("threadId", p.thread_id)):
+                if value is not None and not value.strip():
+                    raise BadUserInput(f"{where}.{name} must be a non-empty string when given.")
+            if p.resource_id is not None and not p.resource_id.strip():
+                raise BadUserInput(f"{where}.resourceId must be a non-empty string when given.")
+        if not patches:
+            return []
+        # A message moved to an existing thread takes that thread's resource unless one is given.
+        owners = await self.repository.get_threads(sorted({p.thread_id for p in patches if p.thread_id}))
+
+        def apply(existing: dict[str, MessageRecord]) -> list[MessageRecord]:
+            changed: dict[str, MessageRecord] = {}
+            for n, p in enumerate(patches):
+                current = changed.get(p.id) or existing.get(p.id)
+                if current is None:
+                    continue
+                content = current.content
+                if p.content is not None:
+                    merged = {**content, **p.content}
+                    old_meta, new_meta = content.get("metadata"), p.content.get("metadata")
+                    if isinstance(old_meta, dict) and isinstance(new_meta, dict):
+                        merged["metadata"] = {**old_meta, **new_meta}
+                    _check_content(merged, f"messages[{n}]")
+                    content = merged
+                role = p.role or current.role
+                thread_id = p.thread_id or current.thread_id
+                resource_id = current.resource_id
+                if p.resource_id is not None:
+                    resource_id = p.resource_id
+                elif thread_id != current.thread_id and thread_id in owners:
+                    resource_id = owners[thread_id].resource_id
+                changed[p.id] = MessageRecord(
+                    id=current.id,
+                    thread_id=thread_id,
+                    resource_id=resource_id,
+                    role=role,
+                    type=p.type or current.type,
+                    created_at=current.created_at,
+                    content=content,
+                    seq=current.seq,
+                    signal_type=signal_type(role, content),
+                    legacy_reminder=is_legacy_reminder(role, content),
+                )
+            return list(changed.values())
+
+        # The threads involved, serialised with concurrent saves to them (PostgreSQL advisory locks).
+        current = await self.repository.get_messages([p.id for p in patches])
+        lock_keys = {m.thread_id for m in current.values()} | {p.thread_id for p in patches if p.thread_id}
+        before, after = await self.repository.update_messages(
+            [p.id for p in patches],
+            apply,
+            now=now_ms(),
+            track_vectors=self.vectors is not None,
+            lock_keys=lock_keys,
+        )
+        await self._sync_vectors([m.id for m in after])
+        events: list[Publication] = []
+        for m in after:
+            events.append(message_event(MESSAGE_UPDATED, m.thread_id, m))
+            old_thread = before[m.id].thread_id
+            if old_thread != m.thread_id:
+                events.append(message_event(MESSAGE_UPDATED, old_thread, m))
+        threads = {m.thread_id for m in after} | {before[m.id].thread_id for m in after}
+        await publish_quietly(self.events, events + await self._thread_events(threads))
+        return after
+
+    async def delete(self, ids: Sequence[str]) -> list[MessageRecord]:
+        """Mastra's deleteMessages: unknown ids are ignored, [] is a no-op; the affected threads'
+        updatedAt is bumped and the vectors go through the outbox. Returns the deleted messages."""
+        self._check_batch("deleteMessages", len(ids))
+        if any(not isinstance(i, str) or not i.strip() for i in ids):
+            raise BadUserInput("All message IDs must be non-empty strings")
+        deleted = await self.repository.delete_messages(
+            ids, now=now_ms(), track_vectors=self.vectors is not None
+        )
+        await self._sync_vectors([m.id for m in deleted])
+        events = [message_event(MESSAGE_DELETED, m.thread_id, m) for m in deleted]
+        await publish_quietly(self.events, events + await self._thread_events({m.thread_id for m in deleted}))
+        return deleted
 
 
 def _check_content(content: Any, where: str) -> None:
     if not isinstance(content, dict):
         raise BadUserInput(f"{where}.content must be an object {{format: 2, parts: [...]}}.")
+    try:
+        encoded = orjson.dumps(content)
+    except (orjson.JSONEncodeError, TypeError) as exc:
+        raise BadUserInput(f"{where}.content cannot be stored as JSON text: {exc}.") from exc
+    # PostgreSQL's jsonb cannot hold U+0000; refuse it on every engine so both behave the same.
+    if _NUL_ESCAPE.search(encoded):
+        raise BadUserInput(f"{where}.content contains the character U+0000, which cannot be stored.")
     if content.get("format") != 2:
         raise BadUserInput(f"{where}.content.format must be 2.")
     parts = content.get("parts")

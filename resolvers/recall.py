@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from models.records import DateRange, IncludeWindow, MessageQuery, MessageRecord
+from models.records import DateRange, IncludeWindow, MessageQuery, MessageRecord, PageRead, ThreadRecord
 from models.repository import Repository
 from resolvers.config import deep_merge
 from resolvers.errors import BadUserInput, Forbidden, NotFound
@@ -114,38 +114,34 @@ class RecallEngine:
         history_enabled = max_messages is not None and max_messages != 0
         history_disabled = not history_enabled and args.per_page is None
         sr = config.get("semanticRecall")
-        search_requested = bool(sr) and bool(args.vector_search_string)
+        search_requested = _js_truthy(sr) and bool(args.vector_search_string)
         search_runs = search_requested and self.semantic is not None
 
         # 4: nothing to read, and nothing else is validated on this path.
         if history_disabled and not search_runs:
             return RecallResult([], 0, args.page if args.page is not None else 0, 0, False)
 
-        # 5: ownership.
+        # 5: ownership. 7: resource scope needs a resource. Both are checked before the storage
+        # arguments are; without a vector search, one database read serves the check and the page.
         resource_scope = sr is True or (isinstance(sr, dict) and sr.get("scope") != "thread")
-        if args.resource_id:
-            thread = await self.repository.get_thread(args.thread_id)
-            if thread is None and not resource_scope:
-                raise NotFound(f"No thread found with id {args.thread_id}")
-            if thread is not None and thread.resource_id != args.resource_id:
-                raise Forbidden(
-                    f"Thread with id {args.thread_id} is for resource with id {thread.resource_id} "
-                    f"but resource {args.resource_id} was queried."
-                )
-
+        scope_error = (
+            BadUserInput(RESOURCE_SCOPE_ERROR)
+            if resource_scope and search_requested and not args.resource_id
+            else None
+        )
         # 6: the page size and which window is read.
         per_page: PerPage = args.per_page if args.per_page is not None else (max_messages or 0)
         if history_disabled:
             per_page = 0
 
-        # 7: resource scope needs a resource.
-        if resource_scope and search_requested and not args.resource_id:
-            raise BadUserInput(RESOURCE_SCOPE_ERROR)
-
-        # 8: semantic hits become include windows.
         windows: list[IncludeWindow] = []
         usage: dict[str, int] | None = None
         if search_runs:
+            if args.resource_id:
+                self._check_owner(args, await self.repository.get_thread(args.thread_id), resource_scope)
+            if scope_error is not None:
+                raise scope_error
+            # 8: semantic hits become include windows.
             assert self.semantic is not None and args.vector_search_string
             top_k, before, after = _semantic_options(sr)
             found = await self.semantic.search(
@@ -162,14 +158,50 @@ class RecallEngine:
                 for hit in found.hits
                 if threshold is None or hit.score >= threshold
             )
-        windows[:0] = self._include_windows(args.include, default_context=2 if search_runs else 0)
 
-        # 9: the storage query.
-        result = await self._list_messages(args, per_page, windows)
+        # 9: the storage query (MemoryLibSQL.listMessages).
+        spec: _PageSpec | None = None
+        spec_error: BadUserInput | None = None
+        try:
+            windows[:0] = self._include_windows(args.include, default_context=2 if search_runs else 0)
+            spec = _page_spec(args, per_page)
+        except BadUserInput as exc:
+            spec_error = exc
+        check_owner = bool(args.resource_id) and not search_runs
+        read: PageRead | None = None
+        if spec is not None:
+            read = await self.repository.read_page(
+                spec.query,
+                descending=spec.descending,
+                limit=spec.limit,
+                offset=spec.offset,
+                windows=windows,
+                window_resource_id=args.resource_id or None,
+                with_thread=check_owner,
+            )
+        if check_owner:
+            thread = read.thread if read is not None else await self.repository.get_thread(args.thread_id)
+            self._check_owner(args, thread, resource_scope)
+        if scope_error is not None:
+            raise scope_error
+        if spec_error is not None:
+            raise spec_error
+        assert spec is not None and read is not None
+        result = _page_result(args, spec, read)
         result.usage = usage
         # 10: signal filtering, after pagination: totals describe the unfiltered page.
         result.messages = filter_signals(result.messages, args.hide_signals, args.include_system_reminders)
         return result
+
+    @staticmethod
+    def _check_owner(args: RecallArgs, thread: ThreadRecord | None, resource_scope: bool) -> None:
+        if thread is None and not resource_scope:
+            raise NotFound(f"No thread found with id {args.thread_id}")
+        if thread is not None and thread.resource_id != args.resource_id:
+            raise Forbidden(
+                f"Thread with id {args.thread_id} is for resource with id {thread.resource_id} "
+                f"but resource {args.resource_id} was queried."
+            )
 
     def _include_windows(
         self, items: Sequence[IncludeItem] | None, *, default_context: int
@@ -192,49 +224,64 @@ class RecallEngine:
             windows.append(IncludeWindow(item.id, before, after))
         return windows
 
-    async def _list_messages(
-        self, args: RecallArgs, per_page: PerPage, windows: list[IncludeWindow]
-    ) -> RecallResult:
-        """MemoryLibSQL.listMessages: validation order, page, count, include merge, hasMore."""
-        if not args.thread_id.strip():
-            raise BadUserInput("threadId must be a non-empty string or array of non-empty strings")
-        page = args.page if args.page is not None else 0
-        if page < 0:
-            raise BadUserInput("page must be >= 0")
-        limit = _normalize_per_page(per_page)
-        metadata = validate_metadata_filter(args.metadata)
-        # Without orderBy the newest window is read (and returned chronologically, like every page).
-        descending = args.order_by.direction == "DESC" if args.order_by is not None else per_page is not False
-        offset = 0 if per_page is False else page * (limit or 0)
-        echo_per_page: int | Literal[False] = False if per_page is False else (limit or 0)
-        query = MessageQuery(
-            thread_id=args.thread_id,
-            resource_id=args.resource_id or None,
-            date_range=args.date_range,
-            metadata=metadata or {},
-        )
-        if limit == 0:
-            included = await self.repository.include_windows(windows, args.resource_id or None)
-            messages = _merge([], included)
-            return RecallResult(messages, 0, page, echo_per_page, False)
 
-        rows, total, included = await self.repository.page_and_count(
-            query,
-            descending=descending,
-            limit=limit,
-            offset=offset,
-            windows=windows,
-            window_resource_id=args.resource_id or None,
-        )
-        messages = _merge(rows, included)
-        if per_page is False:
-            has_more = False
-        elif metadata:
-            has_more = offset + len(rows) < total
-        else:
-            same_thread = sum(1 for m in messages if m.thread_id == args.thread_id)
-            has_more = same_thread < total and offset + (limit or 0) < total
-        return RecallResult(messages, total, page, echo_per_page, has_more)
+@dataclass(slots=True, frozen=True)
+class _PageSpec:
+    query: MessageQuery
+    page: int
+    limit: int | None  # None: every row (perPage false)
+    offset: int
+    descending: bool
+    echo_per_page: int | Literal[False]
+    metadata_filtered: bool
+
+
+def _page_spec(args: RecallArgs, per_page: PerPage) -> _PageSpec:
+    """listMessages' argument checks, in its order, and the page they describe."""
+    if not args.thread_id.strip():
+        raise BadUserInput("threadId must be a non-empty string or array of non-empty strings")
+    page = args.page if args.page is not None else 0
+    if page < 0:
+        raise BadUserInput("page must be >= 0")
+    limit = _normalize_per_page(per_page)
+    metadata = validate_metadata_filter(args.metadata)
+    # Without orderBy the newest window is read (and returned chronologically, like every page).
+    descending = args.order_by.direction == "DESC" if args.order_by is not None else per_page is not False
+    query = MessageQuery(
+        thread_id=args.thread_id,
+        resource_id=args.resource_id or None,
+        date_range=args.date_range,
+        metadata=metadata or {},
+    )
+    return _PageSpec(
+        query=query,
+        page=page,
+        limit=limit,
+        offset=0 if per_page is False else page * (limit or 0),
+        descending=descending,
+        echo_per_page=False if per_page is False else (limit or 0),
+        metadata_filtered=bool(metadata),
+    )
+
+
+def _page_result(args: RecallArgs, spec: _PageSpec, read: PageRead) -> RecallResult:
+    """Merges the include rows into the page and computes hasMore (Mastra's two formulas)."""
+    messages = _merge(read.rows, read.included)
+    if spec.limit == 0:  # perPage 0: include rows only, total 0
+        return RecallResult(messages, 0, spec.page, spec.echo_per_page, False)
+    if spec.limit is None:
+        has_more = False
+    elif spec.metadata_filtered:
+        has_more = spec.offset + len(read.rows) < read.total
+    else:
+        same_thread = sum(1 for m in messages if m.thread_id == args.thread_id)
+        has_more = same_thread < read.total and spec.offset + spec.limit < read.total
+    return RecallResult(messages, read.total, spec.page, spec.echo_per_page, has_more)
+
+
+def _js_truthy(value: Any) -> bool:
+    """JavaScript truthiness, which Mastra's `if (semanticRecall)` uses: {} and [] are true."""
+    return isinstance(value, dict | list) or bool(value)
 
 
 def _merge(page: list[MessageRecord], included: list[MessageRecord]) -> list[MessageRecord]:
@@ -280,6 +327,10 @@ def validate_metadata_filter(metadata: Any) -> dict[str, Any] | None:
     for key, value in metadata.items():
         if len(key) > 128 or not _METADATA_KEY.fullmatch(key) or key in _DISALLOWED_KEYS:
             raise BadUserInput(f'Invalid metadata filter key "{key}".')
+        if isinstance(value, str) and "\x00" in value:
+            raise BadUserInput(
+                f'Invalid metadata filter value for key "{key}": U+0000 cannot be stored or matched.'
+            )
         if not _is_scalar(value):
             raise BadUserInput(
                 f'Invalid metadata filter value for key "{key}". '

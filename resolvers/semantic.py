@@ -19,6 +19,7 @@ from models.embedders import Embedder, Embedding, chunk_text, embedding_text
 from models.records import MessageRecord
 from models.repository import Repository
 from models.vector_index import VectorHit, VectorItem
+from resolvers.clock import now_ms
 from resolvers.recall import SemanticHit, SemanticResult
 
 log = logging.getLogger("recallql.semantic")
@@ -117,11 +118,15 @@ class SemanticMemory:
         return embedding
 
     # ------------------------------------------------------------------ write side
-    async def sync(self, message_ids: Sequence[str] | None = None) -> int:
+    async def sync(
+        self, message_ids: Sequence[str] | None = None, *, queued_before: int | None = None
+    ) -> int:
         """Applies queued changes (of these messages, or the oldest batch) to the index; returns how many
         outbox entries it settled."""
         entries, rows = await self.repository.outbox_snapshot(
-            message_ids=message_ids, limit=max(self.drain_batch, len(message_ids or ()) * 4)
+            message_ids=message_ids,
+            limit=max(self.drain_batch, len(message_ids or ()) * 4),
+            queued_before=queued_before,
         )
         if not entries:
             return 0
@@ -188,19 +193,30 @@ class SemanticMemory:
         await self.drain()
         return done
 
-    async def drain(self) -> int:
-        """Settles the whole outbox; returns how many entries it settled."""
+    async def release(self, message_ids: Sequence[str]) -> None:
+        """Hands these messages' vector work to the background drain at once."""
+        await self.repository.outbox_release(message_ids)
+
+    async def drain(self, *, grace: float = 0.0) -> int:
+        """Settles the outbox; returns how many entries it settled. With a grace period, entries younger
+        than it are left to the request that queued them (it writes them itself right after commit),
+        so that they are not embedded twice."""
+        queued_before = now_ms() - int(grace * 1000) if grace else None
         total = 0
-        while settled := await self.sync():
+        while settled := await self.sync(queued_before=queued_before):
             total += settled
         return total
 
-    async def run_drainer(self, interval: float = 1.0) -> None:
-        """Background loop: drains the outbox, backing off while the embedder or the index is down."""
+    async def run_drainer(self, interval: float = 1.0, *, grace: float = 15.0) -> None:
+        """Background loop: drains the outbox, backing off while the embedder or the index is down.
+        The first pass takes everything (what a crashed process left); later ones leave the entries of
+        the last `grace` seconds to their requests."""
         delay = interval
+        first = True
         while True:
             try:
-                await self.drain()
+                await self.drain(grace=0.0 if first else grace)
+                first = False
                 delay = interval
             except asyncio.CancelledError:
                 raise

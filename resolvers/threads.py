@@ -1,16 +1,32 @@
-"""Threads: create, read, update and list (mastra-behaviour.md §6, with the contract's divergences)."""
+"""Threads: create, read, update, list, delete and clone (mastra-behaviour.md §6, with the contract's
+divergences). Every change is announced on the event broker after it has committed."""
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from models.records import ThreadRecord
-from models.repository import Repository
-from resolvers.clock import now_ms
-from resolvers.errors import BadUserInput, Conflict, NotFound
+from models.records import MessageRecord, ThreadRecord
+from models.repository import Repository, RowConflict
+from resolvers.clock import now_ms, to_iso
+from resolvers.config import deep_merge
+from resolvers.errors import BadUserInput, Conflict, Forbidden, NotFound
+from resolvers.events import (
+    MESSAGE_DELETED,
+    MESSAGE_SAVED,
+    THREAD_CREATED,
+    THREAD_DELETED,
+    THREAD_UPDATED,
+    EventBroker,
+    message_event,
+    publish_quietly,
+    thread_event,
+)
+from resolvers.messages import VectorSync, sync_vectors
 from resolvers.recall import validate_metadata_filter
+from resolvers.working_memory import working_memory_config
 
 
 @dataclass(slots=True)
@@ -22,9 +38,38 @@ class ThreadPage:
     has_more: bool
 
 
+@dataclass(slots=True)
+class CloneOptions:
+    """Mastra's cloneThread options: messageLimit (the newest N; 0 = all) and messageFilter."""
+
+    message_limit: int | None = None
+    start_date: int | None = None
+    end_date: int | None = None
+    message_ids: Sequence[str] | None = None
+
+
+@dataclass(slots=True)
+class CloneResult:
+    thread: ThreadRecord
+    messages: list[MessageRecord]
+    message_id_map: dict[str, str] = field(default_factory=dict)
+
+
 class ThreadService:
-    def __init__(self, repository: Repository) -> None:
+    def __init__(
+        self,
+        repository: Repository,
+        *,
+        events: EventBroker | None = None,
+        vectors: VectorSync | None = None,
+        defaults: dict[str, Any] | None = None,
+        vector_sync_timeout: float = 10.0,
+    ) -> None:
         self.repository = repository
+        self.events = events
+        self.vectors = vectors
+        self.defaults = defaults or {}
+        self.vector_sync_timeout = vector_sync_timeout
 
     async def get(self, thread_id: str, resource_id: str | None = None) -> ThreadRecord | None:
         thread = await self.repository.get_thread(thread_id)
@@ -58,6 +103,7 @@ class ThreadService:
         )
         if not await self.repository.insert_thread(thread):
             raise Conflict(f"Thread with id {thread.id} already exists.")
+        await publish_quietly(self.events, [thread_event(THREAD_CREATED, thread)])
         return thread
 
     async def update(
@@ -67,6 +113,7 @@ class ThreadService:
         thread = await self.repository.update_thread(thread_id, title=title, metadata=metadata, now=now_ms())
         if thread is None:
             raise NotFound(f"Thread {thread_id} not found")
+        await publish_quietly(self.events, [thread_event(THREAD_UPDATED, thread)])
         return thread
 
     async def list(
@@ -98,6 +145,111 @@ class ThreadService:
         )
         has_more = per_page is not False and offset + per_page < total
         return ThreadPage(threads, total, page, per_page, has_more)
+
+    async def delete(self, thread_id: str, resource_id: str | None = None) -> bool:
+        """Deletes the thread, its messages and (through the outbox) their vectors. An unknown id is a
+        no-op answering false, as in Mastra; with resourceId, another resource's thread is FORBIDDEN."""
+        if not thread_id or not thread_id.strip():
+            raise BadUserInput("id must be a non-empty string.")
+        if resource_id:
+            existing = await self.repository.get_thread(thread_id)
+            if existing is not None and existing.resource_id != resource_id:
+                raise Forbidden(
+                    f"Thread with id {thread_id} is for resource with id {existing.resource_id} "
+                    f"but resource {resource_id} was queried."
+                )
+        thread, messages = await self.repository.delete_thread(
+            thread_id, now=now_ms(), track_vectors=self.vectors is not None
+        )
+        await sync_vectors(self.vectors, [m.id for m in messages], self.vector_sync_timeout)
+        events = [message_event(MESSAGE_DELETED, thread_id, m) for m in messages]
+        if thread is not None:
+            events.append(thread_event(THREAD_DELETED, thread))
+        await publish_quietly(self.events, events)
+        return thread is not None or bool(messages)
+
+    async def clone(
+        self,
+        source_thread_id: str,
+        *,
+        new_thread_id: str | None = None,
+        resource_id: str | None = None,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        options: CloneOptions | None = None,
+        memory_config: dict[str, Any] | None = None,
+    ) -> CloneResult:
+        """Mastra's cloneThread: a new thread (new id, metadata.clone = {sourceThreadId, clonedAt,
+        lastMessageId}) holding copies of the selected messages (new ids, same createdAt and order).
+
+        The clone's metadata is the source's, merged with `metadata`, plus `clone` (Mastra's docs; its
+        code drops the source's metadata). The title defaults to "Clone of <title>" ("" for an untitled
+        source). Working memory follows Mastra: thread scope travels with the metadata; resource scope
+        is copied to a different target resource (when enabled and set)."""
+        opts = options or CloneOptions()
+        if not source_thread_id or not source_thread_id.strip():
+            raise BadUserInput("sourceThreadId must be a non-empty string.")
+        if new_thread_id is not None and not new_thread_id.strip():
+            raise BadUserInput("newThreadId must be a non-empty string when given.")
+        if resource_id is not None and not resource_id.strip():
+            raise BadUserInput("resourceId must be a non-empty string when given.")
+        _check_metadata(metadata)
+        if opts.message_limit is not None and opts.message_limit < 0:
+            raise BadUserInput("options.messageLimit must be >= 0")
+        ids = list(opts.message_ids or [])
+        if any(not isinstance(i, str) or not i for i in ids):
+            raise BadUserInput("options.messageFilter.messageIds must be non-empty strings.")
+        wm = working_memory_config(deep_merge(self.defaults, memory_config))
+        copy_wm = wm.enabled and wm.scope == "resource" and resource_id is not None
+        new_id = new_thread_id or str(uuid.uuid4())
+        now = now_ms()
+        id_map: dict[str, str] = {}
+
+        def build(
+            source: ThreadRecord, selected: list[MessageRecord]
+        ) -> tuple[ThreadRecord, list[MessageRecord]]:
+            id_map.clear()  # a retried transaction builds again
+            clone_info: dict[str, Any] = {"sourceThreadId": source.id, "clonedAt": to_iso(now)}
+            if selected:
+                clone_info["lastMessageId"] = selected[-1].id
+            target = resource_id or source.resource_id
+            thread = ThreadRecord(
+                id=new_id,
+                resource_id=target,
+                title=title or (f"Clone of {source.title}" if source.title else ""),
+                metadata={**(source.metadata or {}), **(metadata or {}), "clone": clone_info},
+                created_at=now,
+                updated_at=now,
+            )
+            copies = []
+            for message in selected:
+                copy_id = str(uuid.uuid4())
+                id_map[message.id] = copy_id
+                copies.append(replace(message, id=copy_id, thread_id=new_id, resource_id=target, seq=0))
+            return thread, copies
+
+        try:
+            result = await self.repository.clone_thread(
+                source_thread_id,
+                build,
+                start=opts.start_date,
+                end=opts.end_date,
+                message_ids=ids or None,
+                limit=opts.message_limit or None,
+                copy_resource_working_memory=copy_wm,
+                now=now,
+                track_vectors=self.vectors is not None,
+            )
+        except RowConflict as exc:
+            raise Conflict(f"Thread with id {exc.args[0]} already exists") from exc
+        if result is None:
+            raise NotFound(f"Source thread with id {source_thread_id} not found")
+        thread, copies = result
+        await sync_vectors(self.vectors, [m.id for m in copies], self.vector_sync_timeout)
+        events = [thread_event(THREAD_CREATED, thread)]
+        events.extend(message_event(MESSAGE_SAVED, thread.id, m) for m in copies)
+        await publish_quietly(self.events, events)
+        return CloneResult(thread, copies, id_map)
 
 
 def _check_metadata(metadata: Any) -> None:

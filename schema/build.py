@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import strawberry
-from graphql import GraphQLError
+from graphql import GraphQLError, ValidationContext, ValidationRule
 from strawberry.extensions import (
     AddValidationRules,
     MaxTokensLimiter,
@@ -22,6 +22,7 @@ from strawberry.schema.config import StrawberryConfig
 from strawberry.types.execution import ExecutionContext
 
 from resolvers.errors import RecallQLError
+from schema.fastpath import FastPath
 from schema.memory import Subscription
 from schema.root import Mutation, Query
 from schema.scalars import SCALAR_MAP
@@ -85,25 +86,70 @@ class ErrorPolicy(SchemaExtension):
         return error
 
 
+# Read-only root fields whose results the compiled path may serialise (schema/fastpath.py).
+FAST_ROOT_FIELDS = frozenset({"recall", "thread", "threads", "messages"})
+
+
 class RecallQLSchema(strawberry.Schema):
+    fast_path: FastPath
+
     def process_errors(
         self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None
     ) -> None:
-        # ErrorPolicy logs what deserves a log line; bad input is not a server event.
-        return None
+        # ErrorPolicy logs what deserves a log line; bad input is not a server event. Errors raised past
+        # the extensions (ParserCache parses in on_parse, so a syntax error escapes ErrorPolicy) get
+        # their code and request id here; anything that is not a GraphQL error is internal and masked.
+        request_id = getattr(getattr(execution_context, "context", None), "request_id", None)
+        for n, error in enumerate(errors):
+            extensions = dict(error.extensions or {})
+            if extensions.get("code"):
+                continue
+            original = error.original_error
+            if original is not None and not error.nodes and not isinstance(original, GraphQLError):
+                log.error("internal error (request %s)", request_id, exc_info=original)
+                error = errors[n] = GraphQLError(MASKED_MESSAGE)
+                extensions = {"code": "INTERNAL_SERVER_ERROR"}
+            extensions.setdefault("code", _code(error))
+            if request_id:
+                extensions["requestId"] = request_id
+            error.extensions = extensions
+
+
+def _depth_rule(max_depth: int) -> type[ValidationRule]:
+    """Strawberry's depth rule looks fragments up unchecked and raises KeyError on a spread of an
+    unknown fragment (an internal error for `{ ...Missing }`); then it stands aside and graphql-core's
+    KnownFragmentNamesRule reports the spread."""
+    rule = depth_validator(max_depth, None)
+
+    class SafeDepthLimit(rule):  # type: ignore[misc, valid-type]
+        def __init__(self, context: ValidationContext) -> None:
+            try:
+                super().__init__(context)
+            except KeyError:
+                ValidationRule.__init__(self, context)
+
+    return SafeDepthLimit
 
 
 def build_schema(
-    *, max_depth: int = 12, max_tokens: int = 5000, max_aliases: int = 30, mask_errors: bool = True
+    *,
+    max_depth: int = 12,
+    max_tokens: int = 5000,
+    max_aliases: int = 30,
+    mask_errors: bool = True,
+    extensions: Sequence[Callable[[], SchemaExtension]] = (),
 ) -> strawberry.Schema:
-    limit_rules = [depth_validator(max_depth, None), alias_validator(max_aliases)]
-    return RecallQLSchema(
+    """`extensions`: extra extension factories (metrics, tracing), run outside the error policy so that
+    they see the errors as clients will."""
+    limit_rules = [_depth_rule(max_depth), alias_validator(max_aliases)]
+    schema = RecallQLSchema(
         query=Query,
         mutation=Mutation,
         subscription=Subscription,
         config=StrawberryConfig(scalar_map=SCALAR_MAP),
         # Factories: Strawberry builds fresh extension instances for every request.
         extensions=[
+            *extensions,
             # The limit rules are built once: ValidationCache keys on the rule classes, so per-request
             # classes (what QueryDepthLimiter(...) would make) would never hit the cache.
             lambda: AddValidationRules(limit_rules),
@@ -114,6 +160,10 @@ def build_schema(
             lambda: ValidationCache(maxsize=1024),
         ],
     )
+    schema.fast_path = FastPath(
+        schema, root_fields=FAST_ROOT_FIELDS, max_tokens=max_tokens, extra_rules=tuple(limit_rules)
+    )
+    return schema
 
 
 def export_sdl() -> str:

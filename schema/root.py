@@ -23,6 +23,7 @@ from schema.inputs import (
     UpdateThreadInput,
     given,
 )
+from schema.memory import MemoryMutation, MemoryQuery
 from schema.scalars import JSON, PerPage
 from schema.types import EmbeddingUsage, Message, RecallResult, SaveMessagesPayload, Thread, ThreadPage
 
@@ -34,7 +35,7 @@ def _arg(description: str, **kwargs: object) -> object:
 
 
 @strawberry.type
-class Query:
+class Query(MemoryQuery):
     @strawberry.field(
         description="Mastra's Memory.recall(): the messages of a thread an agent or a UI needs."
     )
@@ -169,7 +170,7 @@ def _page_size(value: object) -> int | bool:
 
 
 @strawberry.type
-class Mutation:
+class Mutation(MemoryMutation):
     @strawberry.mutation(description="Creates a thread; an existing id is a CONFLICT.")
     async def create_thread(self, info: Ctx, input: CreateThreadInput) -> Thread:
         record = await info.context.services.threads.create(
@@ -192,7 +193,16 @@ class Mutation:
         description="Saves messages (upsert by id) in one transaction; a re-saved message keeps its "
         "createdAt and position. Transient signals are acknowledged but not stored."
     )
-    async def save_messages(self, info: Ctx, messages: list[MessageInput]) -> SaveMessagesPayload:
+    async def save_messages(
+        self,
+        info: Ctx,
+        messages: Annotated[list[MessageInput], _arg("The messages, in order (at most maxSaveBatch).")],
+        memory_config: Annotated[
+            MemoryConfigInput | None,
+            _arg("Memory configuration for this save (generateTitle), deep-merged over the server defaults."),
+        ] = UNSET,
+    ) -> SaveMessagesPayload:
+        config = given(memory_config)
         result = await info.context.services.messages.save(
             [
                 MessageData(
@@ -205,7 +215,8 @@ class Mutation:
                     created_at=given(m.created_at),
                 )
                 for m in messages
-            ]
+            ],
+            config.to_value() if config else None,
         )
         return SaveMessagesPayload(
             messages=[Message(_record=r) for r in result.messages], acknowledged=result.acknowledged

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import strawberry
 from strawberry.types import Info
@@ -11,6 +11,9 @@ from strawberry.types import Info
 from models.records import MessageRecord, ThreadRecord
 from resolvers.context import RequestContext
 from schema.scalars import JSON, DateTime, PerPage
+
+if TYPE_CHECKING:
+    from schema.inputs import MemoryConfigInput
 
 
 @strawberry.enum(description="The six stored signal types (exact strings, no aliasing).")
@@ -274,6 +277,29 @@ class Thread:
     @strawberry.field(description="When the thread or its messages last changed.")
     def updated_at(self) -> DateTime:
         return DateTime(self._record.updated_at)
+
+    @strawberry.field(
+        description="The thread's working memory under the memory config (server defaults deep-merged "
+        "with memoryConfig): the resource's in resource scope (the default), metadata.workingMemory in "
+        "thread scope; null when disabled or empty."
+    )
+    async def working_memory(
+        self,
+        info: Info[RequestContext, None],
+        memory_config: Annotated[
+            Annotated[MemoryConfigInput, strawberry.lazy("schema.inputs")] | None,
+            strawberry.argument(description="Memory configuration for this read, over the server defaults."),
+        ] = strawberry.UNSET,
+    ) -> str | None:
+        service = info.context.services.working_memory
+        given = memory_config if memory_config not in (None, strawberry.UNSET) else None
+        cfg = service.config(given.to_value() if given is not None else None)
+        if not cfg.enabled:
+            return None
+        resource = None
+        if cfg.scope == "resource":
+            resource = await info.context.resources.load(self._record.resource_id)
+        return service.of_thread(self._record, resource, cfg)
 
 
 @strawberry.type(description="A page of threads.")

@@ -31,8 +31,10 @@ async def test_message_threads_load_in_one_batch(services: Services) -> None:
     def count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
         statements.append(statement)
 
-    engine = services.repository.engine.sync_engine
-    event.listen(engine, "before_cursor_execute", count)
+    repo = services.repository
+    engines = [repo.engine.sync_engine, *([repo.read_engine] if repo.read_engine is not None else [])]
+    for engine in engines:
+        event.listen(engine, "before_cursor_execute", count)
     try:
         include = ", ".join(f'{{id: "m{n}"}}' for n in range(20))
         query = (
@@ -44,7 +46,8 @@ async def test_message_threads_load_in_one_batch(services: Services) -> None:
             context_value=RequestContext(services=services),
         )
     finally:
-        event.remove(engine, "before_cursor_execute", count)
+        for engine in engines:
+            event.remove(engine, "before_cursor_execute", count)
     assert result.errors is None
     messages = result.data["recall"]["messages"]
     assert len(messages) == 20 and {m["thread"]["id"] for m in messages} == set(threads)
@@ -55,7 +58,7 @@ async def test_message_threads_load_in_one_batch(services: Services) -> None:
 
 
 class _Broken:
-    async def get_thread(self, *_args: Any) -> None:
+    async def read_page(self, *_args: Any, **_kwargs: Any) -> None:
         raise RuntimeError("database password is hunter2")
 
 

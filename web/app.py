@@ -12,7 +12,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 from strawberry.asgi import GraphQL
 
@@ -21,16 +21,21 @@ from models.migrate import upgrade
 from models.repository import Repository
 from resolvers.context import RequestContext, Services
 from schema import build_schema
+from web.compiled import GraphQLFront
 from web.frontend import frontend_routes, graphiql_response
+from web.observability import Observability, observe_compiled_operation, request_id_of
 from web.settings import Settings, get_settings
-from web.wiring import build_semantic
+from web.wiring import build_chat, build_events, build_semantic
 
 log = logging.getLogger("recallql")
 
 
 class RecallQLGraphQL(GraphQL[RequestContext, None]):
     async def get_context(self, request: Any, response: Any = None) -> RequestContext:
-        return RequestContext(services=request.app.state.services)
+        context = RequestContext(services=request.app.state.services)
+        # The X-Request-ID of this request (web.observability), so errors' requestId matches it.
+        context.request_id = request_id_of(request) or context.request_id
+        return context
 
     async def render_graphql_ide(self, request: Any) -> Response:
         return graphiql_response(self.graphql_ide_html)
@@ -88,6 +93,8 @@ def _too_large(limit: int) -> Response:
 
 def create_app(settings: Settings | None = None, *, services: Services | None = None) -> Starlette:
     settings = settings or get_settings()
+    # Logging is configured for a served app; an app given its services (tests) leaves it alone.
+    observability = Observability(settings, configure_logging_now=services is None)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -110,12 +117,20 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
                 max_include_items=settings.max_include_items,
                 max_save_batch=settings.max_save_batch,
                 vector_sync_timeout=settings.vector_sync_timeout,
+                events=build_events(settings),
+                chat=build_chat(settings),
+                title_timeout=settings.chat_timeout,
             )
         app.state.services = built
+        observability.instrument(built)
         # Vectors a crashed process never wrote (and any backlog) are written in the background.
         drainer = None
         if built.semantic is not None:
-            drainer = asyncio.create_task(built.semantic.run_drainer(settings.vector_drain_interval))
+            drainer = asyncio.create_task(
+                built.semantic.run_drainer(
+                    settings.vector_drain_interval, grace=settings.vector_sync_timeout + 5
+                )
+            )
         try:
             yield
         finally:
@@ -125,8 +140,12 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
                     await drainer
             if services is None and built.semantic is not None:
                 await built.semantic.aclose()
+            if services is None:
+                await built.aclose()  # titles in progress still write, so before the engine goes
             if engine is not None:
+                built.repository.close()
                 await engine.dispose()
+            observability.shutdown()
 
     graphql_app = RecallQLGraphQL(
         build_schema(
@@ -134,8 +153,19 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
             max_tokens=settings.max_query_tokens,
             max_aliases=settings.max_aliases,
             mask_errors=not settings.debug,
+            extensions=observability.graphql_extensions(),
         ),
         graphql_ide="graphiql",
+    )
+    schema = graphql_app.schema
+    graphql_endpoint = GraphQLFront(
+        graphql_app,
+        # Hot read queries skip graphql-core's per-field machinery (same results; see schema/fastpath.py).
+        schema.fast_path if settings.compiled_reads else None,
+        graphql_app.get_context,
+        on_answer=lambda document, name, seconds: observe_compiled_operation(
+            schema._schema, document, name, seconds
+        ),
     )
 
     async def healthz(_request: Request) -> Response:
@@ -153,9 +183,12 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         routes=[
             Route("/healthz", healthz),
             Route("/readyz", readyz),
-            Route("/graphql", graphql_app, methods=["GET", "POST"]),
+            Route("/graphql", graphql_endpoint, methods=["GET", "POST"]),
+            # Subscriptions: graphql-transport-ws (and the legacy graphql-ws) on the same path.
+            WebSocketRoute("/graphql", graphql_app),
+            *observability.routes(),
             *frontend_routes(),
         ],
-        middleware=[Middleware(BodyLimit, max_bytes=settings.max_body_bytes)],
+        middleware=[*observability.middleware(), Middleware(BodyLimit, max_bytes=settings.max_body_bytes)],
         lifespan=lifespan,
     )

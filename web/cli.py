@@ -118,6 +118,151 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+# ------------------------------------------------------------------ import / export (resolvers.transfer)
+class _ProgressBars:
+    """resolvers.transfer.ProgressHook as rich progress bars, one per table, on stderr (stdout may be
+    carrying an export)."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        columns = (
+            TextColumn("{task.description:<10}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+        )
+        self.progress = Progress(*columns, console=Console(stderr=True))
+        self.tasks: dict = {}
+
+    def start(self, kind: str, total: int | None) -> None:
+        self.tasks[kind] = self.progress.add_task(kind, total=total)
+
+    def advance(self, kind: str, n: int) -> None:
+        self.progress.advance(self.tasks[kind], n)
+
+
+async def _open_repository(settings: Settings):  # -> (AsyncEngine, Repository)
+    from models.db import create_engine, is_sqlite
+    from models.migrate import upgrade
+    from models.repository import Repository
+
+    url = settings.resolved_database_url
+    if is_sqlite(url):
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url)
+    if settings.auto_migrate:
+        await upgrade(engine)
+    return engine, Repository(engine)
+
+
+async def _import(settings: Settings, args: argparse.Namespace) -> list[str]:
+    from models.mastra_source import MastraSourceError, open_mastra_source
+    from resolvers.transfer import TransferError, embed_pending, import_jsonl, import_mastra
+
+    if args.batch_size < 1:
+        raise SystemExit("import: --batch-size must be at least 1")
+    engine, repository = await _open_repository(settings)
+    semantic = None
+    if not args.no_embed:
+        from web.wiring import build_semantic  # loads the vector store client: only when it is needed
+
+        semantic = build_semantic(settings, repository)
+    notes: list[str] = []
+    try:
+        bars = _ProgressBars()
+        with bars.progress:
+            if args.format == "mastra":
+                source = await open_mastra_source(args.source, schema=args.schema)
+                try:
+                    report = await import_mastra(
+                        repository,
+                        source,
+                        batch=args.batch_size,
+                        track_vectors=semantic is not None,
+                        progress=bars,
+                    )
+                finally:
+                    await source.aclose()
+            else:
+                stream = sys.stdin.buffer if args.source == "-" else open(args.source, "rb")  # noqa: SIM115
+                try:
+                    bars.start("bytes", None if args.source == "-" else os.fstat(stream.fileno()).st_size)
+                    report = await import_jsonl(
+                        repository,
+                        stream,
+                        batch=args.batch_size,
+                        track_vectors=semantic is not None,
+                        on_bytes=lambda n: bars.advance("bytes", n),
+                    )
+                finally:
+                    if stream is not sys.stdin.buffer:
+                        stream.close()
+            if semantic is not None:
+                bars.start("embedding", await repository.outbox_backlog())
+                try:
+                    await embed_pending(semantic, lambda n: bars.advance("embedding", n))
+                except Exception as exc:  # the outbox keeps the work: the server's drain finishes it
+                    notes.append(
+                        f"embedding stopped ({exc!r}); {await repository.outbox_backlog()} message(s) stay "
+                        "queued in the vector outbox for the server's drain or `recallql reindex`"
+                    )
+    except (MastraSourceError, TransferError, OSError) as exc:
+        raise SystemExit(f"import: {exc}") from exc
+    finally:
+        if semantic is not None:
+            await semantic.aclose()
+        await engine.dispose()
+    if args.no_embed:
+        notes.append("vectors not built (--no-embed): run `recallql reindex` for semantic recall")
+    elif semantic is None:
+        notes.append("no embedder configured: vectors not built (configure one, then `recallql reindex`)")
+    return report.lines() + notes
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    settings = _apply_overrides(args)
+    for line in asyncio.run(_import(settings, args)):
+        print(line)  # noqa: T201
+    return 0
+
+
+async def _export(settings: Settings, args: argparse.Namespace) -> dict[str, int]:
+    from resolvers.transfer import export_jsonl
+
+    engine, repository = await _open_repository(settings)
+    target = None if args.out in (None, "-") else Path(args.out)
+    # A file is written aside and renamed at the end: a failed export never leaves a truncated file.
+    partial = None if target is None else target.with_name(target.name + ".partial")
+    out = sys.stdout.buffer if partial is None else partial.open("wb")
+    try:
+        bars = _ProgressBars()
+        with bars.progress:
+            counts = await export_jsonl(repository, out.write, resource_id=args.resource, progress=bars)
+        out.flush()
+        if partial is not None and target is not None:
+            out.close()
+            partial.replace(target)
+    finally:
+        if partial is not None:
+            out.close()
+            partial.unlink(missing_ok=True)
+        await engine.dispose()
+    return counts
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    settings = _apply_overrides(args)
+    counts = asyncio.run(_export(settings, args))
+    summary = ", ".join(f"{n} {kind}(s)" for kind, n in counts.items())
+    print(f"exported {summary}", file=sys.stderr)  # noqa: T201
+    if args.resource is not None and not any(counts.values()):
+        print(f"export: nothing found for resource {args.resource!r}", file=sys.stderr)  # noqa: T201
+        return 1
+    return 0
+
+
 def _redact(url: str) -> str:
     from sqlalchemy.engine import make_url
 
@@ -147,6 +292,27 @@ def main(argv: list[str] | None = None) -> int:
     reindex.add_argument("--data-dir", type=Path)
     reindex.add_argument("--database-url")
     reindex.set_defaults(func=cmd_reindex)
+
+    imp = sub.add_parser("import", help="load memory from a Mastra store or a RecallQL export")
+    imp_sub = imp.add_subparsers(dest="format", required=True)
+    mastra = imp_sub.add_parser("mastra", help="copy a Mastra store (LibSQL file or PostgreSQL), read only")
+    mastra.add_argument("--from", dest="source", required=True, help="file:PATH, a path, or postgresql://…")
+    mastra.add_argument("--schema", help="the PostgreSQL schema of Mastra's tables (default public)")
+    jsonl = imp_sub.add_parser("jsonl", help="load a `recallql export` JSON Lines file")
+    jsonl.add_argument("--from", dest="source", required=True, help="the file, or - for stdin")
+    for p in (mastra, jsonl):
+        p.add_argument("--batch-size", type=int, default=1000, help="rows per transaction (default 1000)")
+        p.add_argument("--no-embed", action="store_true", help="do not embed the imported messages")
+        p.add_argument("--data-dir", type=Path)
+        p.add_argument("--database-url")
+        p.set_defaults(func=cmd_import)
+
+    export = sub.add_parser("export", help="write memory as JSON Lines (resources, threads, messages)")
+    export.add_argument("--resource", help="only this resource, its threads and their messages")
+    export.add_argument("--out", help="the file to write (default -, stdout)")
+    export.add_argument("--data-dir", type=Path)
+    export.add_argument("--database-url")
+    export.set_defaults(func=cmd_export)
 
     args = parser.parse_args(argv)
     return int(args.func(args))

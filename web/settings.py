@@ -34,6 +34,14 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     debug: bool = False
 
+    # Observability (web/observability.py): log lines as text or JSON objects, one access line per
+    # request, Prometheus metrics at /metrics, OpenTelemetry spans over OTLP/HTTP when an endpoint is set
+    # (here or in the standard OTEL_EXPORTER_OTLP_ENDPOINT).
+    log_format: Literal["text", "json"] = "text"
+    access_log: bool = True
+    metrics: bool = True
+    otel_endpoint: str | None = None
+
     # Server-wide memory defaults; a call's threadConfig is deep-merged over them.
     last_messages: int | Literal[False] = 10
     semantic_recall: bool | dict[str, Any] = False
@@ -50,6 +58,19 @@ class Settings(BaseSettings):
     chroma_url: str | None = None
     vector_drain_interval: float = 1.0
     vector_sync_timeout: float = 10.0
+
+    # Title generation: an OpenAI-compatible chat endpoint (else a deterministic heuristic).
+    chat_url: str | None = None
+    chat_model: str | None = None
+    chat_api_key: str | None = None
+    chat_timeout: float = 30.0
+
+    # Live updates: Redis pub/sub fans events out across processes (else in-process only).
+    redis_url: str | None = None
+    redis_prefix: str = "recallql:"
+
+    # Answer supported read queries through the compiled path (identical results, less CPU).
+    compiled_reads: bool = True
 
     # Limits.
     max_query_depth: int = 12

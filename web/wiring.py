@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 
+from models.chat import ChatClient
 from models.embedders import Embedder, HttpEmbedder, OnnxMiniLMEmbedder
 from models.repository import Repository
 from models.vector_index import ChromaIndex
+from resolvers.events import EventBroker, InProcessBroker, RedisBroker
 from resolvers.semantic import SemanticMemory
 from web.settings import Settings
 
@@ -52,3 +54,22 @@ def build_semantic(settings: Settings, repository: Repository) -> SemanticMemory
 
     log.info("semantic recall: %r, vectors in %s", embedder, settings.chroma_url or settings.chroma_path)
     return SemanticMemory(repository, embedder, factory)
+
+
+def build_chat(settings: Settings) -> ChatClient | None:
+    """The title model's endpoint, when configured (titles fall back to a heuristic otherwise)."""
+    if not settings.chat_url:
+        return None
+    if not settings.chat_model:
+        raise SystemExit("RECALLQL_CHAT_MODEL is required with RECALLQL_CHAT_URL")
+    return ChatClient(
+        settings.chat_url, settings.chat_model, api_key=settings.chat_api_key, timeout=settings.chat_timeout
+    )
+
+
+def build_events(settings: Settings) -> EventBroker:
+    """Redis pub/sub when RECALLQL_REDIS_URL is set (several processes), else in-process fan-out."""
+    if settings.redis_url:
+        log.info("live updates through Redis (channel prefix %r)", settings.redis_prefix)
+        return RedisBroker(settings.redis_url, prefix=settings.redis_prefix)
+    return InProcessBroker()

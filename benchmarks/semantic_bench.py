@@ -1,0 +1,1649 @@
+"""Semantic recall benchmarks: vector search at 10k-1M vectors, ingest with embedding, full recall vs Mastra.
+
+    python benchmarks/semantic_bench.py [--sizes 10000,100000,1000000] [--modes embedded,server]
+        [--server-max-size 100000] [--recall-sizes 10000,100000] [--mastra-sizes 10000,100000]
+        [--queries 500] [--recall-calls 300] [--mastra-max-seconds 45] [--ingest-messages 2000]
+        [--ingest-batch 50] [--ingest-rounds 3] [--skip search,recall,mastra,ingest,http]
+        [--resources 1000] [--threads 10] [--model-dir DIR] [--out FILE] [--keep]
+
+Three measurements, all on this machine (see benchmarks/README.md for what each number means):
+
+1. Vector search. Synthetic 384-d unit vectors (MiniLM vectors of generated chat texts plus Gaussian noise,
+   so they cluster like real ones) for messages spread over ``--resources`` resources of ``--threads``
+   threads each, written straight through ``ChromaIndex.upsert``; the index grows from one size to the next
+   and every size is timed. Queries go through ``ChromaIndex.query`` as recall sends them (resource scope:
+   ``resource_ids=[r], thread_id=None``; thread scope: ``resource_ids=[r], thread_id=t``; topK 4), each
+   after a real MiniLM embedding of a fresh query text: both the search alone and embedding + search are
+   reported, with recall@4 against an exact numpy search. Modes: embedded Chroma (PersistentClient under a
+   temporary folder) and a Chroma server (``chroma run`` started and stopped here).
+2. Full recall: RecallQL's ``RecallEngine.recall`` in process (SQLite file, the embedded Chroma above, a
+   test-double embedder that returns the precomputed query vectors) beside Mastra's ``Memory.recall`` with
+   LibSQLVector and LibSQLStore on the same messages, vectors and queries (benchmarks/mastra_vector.mjs).
+3. Ingest: messages/s through ``MessageService.save`` with the real embedder and embedded Chroma (and over
+   HTTP against ``recallql serve``), beside ``OnnxMiniLMEmbedder.embed`` alone on the same batches.
+
+Results go to benchmarks/results/semantic-<date>.md (or --out) and to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import hashlib
+import json
+import math
+import os
+import platform
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from models.db import create_engine  # noqa: E402
+from models.embedders import Embedding, OnnxMiniLMEmbedder  # noqa: E402
+from models.migrate import upgrade  # noqa: E402
+from models.records import MessageRecord, ThreadRecord  # noqa: E402
+from models.repository import Repository  # noqa: E402
+from models.vector_index import ChromaIndex, VectorItem  # noqa: E402
+from resolvers.config import BUILTIN_DEFAULTS  # noqa: E402
+from resolvers.context import Services  # noqa: E402
+from resolvers.messages import MessageInput  # noqa: E402
+from resolvers.recall import RecallArgs  # noqa: E402
+from resolvers.semantic import SemanticMemory  # noqa: E402
+
+SHARED = Path(os.environ.get("RECALLQL_SHARED_DIR", REPO.parent / "shared"))
+DEFAULT_MODEL_DIR = SHARED / "models" / "all-MiniLM-L6-v2"
+RESULTS_DIR = REPO / "benchmarks" / "results"
+MASTRA_SCRIPT = REPO / "benchmarks" / "mastra_vector.mjs"
+
+MODEL_NAME = "all-MiniLM-L6-v2"
+DIM = 384
+TOP_K = 4
+BASE_MS = 1767225600000  # 2026-01-01T00:00:00Z
+BASE_TEXTS = 2048  # distinct MiniLM vectors the synthetic ones are drawn around
+NOISE_ROWS = 8192
+NOISE_NORM = 0.5  # |noise| relative to the unit base vector: cosine to the base about 0.9
+SCOPES = ("resource", "thread")
+
+
+# ---------------------------------------------------------------------------------------------- texts
+_TOPICS: dict[str, tuple[list[str], list[str]]] = {
+    "travel": (
+        [
+            "can you find me a train to {city} on {day}?",
+            "I'd rather fly to {city}, the train takes too long",
+            "what time does the {time} to {city} arrive?",
+            "book a hotel near the station in {city} for {n} nights",
+            "is there a cheaper option to {city} if I leave on {day}?",
+        ],
+        [
+            "The {time} train to {city} arrives about {n} hours later; shall I book it?",
+            "I found {n} hotels near the station in {city}, the cheapest is {price} a night.",
+            "Flights to {city} on {day} start at {price}, the train is {price2}.",
+            "Done, your seat to {city} on {day} is booked, confirmation sent by email.",
+        ],
+    ),
+    "work": (
+        [
+            "remind me to send the {doc} to {person} before {day}",
+            "what did we decide about the {project} deadline?",
+            "move my 1:1 with {person} to {time} on {day}",
+            "summarise the notes from the {project} meeting",
+            "{person} needs the {doc} reviewed by {day}, can you add it to my list?",
+        ],
+        [
+            "Reminder set: send the {doc} to {person} on {day} at {time}.",
+            "You agreed to ship {project} by {day}, with {person} owning the rollout.",
+            "Your 1:1 with {person} is now at {time} on {day}.",
+            "Summary: {project} is on track, {n} open issues, {person} is blocked on the {doc}.",
+        ],
+    ),
+    "food": (
+        [
+            "what should I cook tonight with {food} and {food2}?",
+            "find a {cuisine} restaurant near me that's open after {time}",
+            "add {food}, {food2} and milk to the shopping list",
+            "I'm allergic to {food}, remember that please",
+            "how long do I roast {food} at {n}0 degrees?",
+        ],
+        [
+            "You could make a quick {cuisine} stir-fry with {food} and {food2}, about {n}0 minutes.",
+            "There's a {cuisine} place {n} minutes away that's open until {time}.",
+            "Added {food} and {food2} to your shopping list.",
+            "Noted: no {food} in any suggestion from now on.",
+        ],
+    ),
+    "health": (
+        [
+            "log a {n} km run this morning",
+            "I slept badly again, only {n} hours",
+            "when is my appointment with Dr {person}?",
+            "remind me to take my vitamins at {time}",
+            "my knee hurts after running, should I rest for {n} days?",
+        ],
+        [
+            "Logged: {n} km run, that's {n2} km this week.",
+            "Your appointment with Dr {person} is on {day} at {time}.",
+            "I'll remind you every day at {time}.",
+            "Resting for a few days is reasonable; if the pain lasts past {day}, see Dr {person}.",
+        ],
+    ),
+    "money": (
+        [
+            "how much did I spend on {category} last month?",
+            "set a budget of {price} for {category}",
+            "did the payment to {person} go through?",
+            "split the dinner bill of {price} with {person}",
+            "why is my {category} spending up {n}% this month?",
+        ],
+        [
+            "You spent {price} on {category} last month, {n}% more than usual.",
+            "Budget set: {price} a month for {category}.",
+            "Yes, the transfer of {price} to {person} cleared on {day}.",
+            "{person} owes you {price2} for the dinner; I sent a request.",
+        ],
+    ),
+    "tech": (
+        [
+            "the deploy failed again with a timeout on the {project} migration",
+            "my laptop won't connect to the office wifi since {day}",
+            "how do I reset the password for the {project} dashboard?",
+            "the build is red on main, {person} thinks it's the {doc} change",
+            "can you check why the {project} API returns 500s?",
+        ],
+        [
+            "The {project} migration times out after {n} minutes; splitting it in batches should fix it.",
+            "Try forgetting the network and reconnecting; the certificate changed on {day}.",
+            "Use the reset link on the {project} login page; it expires after {n} minutes.",
+            "The failing test is in the {doc} module, last touched by {person}.",
+        ],
+    ),
+    "family": (
+        [
+            "call mom about dinner plans on {day}",
+            "what should I get {person} for their birthday?",
+            "pick up the kids at {time} on {day}",
+            "{person}'s school play is on {day}, add it to the calendar",
+            "remind me that {person} doesn't like {food}",
+        ],
+        [
+            "I'll remind you to call your mom on {day} morning.",
+            "{person} mentioned wanting a new {gift} last month.",
+            "Added: pick up the kids at {time} on {day}.",
+            "Noted: {person} doesn't like {food}.",
+        ],
+    ),
+    "home": (
+        [
+            "the {appliance} is broken again",
+            "book a plumber for {day} at {time}",
+            "when is the rent due this month?",
+            "order new filters for the {appliance}",
+            "turn the heating down to {n} degrees at night",
+        ],
+        [
+            "I booked a technician for the {appliance} on {day} at {time}.",
+            "Rent of {price} is due on {day}.",
+            "Ordered {n} filters for the {appliance}, they arrive on {day}.",
+            "Heating set to {n} degrees from 23:00.",
+        ],
+    ),
+}
+
+
+def _alternatives(text: str) -> list[str]:
+    return text.split("|")
+
+
+_FILLS = {
+    "city": _alternatives("Lyon|Paris|Berlin|Madrid|Milan|Vienna|Lisbon|Amsterdam|Prague|Oslo"),
+    "day": _alternatives("Monday|Tuesday|Wednesday|Thursday|Friday|the weekend|the 3rd|the 14th"),
+    "time": ["7:15", "8:30", "9:04", "10am", "noon", "14:20", "5pm", "18:45", "9pm"],
+    "person": ["Alice", "Bob", "Chen", "Dana", "Emeka", "Farah", "Giulia", "Hiro", "Ines", "Jonas"],
+    "doc": ["budget", "slides", "contract", "report", "roadmap", "invoice", "spec", "proposal"],
+    "project": ["billing", "search", "onboarding", "mobile", "analytics", "checkout", "auth"],
+    "food": ["chicken", "tofu", "salmon", "mushrooms", "peanuts", "spinach", "potatoes", "lentils"],
+    "food2": ["rice", "pasta", "broccoli", "peppers", "onions", "chickpeas", "noodles"],
+    "cuisine": ["Thai", "Italian", "Indian", "Mexican", "Japanese", "Lebanese", "Korean"],
+    "category": ["groceries", "restaurants", "transport", "subscriptions", "clothes", "travel"],
+    "appliance": ["dishwasher", "washing machine", "fridge", "boiler", "air purifier", "oven"],
+    "gift": ["bike", "book", "camera", "headphones", "board game", "watch"],
+}
+_OPENERS = ["", "", "", "hey, ", "ok so ", "quick one: ", "btw ", "hmm, ", "also ", "sorry, "]
+_CLOSERS = ["", "", "", " thanks", " please", " :)", " asap", " no rush"]
+
+
+def chat_texts(n: int, seed: int, *, unique: bool = False) -> list[str]:
+    """n short chat messages (user and assistant turns on everyday topics), deterministic for a seed."""
+    rng = random.Random(seed)
+    topics = list(_TOPICS)
+    out: list[str] = []
+    seen: set[str] = set()
+    attempts = 0
+    while len(out) < n:
+        attempts += 1
+        if attempts > 50 * n + 1000:
+            raise RuntimeError("could not generate enough distinct texts")
+        user, assistant = _TOPICS[rng.choice(topics)]
+        is_user = rng.random() < 0.55
+        template = rng.choice(user if is_user else assistant)
+        fills = {k: rng.choice(v) for k, v in _FILLS.items()}
+        text = template.format(
+            n=rng.randint(2, 12),
+            n2=rng.randint(12, 60),
+            price=f"€{rng.randint(5, 400)}",
+            price2=f"€{rng.randint(5, 400)}",
+            **fills,
+        )
+        if is_user:
+            text = f"{rng.choice(_OPENERS)}{text}{rng.choice(_CLOSERS)}"
+        text = " ".join(text.split())
+        if unique:
+            if text in seen:
+                continue
+            seen.add(text)
+        out.append(text)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- stats
+def pct(samples: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (as recall_http.py and mastra_vector.mjs compute it)."""
+    if not samples:
+        return math.nan
+    ordered = sorted(samples)
+    return ordered[max(1, math.ceil(q * len(ordered))) - 1]
+
+
+def fmt(value: float | None, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:,.{digits}f}"
+
+
+def fmt_size(n: int) -> str:
+    if n >= 1_000_000 and n % 1_000_000 == 0:
+        return f"{n // 1_000_000}M"
+    if n >= 1000 and n % 1000 == 0:
+        return f"{n // 1000}k"
+    return str(n)
+
+
+def load_average() -> str:
+    try:
+        return " / ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "n/a"
+
+
+def load1() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return math.nan
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rss_mb(pid: int | None = None) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid or 'self'}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def dir_mb(path: Path) -> float:
+    total = 0
+    for p in path.rglob("*"):
+        with contextlib.suppress(OSError):
+            if p.is_file():
+                total += p.stat().st_size
+    return total / 2**20
+
+
+def _busy_seconds() -> float | None:
+    """CPU seconds all processes spent busy since boot (Linux /proc/stat; idle and iowait excluded)."""
+    try:
+        values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (values + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def _proc_cpu(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+class CpuMeter:
+    """How many cores other processes kept busy while a measurement ran. Ours: this process, its children
+    that ended meanwhile (node) and the running children ``pids`` (the Chroma server)."""
+
+    def __init__(self, pids: Sequence[int] = ()) -> None:
+        self.pids = list(pids)
+        self.other_cores: float | None = None
+
+    def _ours(self) -> float:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system + sum(_proc_cpu(p) for p in self.pids)
+
+    def __enter__(self) -> CpuMeter:
+        self._wall = time.monotonic()
+        self._busy = _busy_seconds()
+        self._own = self._ours()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall = time.monotonic() - self._wall
+        busy = _busy_seconds()
+        own = self._ours()
+        if busy is not None and self._busy is not None and wall > 0:
+            self.other_cores = max(0.0, ((busy - self._busy) - (own - self._own)) / wall)
+
+
+# ---------------------------------------------------------------------------------------------- dataset
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, vectorised (wrapping uint64 arithmetic)."""
+    x = x.astype(np.uint64, copy=True)
+    with np.errstate(over="ignore"):
+        x ^= x >> np.uint64(30)
+        x *= np.uint64(0xBF58476D1CE4E5B9)
+        x ^= x >> np.uint64(27)
+        x *= np.uint64(0x94D049BB133111EB)
+        x ^= x >> np.uint64(31)
+    return x
+
+
+class Dataset:
+    """Message (r, j, i) is the i-th message of thread j of resource r. Its text and vector are pure
+    functions of (r, j, i), so any slice can be rebuilt (for the Mastra export and the exact search)."""
+
+    def __init__(
+        self, texts: list[str], bases: np.ndarray, *, resources: int, threads: int, seed: int = 11
+    ) -> None:
+        self.texts = texts
+        self.bases = bases.astype(np.float32)
+        self.resources = resources
+        self.threads = threads
+        rng = np.random.default_rng(seed)
+        self.noise = (rng.standard_normal((NOISE_ROWS, DIM)) * (NOISE_NORM / math.sqrt(DIM))).astype(
+            np.float32
+        )
+
+    def per_thread(self, size: int) -> int:
+        per = size // (self.resources * self.threads)
+        if per * self.resources * self.threads != size or per < 1:
+            raise SystemExit(f"size {size} is not a positive multiple of resources x threads")
+        return per
+
+    @staticmethod
+    def resource_id(r: int) -> str:
+        return f"res-{r:04d}"
+
+    @staticmethod
+    def thread_id(r: int, j: int) -> str:
+        return f"res-{r:04d}-t{j:02d}"
+
+    @staticmethod
+    def message_id(r: int, j: int, i: int) -> str:
+        return f"res-{r:04d}-t{j:02d}-m{i:05d}"
+
+    @staticmethod
+    def created_at(j: int, i: int) -> int:
+        # One message a minute per thread; threads of a resource a second apart, so no two messages of a
+        # resource share a createdAt (no tie-order differences between the two systems).
+        return BASE_MS + i * 60_000 + j * 1000
+
+    @staticmethod
+    def role(i: int) -> str:
+        return "user" if i % 2 == 0 else "assistant"
+
+    def block(self, r: int, i0: int, i1: int) -> tuple[np.ndarray, np.ndarray]:
+        """Text indexes [threads, i1-i0] and unit vectors [threads, i1-i0, DIM] of resource r."""
+        j = np.arange(self.threads, dtype=np.uint64)[:, None]
+        i = np.arange(i0, i1, dtype=np.uint64)[None, :]
+        key = ((np.uint64(r) * np.uint64(self.threads) + j) << np.uint64(32)) + i
+        text_idx = (_mix(key ^ np.uint64(0x1234567)) % np.uint64(len(self.texts))).astype(np.int64)
+        noise_idx = (_mix(key ^ np.uint64(0x7654321)) % np.uint64(NOISE_ROWS)).astype(np.int64)
+        vectors = self.bases[text_idx] + self.noise[noise_idx]
+        vectors /= np.linalg.norm(vectors, axis=-1, keepdims=True)
+        return text_idx, vectors
+
+    def items(self, r: int, i0: int, i1: int) -> list[VectorItem]:
+        _, vectors = self.block(r, i0, i1)
+        rid = self.resource_id(r)
+        out = []
+        for j in range(self.threads):
+            tid = self.thread_id(r, j)
+            rows = vectors[j].tolist()
+            for n, i in enumerate(range(i0, i1)):
+                out.append(
+                    VectorItem(
+                        message_id=self.message_id(r, j, i),
+                        thread_id=tid,
+                        resource_id=rid,
+                        chunk=0,
+                        vector=rows[n],
+                        created_at_ms=self.created_at(j, i),
+                        role=self.role(i),
+                    )
+                )
+        return out
+
+    def records(self, r: int, i0: int, i1: int) -> list[MessageRecord]:
+        text_idx, _ = self.block(r, i0, i1)
+        rid = self.resource_id(r)
+        return [
+            MessageRecord(
+                id=self.message_id(r, j, i),
+                thread_id=self.thread_id(r, j),
+                resource_id=rid,
+                role=self.role(i),
+                type="v2",
+                created_at=self.created_at(j, i),
+                content={"format": 2, "parts": [{"type": "text", "text": self.texts[int(text_idx[j, n])]}]},
+            )
+            for j in range(self.threads)
+            for n, i in enumerate(range(i0, i1))
+        ]
+
+    def exact_top(self, r: int, per_thread: int, query: np.ndarray, thread: int | None) -> list[str]:
+        _, vectors = self.block(r, 0, per_thread)
+        if thread is not None:
+            scores = vectors[thread] @ query
+            order = np.argsort(-scores, kind="stable")[:TOP_K]
+            return [self.message_id(r, thread, int(i)) for i in order]
+        scores = (vectors @ query).reshape(-1)
+        order = np.argsort(-scores, kind="stable")[:TOP_K]
+        return [self.message_id(r, int(k) // per_thread, int(k) % per_thread) for k in order]
+
+
+@dataclass
+class Query:
+    text: str
+    r: int
+    j: int
+    vector: list[float] | None = None
+
+
+def make_queries(texts: list[str], ds: Dataset, seed: int) -> list[Query]:
+    rng = random.Random(seed)
+    return [Query(t, rng.randrange(ds.resources), rng.randrange(ds.threads)) for t in texts]
+
+
+# ---------------------------------------------------------------------------------------------- results
+@dataclass
+class LoadRow:
+    mode: str
+    size: int
+    added: int
+    seconds: float
+    rss_mb: float | None
+    disk_mb: float | None
+    load1: float
+
+
+@dataclass
+class SearchRow:
+    mode: str
+    size: int
+    scope: str
+    search_ms: list[float]
+    embed_ms: list[float]
+    total_ms: list[float]
+    recall_at_k: float
+    hits_per_query: float
+    load1: float
+    other_cores: float | None
+
+
+@dataclass
+class RecallRow:
+    system: str
+    size: int
+    scope: str
+    samples_ms: list[float]
+    load1: float
+    other_cores: float | None = None
+    capped: bool = False
+    ids: list[list[str]] = field(default_factory=list)
+    search_ms: list[float] = field(default_factory=list)  # RecallQL: the SemanticMemory.search part
+    summary: dict[str, Any] | None = None  # Mastra's own percentiles (its samples stay in node)
+
+
+@dataclass
+class IngestRow:
+    path: str
+    rates: list[float]  # messages/s per round
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.rates) if self.rates else math.nan
+
+
+@dataclass
+class Report:
+    started: str
+    args: argparse.Namespace
+    versions: dict[str, str] = field(default_factory=dict)
+    loads: list[LoadRow] = field(default_factory=list)
+    searches: list[SearchRow] = field(default_factory=list)
+    recalls: list[RecallRow] = field(default_factory=list)
+    recall_setup: list[str] = field(default_factory=list)
+    crosschecks: list[str] = field(default_factory=list)
+    ingest: list[IngestRow] = field(default_factory=list)
+    ingest_notes: list[str] = field(default_factory=list)
+    ingest_stages: dict[str, float] = field(default_factory=dict)  # seconds over all timed save rounds
+    ingest_stage_total: float = 0.0
+    ingest_stage_batches: int = 0
+    notes: list[str] = field(default_factory=list)
+    load_samples: list[tuple[str, str]] = field(default_factory=list)
+
+    def mark(self, label: str) -> None:
+        self.load_samples.append((label, load_average()))
+
+
+# ---------------------------------------------------------------------------------------------- Chroma server
+class ChromaServer:
+    """``chroma run`` (the venv's CLI) in a child process on a free loopback port."""
+
+    def __init__(self, path: Path, log_path: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        chroma = Path(sys.executable).parent / "chroma"
+        self._log = log_path.open("wb")
+        self.log_path = log_path
+        env = {**os.environ, "ANONYMIZED_TELEMETRY": "False"}
+        self.proc = subprocess.Popen(
+            [str(chroma), "run", "--path", str(path), "--host", "127.0.0.1", "--port", str(self.port)],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"chroma server exited:\n{self.log_path.read_text()[-3000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/api/v2/heartbeat", timeout=1).status_code == 200:
+                    return
+            time.sleep(0.2)
+        raise TimeoutError(f"chroma server not ready in {timeout}s")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+# ---------------------------------------------------------------------------------------------- phase 1
+async def extend_index(index: ChromaIndex, ds: Dataset, i0: int, i1: int, label: str) -> float:
+    """Adds messages [i0, i1) of every thread; ~20k vectors per ChromaIndex.upsert call."""
+    per_resource = ds.threads * (i1 - i0)
+    group = max(1, 20_000 // per_resource)
+    start = time.perf_counter()
+    last_report = start
+    for r0 in range(0, ds.resources, group):
+        items: list[VectorItem] = []
+        for r in range(r0, min(ds.resources, r0 + group)):
+            items.extend(ds.items(r, i0, i1))
+        await index.upsert(items)
+        now = time.perf_counter()
+        if now - last_report > 30:
+            done = min(ds.resources, r0 + group)
+            log(f"  {label}: {done}/{ds.resources} resources, {now - start:.0f}s")
+            last_report = now
+    return time.perf_counter() - start
+
+
+async def measure_search(
+    index: ChromaIndex,
+    ds: Dataset,
+    size: int,
+    mode: str,
+    embedder: OnnxMiniLMEmbedder,
+    queries: list[Query],
+    pids: Sequence[int],
+) -> list[SearchRow]:
+    per_thread = ds.per_thread(size)
+    # Warm-up: every collection once (opens it in Chroma and in ChromaIndex's handle cache), untimed.
+    warm = queries[0].vector or (await embedder.embed([queries[0].text])).vectors[0]
+    for r in range(ds.resources):
+        await index.query(warm, resource_ids=[ds.resource_id(r)], thread_id=None, top_k=TOP_K)
+    rows = []
+    for scope in SCOPES:
+        search_ms, embed_ms, total_ms, recalls, hits_n = [], [], [], [], []
+        checks: list[tuple[Query, list[float], list[str]]] = []
+        l1 = load1()
+        with CpuMeter(pids) as meter:
+            for q in queries:
+                thread = ds.thread_id(q.r, q.j) if scope == "thread" else None
+                t0 = time.perf_counter()
+                vector = (await embedder.embed([q.text])).vectors[0]
+                t1 = time.perf_counter()
+                hits = await index.query(
+                    vector, resource_ids=[ds.resource_id(q.r)], thread_id=thread, top_k=TOP_K
+                )
+                t2 = time.perf_counter()
+                embed_ms.append((t1 - t0) * 1000)
+                search_ms.append((t2 - t1) * 1000)
+                total_ms.append((t2 - t0) * 1000)
+                checks.append((q, vector, [h.message_id for h in hits]))
+        for q, vector, got in checks:
+            exact = ds.exact_top(
+                q.r, per_thread, np.asarray(vector, dtype=np.float32), q.j if scope == "thread" else None
+            )
+            recalls.append(len(set(exact) & set(got)) / len(exact))
+            hits_n.append(len(got))
+        rows.append(
+            SearchRow(
+                mode,
+                size,
+                scope,
+                search_ms,
+                embed_ms,
+                total_ms,
+                statistics.fmean(recalls),
+                statistics.fmean(hits_n),
+                l1,
+                meter.other_cores,
+            )
+        )
+        log(
+            f"  {mode} {fmt_size(size)} {scope}: search p50 {pct(search_ms, 0.5):.2f} p95 "
+            f"{pct(search_ms, 0.95):.2f} ms; with embedding p95 {pct(total_ms, 0.95):.2f} ms"
+        )
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------- phase 2
+class PrecomputedEmbedder:
+    """Embedder test double: answers query texts with their precomputed MiniLM vectors."""
+
+    def __init__(self, table: dict[str, list[float]]) -> None:
+        self.table = table
+        self.calls = 0
+
+    @property
+    def name(self) -> str:
+        return MODEL_NAME
+
+    @property
+    def dimension(self) -> int:
+        return DIM
+
+    async def embed(self, texts: Sequence[str]) -> Embedding:
+        self.calls += 1
+        return Embedding(vectors=[self.table[" ".join(t.split())] for t in texts], tokens=None)
+
+    async def aclose(self) -> None:
+        return None
+
+
+class RecallDb:
+    """RecallQL's SQLite database for the full-recall measurement, grown with the vector index."""
+
+    def __init__(self, path: Path, index: ChromaIndex, table: dict[str, list[float]]) -> None:
+        self.url = f"sqlite+aiosqlite:///{path}"
+        self.index = index
+        self.table = table
+        self.loaded_per_thread = 0
+        self.engine: Any = None
+        self.services: Services | None = None
+        self.search_ms: list[float] = []  # time inside SemanticMemory.search, per recall
+
+    async def open(self, ds: Dataset) -> float:
+        self.engine = create_engine(self.url)
+        await upgrade(self.engine)
+        repository = Repository(self.engine)
+        start = time.perf_counter()
+        for r in range(ds.resources):
+            for j in range(ds.threads):
+                await repository.insert_thread(
+                    ThreadRecord(
+                        id=ds.thread_id(r, j),
+                        resource_id=ds.resource_id(r),
+                        title="",
+                        metadata=None,
+                        created_at=BASE_MS - 60_000,
+                        updated_at=BASE_MS - 60_000,
+                    )
+                )
+        threads_s = time.perf_counter() - start
+        semantic = SemanticMemory(repository, PrecomputedEmbedder(self.table), lambda _m, _d: self.index)
+        search = semantic.search
+
+        async def timed_search(*a: Any, **kw: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return await search(*a, **kw)
+            finally:
+                self.search_ms.append((time.perf_counter() - start) * 1000)
+
+        semantic.search = timed_search  # type: ignore[method-assign]
+        self.services = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS), semantic=semantic)
+        return threads_s
+
+    async def extend(self, ds: Dataset, per_thread: int) -> float:
+        assert self.services is not None
+        start = time.perf_counter()
+        batch: list[MessageRecord] = []
+        for r in range(ds.resources):
+            batch.extend(ds.records(r, self.loaded_per_thread, per_thread))
+            if len(batch) >= 5000 or r == ds.resources - 1:
+                await self.services.repository.save_messages(batch, now=BASE_MS, track_vectors=False)
+                batch = []
+        self.loaded_per_thread = per_thread
+        return time.perf_counter() - start
+
+    async def measure(
+        self, ds: Dataset, size: int, queries: dict[str, list[Query]], warmup: dict[str, list[Query]]
+    ) -> list[RecallRow]:
+        assert self.services is not None
+        rows = []
+        for scope, qs in queries.items():
+            samples, ids = [], []
+            for q in warmup[scope][:10]:  # untimed, separate queries (as mastra_vector.mjs does)
+                await self.services.recall.recall(self._args(ds, q, scope))
+            l1 = load1()
+            self.search_ms.clear()
+            with CpuMeter() as meter:
+                for q in qs:
+                    args = self._args(ds, q, scope)
+                    start = time.perf_counter()
+                    result = await self.services.recall.recall(args)
+                    samples.append((time.perf_counter() - start) * 1000)
+                    ids.append([m.id for m in result.messages])
+            rows.append(
+                RecallRow(
+                    "RecallQL",
+                    size,
+                    scope,
+                    samples,
+                    l1,
+                    meter.other_cores,
+                    ids=ids,
+                    search_ms=list(self.search_ms),
+                )
+            )
+            p50, p95 = pct(samples, 0.5), pct(samples, 0.95)
+            log(f"  RecallQL recall {fmt_size(size)} {scope}: p50 {p50:.2f} p95 {p95:.2f} ms")
+        return rows
+
+    @staticmethod
+    def _args(ds: Dataset, q: Query, scope: str) -> RecallArgs:
+        return RecallArgs(
+            thread_id=ds.thread_id(q.r, q.j),
+            resource_id=ds.resource_id(q.r),
+            vector_search_string=q.text,
+            thread_config={"semanticRecall": {"topK": TOP_K, "messageRange": 1, "scope": scope}},
+        )
+
+    async def close(self) -> None:
+        if self.engine is not None:
+            await self.engine.dispose()
+
+
+def oracle_node_modules() -> Path | None:
+    configured = os.environ.get("RECALL_ORACLE_NODE_MODULES")
+    if configured:
+        return Path(configured)
+    lock = SHARED / "conformance" / "package-lock.json"
+    if not lock.is_file():
+        return None
+    digest = hashlib.sha256(lock.read_bytes()).hexdigest()[:16]
+    root = os.environ.get("RECALL_ORACLE_CACHE") or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "recall-oracle"
+    )
+    cache = Path(root) / digest
+    return cache if (cache / ".complete").is_file() else None
+
+
+def run_mastra(
+    ds: Dataset,
+    size: int,
+    queries: dict[str, list[Query]],
+    warmup: dict[str, list[Query]],
+    work: Path,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """Writes the dataset for mastra_vector.mjs and runs it; returns its JSON output."""
+    node_modules = oracle_node_modules()
+    if node_modules is None:
+        raise RuntimeError(
+            "Mastra packages not installed: run `bash ../shared/conformance/oracle.sh` once on a tiny dataset"
+        )
+    if shutil.which("node") is None:
+        raise RuntimeError("node is not on PATH")
+    folder = work / f"mastra-{size}"
+    folder.mkdir(parents=True, exist_ok=True)
+    per_thread = ds.per_thread(size)
+    messages: list[list[Any]] = []
+    with (folder / "vectors.f32").open("wb") as out:
+        for r in range(ds.resources):
+            text_idx, vectors = ds.block(r, 0, per_thread)
+            for j in range(ds.threads):
+                for n in range(per_thread):
+                    messages.append(
+                        [
+                            ds.message_id(r, j, n),
+                            ds.thread_id(r, j),
+                            ds.resource_id(r),
+                            ds.role(n),
+                            ds.created_at(j, n),
+                            int(text_idx[j, n]),
+                        ]
+                    )
+            vectors.astype("<f4").tofile(out)
+
+    def qjson(q: Query) -> dict[str, Any]:
+        return {
+            "text": q.text,
+            "resourceId": ds.resource_id(q.r),
+            "threadId": ds.thread_id(q.r, q.j),
+            "vector": q.vector,
+        }
+
+    meta = {
+        "dim": DIM,
+        "baseMs": BASE_MS,
+        "texts": ds.texts,
+        "threads": [
+            [ds.thread_id(r, j), ds.resource_id(r)] for r in range(ds.resources) for j in range(ds.threads)
+        ],
+        "messages": messages,
+        "queries": {scope: [qjson(q) for q in qs] for scope, qs in queries.items()},
+        "warmupQueries": {scope: [qjson(q) for q in qs] for scope, qs in warmup.items()},
+    }
+    (folder / "meta.json").write_text(json.dumps(meta))
+    out_path = folder / "out.json"
+    command = [
+        "node",
+        str(MASTRA_SCRIPT),
+        str(folder),
+        "--out",
+        str(out_path),
+        "--calls",
+        str(args.recall_calls),
+        "--warmup",
+        "10",
+        "--max-seconds",
+        str(args.mastra_max_seconds),
+    ]
+    env = {**os.environ, "RECALL_ORACLE_NODE_MODULES": str(node_modules)}
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=args.mastra_timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"mastra_vector.mjs failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    result = json.loads(out_path.read_text())
+    shutil.rmtree(folder, ignore_errors=True)
+    return result
+
+
+def measure_mastra(
+    report: Report,
+    ds: Dataset,
+    size: int,
+    queries: dict[str, list[Query]],
+    warmup: dict[str, list[Query]],
+    work: Path,
+    args: argparse.Namespace,
+    ours: list[RecallRow],
+) -> None:
+    log(f"Mastra at {fmt_size(size)}")
+    l1 = load1()
+    try:
+        with CpuMeter() as meter:
+            out = run_mastra(ds, size, queries, warmup, work, args)
+    except Exception as exc:  # reported; the rest of the run goes on
+        report.recall_setup.append(f"Mastra {fmt_size(size)}: failed: {exc}")
+        log(f"  Mastra failed: {exc}")
+        return
+    m = out["mastra"]
+    report.versions["mastra"] = (
+        f"@mastra/core {m['core']}, @mastra/memory {m['memory']}, @mastra/libsql {m['libsql']} "
+        f"(node {out['node']}, libsql's sqlite {out['sqlite']})"
+    )
+    how = "DiskANN index" if out["diskann"] else "no DiskANN index, brute-force scan"
+    report.recall_setup.append(
+        f"Mastra {fmt_size(size)}: {out['threads']} threads (Memory.saveThread) in "
+        f"{out['threadsMs'] / 1000:.1f}s, {out['messages']} messages (LibSQLStore {out['storage']}, "
+        f"saveMessages) in {out['messagesMs'] / 1000:.1f}s, vectors (LibSQLVector {out['vectorUrl']}, {how}) "
+        f"in {out['vectorsMs'] / 1000:.1f}s"
+    )
+    for s in out["scenarios"]:
+        row = RecallRow(
+            "Mastra", size, s["scope"], [], l1, meter.other_cores, s["capped"], ids=s["results"], summary=s
+        )
+        report.recalls.append(row)
+        mine = next(o for o in ours if o.scope == s["scope"])
+        report.crosschecks.append(crosscheck(mine, row))
+        log(f"  Mastra {s['scope']}: p50 {s['p50Ms']:.1f} p95 {s['p95Ms']:.1f} ms (n={s['n']})")
+
+
+def crosscheck(ours: RecallRow, theirs: RecallRow) -> str:
+    n = min(len(ours.ids), len(theirs.ids))
+    same = sum(1 for a, b in zip(ours.ids[:n], theirs.ids[:n], strict=True) if a == b)
+    overlap = [
+        len(set(a) & set(b)) / max(1, len(set(a) | set(b)))
+        for a, b in zip(ours.ids[:n], theirs.ids[:n], strict=True)
+    ]
+    mean_overlap = statistics.fmean(overlap) if overlap else math.nan
+    return (
+        f"{fmt_size(ours.size)} {ours.scope} scope: identical message lists in {same}/{n} calls, "
+        f"mean Jaccard overlap {mean_overlap:.3f}"
+    )
+
+
+# ---------------------------------------------------------------------------------------------- phase 3
+@dataclass
+class IngestBatch:
+    thread_id: str
+    resource_id: str
+    messages: list[tuple[str, str, str]]  # (id, role, text)
+
+
+def ingest_batches(texts: list[str], batch: int, tag: str) -> list[IngestBatch]:
+    out = []
+    for b, start in enumerate(range(0, len(texts), batch)):
+        tid = f"ingest-{tag}-t{b:03d}"
+        rid = f"ingest-{tag}-r{b % 10}"
+        out.append(
+            IngestBatch(
+                tid,
+                rid,
+                [
+                    (f"{tid}-m{k:03d}", "user" if k % 2 == 0 else "assistant", text)
+                    for k, text in enumerate(texts[start : start + batch])
+                ],
+            )
+        )
+    return out
+
+
+def _content(text: str) -> dict[str, Any]:
+    return {"format": 2, "parts": [{"type": "text", "text": text}]}
+
+
+async def ingest_services(services: Services, batches: list[IngestBatch]) -> float:
+    for b in batches:
+        await services.repository.insert_thread(
+            ThreadRecord(
+                id=b.thread_id,
+                resource_id=b.resource_id,
+                title="",
+                metadata=None,
+                created_at=BASE_MS,
+                updated_at=BASE_MS,
+            )
+        )
+    n = 0
+    start = time.perf_counter()
+    for b in batches:
+        inputs = [
+            MessageInput(
+                thread_id=b.thread_id, role=role, content=_content(text), id=mid, resource_id=b.resource_id
+            )
+            for mid, role, text in b.messages
+        ]
+        result = await services.messages.save(inputs)
+        n += len(result.messages)
+    return n / (time.perf_counter() - start)
+
+
+async def ingest_raw(embedder: OnnxMiniLMEmbedder, batches: list[IngestBatch]) -> float:
+    n = 0
+    start = time.perf_counter()
+    for b in batches:
+        embedding = await embedder.embed([text for _, _, text in b.messages])
+        n += len(embedding.vectors)
+    return n / (time.perf_counter() - start)
+
+
+_SAVE = "mutation($m: [MessageInput!]!) { saveMessages(messages: $m) { messages { id } } }"
+_CREATE = "mutation($input: CreateThreadInput!) { createThread(input: $input) { id } }"
+
+
+async def _gql(client: httpx.AsyncClient, query: str, variables: dict[str, Any]) -> dict[str, Any]:
+    response = await client.post("/graphql", json={"query": query, "variables": variables})
+    body = response.json()
+    if response.status_code != 200 or body.get("errors"):
+        raise RuntimeError(f"HTTP {response.status_code}: {json.dumps(body)[:500]}")
+    return body["data"]
+
+
+async def ingest_http(client: httpx.AsyncClient, batches: list[IngestBatch]) -> float:
+    for b in batches:
+        await _gql(client, _CREATE, {"input": {"id": b.thread_id, "resourceId": b.resource_id, "title": ""}})
+    n = 0
+    start = time.perf_counter()
+    for b in batches:
+        payload = [
+            {"id": mid, "threadId": b.thread_id, "role": role, "content": _content(text)}
+            for mid, role, text in b.messages
+        ]
+        data = await _gql(client, _SAVE, {"m": payload})
+        n += len(data["saveMessages"]["messages"])
+    return n / (time.perf_counter() - start)
+
+
+class RecallqlServer:
+    """``recallql serve`` (python -m web.cli serve) with the MiniLM model, in a child process."""
+
+    def __init__(self, data_dir: Path, model_dir: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = data_dir / "server.log"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        env = {
+            **os.environ,
+            "RECALLQL_DATA_DIR": str(data_dir),
+            "RECALLQL_EMBEDDING_MODEL_DIR": str(model_dir),
+            "RECALLQL_LOG_LEVEL": "warning",
+            "RECALLQL_AUTO_MIGRATE": "true",
+        }
+        for key in ("RECALLQL_DATABASE_URL", "RECALLQL_CHROMA_URL", "RECALLQL_EMBEDDINGS_URL"):
+            env.pop(key, None)
+        self._log = self.log_path.open("wb")
+        command = [sys.executable, "-m", "web.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port)]
+        self.proc = subprocess.Popen(
+            [*command, "--workers", "1"], cwd=REPO, env=env, stdout=self._log, stderr=subprocess.STDOUT
+        )
+
+    def wait_ready(self, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"recallql serve exited:\n{self.log_path.read_text()[-3000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return
+            time.sleep(0.2)
+        raise TimeoutError(f"recallql serve not ready in {timeout}s")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+class StageTimer:
+    """Wall time spent in chosen async methods of chosen instances (wrapped on the instance only)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.total = 0.0
+        self.batches = 0
+
+    def wrap(self, obj: Any, name: str, label: str) -> None:
+        original = getattr(obj, name)
+        self.seconds.setdefault(label, 0.0)
+
+        async def timed(*a: Any, **kw: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return await original(*a, **kw)
+            finally:
+                self.seconds[label] += time.perf_counter() - start
+
+        setattr(obj, name, timed)
+
+    def snapshot(self) -> dict[str, float]:
+        return dict(self.seconds)
+
+
+async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, model_dir: Path) -> None:
+    texts = chat_texts(args.ingest_messages, seed=2026)
+    report.ingest_notes.append(
+        f"{len(texts)} messages, mean {statistics.fmean(len(t) for t in texts):.0f} characters, "
+        f"batches of {args.ingest_batch} (one thread per batch), {args.ingest_rounds} rounds; "
+        "each round saves new message ids"
+    )
+    embedder = OnnxMiniLMEmbedder(model_dir)
+    await embedder.warmup()
+    raw_row, save_row, sql_row, http_row = (
+        IngestRow("OnnxMiniLMEmbedder.embed alone (raw)", []),
+        IngestRow("MessageService.save, embedded Chroma (in process)", []),
+        IngestRow("MessageService.save without semantic recall (SQL only)", []),
+        IngestRow("saveMessages over HTTP (`recallql serve`, embedded Chroma)", []),
+    )
+    db_url = f"sqlite+aiosqlite:///{work / 'ingest.db'}"
+    engine = create_engine(db_url)
+    await upgrade(engine)
+    repository = Repository(engine)
+    index = ChromaIndex(path=work / "ingest-chroma", model_name=MODEL_NAME, dimension=DIM)
+    semantic = SemanticMemory(repository, embedder, lambda _m, _d: index)
+    services = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS), semantic=semantic)
+    stages = StageTimer()
+    stages.wrap(embedder, "embed", "embedding (OnnxMiniLMEmbedder.embed)")
+    stages.wrap(index, "upsert", "vector write (ChromaIndex.upsert: upsert + stale-chunk lookup)")
+    stages.wrap(repository, "save_messages", "SQL transaction (messages + outbox rows)")
+    stages.wrap(repository, "outbox_snapshot", "outbox read (SemanticMemory.sync)")
+    stages.wrap(repository, "outbox_done", "outbox settle (SemanticMemory.sync)")
+    plain_engine = create_engine(f"sqlite+aiosqlite:///{work / 'ingest-plain.db'}")
+    await upgrade(plain_engine)
+    plain = Services.build(Repository(plain_engine), memory_defaults=dict(BUILTIN_DEFAULTS))
+    server = None
+    client = None
+    try:
+        # Warm-up: the first save opens Chroma and creates a collection; not timed.
+        warm = ingest_batches(chat_texts(args.ingest_batch, seed=1), args.ingest_batch, "warm")
+        await ingest_services(services, warm)
+        await ingest_services(plain, warm)
+        if "http" not in args.skip:
+            server = RecallqlServer(work / "ingest-server", model_dir)
+            server.wait_ready()
+            client = httpx.AsyncClient(base_url=server.url, timeout=120)
+            await ingest_http(
+                client, ingest_batches(chat_texts(args.ingest_batch, seed=1), args.ingest_batch, "warm")
+            )
+        for rnd in range(args.ingest_rounds):
+            report.mark(f"ingest round {rnd + 1}")
+            raw_row.rates.append(
+                await ingest_raw(embedder, ingest_batches(texts, args.ingest_batch, f"raw{rnd}"))
+            )
+            batches = ingest_batches(texts, args.ingest_batch, f"s{rnd}")
+            before = stages.snapshot()
+            save_row.rates.append(await ingest_services(services, batches))
+            for label, seconds in stages.snapshot().items():
+                report.ingest_stages[label] = report.ingest_stages.get(label, 0.0) + seconds - before[label]
+            report.ingest_stage_total += len(texts) / save_row.rates[-1]
+            report.ingest_stage_batches += len(batches)
+            sql_row.rates.append(
+                await ingest_services(plain, ingest_batches(texts, args.ingest_batch, f"q{rnd}"))
+            )
+            if client is not None:
+                http_row.rates.append(
+                    await ingest_http(client, ingest_batches(texts, args.ingest_batch, f"h{rnd}"))
+                )
+            log(
+                f"  ingest round {rnd + 1}: raw {raw_row.rates[-1]:.0f}/s, save {save_row.rates[-1]:.0f}/s, "
+                f"sql {sql_row.rates[-1]:.0f}/s" + (f", http {http_row.rates[-1]:.0f}/s" if client else "")
+            )
+        backlog = await repository.outbox_backlog()
+        if backlog:
+            report.ingest_notes.append(
+                f"in-process outbox backlog after the run: {backlog} (vector writes deferred)"
+            )
+        stored = await index.count(ingest_batches(texts, args.ingest_batch, "s0")[0].resource_id)
+        report.ingest_notes.append(f"vectors in one in-process ingest resource after the run: {stored}")
+    finally:
+        if client is not None:
+            await client.aclose()
+        if server is not None:
+            server.stop()
+        await index.aclose()
+        await embedder.aclose()
+        await engine.dispose()
+        await plain_engine.dispose()
+    report.ingest.extend([raw_row, save_row, sql_row] + ([http_row] if http_row.rates else []))
+
+
+# ---------------------------------------------------------------------------------------------- main
+async def phase_search_and_recall(
+    report: Report, args: argparse.Namespace, work: Path, embedder: OnnxMiniLMEmbedder
+) -> None:
+    log("embedding the base texts and the queries with MiniLM")
+    base_texts = chat_texts(BASE_TEXTS, seed=7, unique=True)
+    bases = np.asarray((await embedder.embed(base_texts)).vectors, dtype=np.float32)
+    ds = Dataset(base_texts, bases, resources=args.resources, threads=args.threads)
+    n_recall = args.recall_calls
+    need = args.queries + 2 * n_recall + 40
+    taken = set(base_texts)
+    # Distinct from each other and from the stored texts; enough even if every base text comes up.
+    pool = [t for t in chat_texts(need + len(base_texts), seed=99, unique=True) if t not in taken][:need]
+    search_queries = make_queries(pool[: args.queries], ds, seed=5)
+    recall_texts = pool[args.queries :]
+    recall_vectors = (await embedder.embed(recall_texts)).vectors
+    table = dict(zip(recall_texts, recall_vectors, strict=True))
+    recall_all = make_queries(recall_texts, ds, seed=6)
+    for q in recall_all:
+        q.vector = table[q.text]
+    recall_queries = {"resource": recall_all[:n_recall], "thread": recall_all[n_recall : 2 * n_recall]}
+    warmup = {
+        "resource": recall_all[2 * n_recall : 2 * n_recall + 20],
+        "thread": recall_all[2 * n_recall + 20 :],
+    }
+    report.notes.append(
+        f"Dataset: {args.resources} resources x {args.threads} threads; vectors are MiniLM vectors of "
+        f"{len(base_texts)} generated chat texts plus Gaussian noise (|noise| = {NOISE_NORM}), normalised; "
+        f"message text = its base text. Queries: MiniLM vectors of other generated texts, random "
+        f"(resource, thread) each; topK {TOP_K}."
+    )
+
+    sizes = args.sizes
+    modes = args.modes
+    recall_sizes = [s for s in args.recall_sizes if s in sizes] if "recall" not in args.skip else []
+    mastra_sizes = [s for s in args.mastra_sizes if s in recall_sizes] if "mastra" not in args.skip else []
+
+    for mode in modes:
+        mode_sizes = [s for s in sizes if mode == "embedded" or s <= args.server_max_size]
+        if not mode_sizes:
+            continue
+        server: ChromaServer | None = None
+        path = work / f"chroma-{mode}"
+        path.mkdir(parents=True, exist_ok=True)
+        if mode == "server":
+            server = ChromaServer(path, work / "chroma-server.log")
+            server.wait_ready()
+            index = ChromaIndex(url=server.url, model_name=MODEL_NAME, dimension=DIM)
+        else:
+            index = ChromaIndex(path=path, model_name=MODEL_NAME, dimension=DIM)
+        pids = [server.proc.pid] if server else []
+        recall_db = None
+        try:
+            loaded = 0
+            for size in mode_sizes:
+                per_thread = ds.per_thread(size)
+                report.mark(f"{mode} {fmt_size(size)}")
+                log(f"{mode}: loading up to {fmt_size(size)} vectors")
+                l1 = load1()
+                seconds = await extend_index(index, ds, loaded, per_thread, f"{mode} {fmt_size(size)}")
+                rss = rss_mb(server.proc.pid) if server else rss_mb()
+                report.loads.append(
+                    LoadRow(
+                        mode, size, size - loaded * ds.resources * ds.threads, seconds, rss, dir_mb(path), l1
+                    )
+                )
+                loaded = per_thread
+                log(f"  loaded in {seconds:.1f}s")
+                report.searches.extend(
+                    await measure_search(index, ds, size, mode, embedder, search_queries, pids)
+                )
+                if mode == "embedded" and size in recall_sizes:
+                    if recall_db is None:
+                        recall_db = RecallDb(work / "recallql.db", index, table)
+                        threads_s = await recall_db.open(ds)
+                        report.recall_setup.append(
+                            f"RecallQL: {ds.resources * ds.threads} threads inserted in {threads_s:.1f}s "
+                            "(Repository.insert_thread)"
+                        )
+                    sql_s = await recall_db.extend(ds, per_thread)
+                    report.recall_setup.append(
+                        f"RecallQL {fmt_size(size)}: messages added to SQLite in {sql_s:.1f}s "
+                        "(Repository.save_messages, 5000 a batch); vectors: the embedded Chroma above"
+                    )
+                    report.mark(f"recall {fmt_size(size)}")
+                    ours = await recall_db.measure(ds, size, recall_queries, warmup)
+                    report.recalls.extend(ours)
+                    if size in mastra_sizes:
+                        measure_mastra(report, ds, size, recall_queries, warmup, work, args, ours)
+        finally:
+            if recall_db is not None:
+                await recall_db.close()
+            await index.aclose()
+            if server is not None:
+                server.stop()
+
+
+def row_stats(row: RecallRow) -> tuple[int, float, float, float, float]:
+    summary = row.summary
+    if summary:
+        return summary["n"], summary["p50Ms"], summary["p95Ms"], summary["p99Ms"], summary["meanMs"]
+    s = row.samples_ms
+    return len(s), pct(s, 0.5), pct(s, 0.95), pct(s, 0.99), statistics.fmean(s) if s else math.nan
+
+
+def md_table(headers: Sequence[str], align: str, rows: Sequence[Sequence[Any]]) -> list[str]:
+    """A Markdown table; ``align`` has one letter per column, l or r."""
+    rule = "|".join("---:" if c == "r" else "---" for c in align)
+    lines = ["| " + " | ".join(headers) + " |", f"|{rule}|"]
+    lines.extend("| " + " | ".join(str(c) for c in row) + " |" for row in rows)
+    return lines
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    system = f"{platform.system()} {platform.release()}"
+    return f"{os.cpu_count()} CPUs ({cpu}), {system}, Python {platform.python_version()}"
+
+
+def render(report: Report) -> str:
+    a = report.args
+    out: list[str] = []
+    w = out.append
+    w(f"# Semantic recall benchmarks, {report.started}")
+    w("")
+    w(f"`{' '.join(['python', 'benchmarks/semantic_bench.py', *sys.argv[1:]])}`")
+    w("")
+    w(f"- Machine: {machine()}")
+    for k, v in report.versions.items():
+        w(f"- {k}: {v}")
+    w(
+        "- Shared machine: other jobs (test suites) ran during the measurements. "
+        "Load average (1/5/15 min) when each part started:"
+    )
+    for label, value in report.load_samples:
+        w(f"  - {label}: {value}")
+    for note in report.notes:
+        w(f"- {note}")
+    w("")
+
+    if report.loads:
+        w("## 1. Vector search (ChromaIndex.query, topK 4)")
+        w("")
+        w("Loading (ChromaIndex.upsert, ~20k vectors a call; the index grows from one size to the next):")
+        w("")
+        rows = [
+            [
+                r.mode,
+                fmt_size(r.size),
+                f"{r.added:,}",
+                f"{fmt(r.seconds, 1)} s",
+                fmt(r.added / r.seconds, 0),
+                f"{fmt(r.rss_mb, 0)} ({'chroma server' if r.mode == 'server' else 'this process'})",
+                fmt(r.disk_mb, 0),
+                fmt(r.load1, 1),
+            ]
+            for r in report.loads
+        ]
+        headers = [
+            "mode",
+            "vectors",
+            "added",
+            "load time",
+            "vectors/s",
+            "RSS after (MB)",
+            "disk (MB)",
+            "load avg",
+        ]
+        out.extend(md_table(headers, "lrrrrrrr", rows))
+        w("")
+        w(
+            f"Latency in ms, {a.queries} queries per row (after one untimed query per resource). *search* is "
+            "ChromaIndex.query alone (embedding excluded); *embed+search* adds OnnxMiniLMEmbedder.embed of "
+            "the query text (one fresh text per query). recall@4 is against an exact numpy search. *other "
+            "cores* is the CPU other processes on the machine used during the row (2.0 = both cores)."
+        )
+        w("")
+        rows = [
+            [
+                r.mode,
+                fmt_size(r.size),
+                r.scope,
+                fmt(pct(r.search_ms, 0.5)),
+                fmt(pct(r.search_ms, 0.95)),
+                fmt(pct(r.search_ms, 0.99)),
+                fmt(pct(r.embed_ms, 0.5)),
+                fmt(pct(r.total_ms, 0.5)),
+                fmt(pct(r.total_ms, 0.95)),
+                f"{r.recall_at_k:.3f}",
+                f"{r.hits_per_query:.2f}",
+                fmt(r.other_cores),
+            ]
+            for r in report.searches
+        ]
+        headers = [
+            "mode",
+            "vectors",
+            "scope",
+            "search p50",
+            "search p95",
+            "search p99",
+            "embed p50",
+            "embed+search p50",
+            "embed+search p95",
+            "recall@4",
+            "hits",
+            "other cores",
+        ]
+        out.extend(md_table(headers, "lrlrrrrrrrrr", rows))
+        w("")
+        w(
+            "Targets: p95 <= 20 ms at the largest size (embedding excluded); the same order of cost at the "
+            "smallest and the largest size."
+        )
+        w("")
+        rows = []
+        for mode in dict.fromkeys(r.mode for r in report.searches):
+            for scope in SCOPES:
+                found = [r for r in report.searches if r.mode == mode and r.scope == scope]
+                if not found:
+                    continue
+                small = min(found, key=lambda r: r.size)
+                big = max(found, key=lambda r: r.size)
+                p_big, p_small = pct(big.search_ms, 0.95), pct(small.search_ms, 0.95)
+                ratio = p_big / p_small if p_small else math.nan
+                rows.append(
+                    [
+                        mode,
+                        scope,
+                        f"{fmt_size(small.size)} -> {fmt_size(big.size)}",
+                        f"{fmt(p_small)} -> {fmt(p_big)}",
+                        "yes" if p_big <= 20 else "NO",
+                        f"{fmt(ratio)}x",
+                        "yes" if ratio < 10 else "NO",
+                    ]
+                )
+        headers = ["mode", "scope", "sizes", "search p95 (ms)", "<= 20 ms at largest", "ratio", "same order"]
+        out.extend(md_table(headers, "lllrlrl", rows))
+        w("")
+
+    if report.recalls or report.recall_setup:
+        w("## 2. Full recall with semantic search: RecallQL vs Mastra")
+        w("")
+        w(
+            "`recall(threadId, resourceId, vectorSearchString, threadConfig: {semanticRecall: {topK: 4, "
+            "messageRange: 1, scope}})` with lastMessages 10, in process on both sides. Query vectors are "
+            "precomputed (an embedder test double answers them), so embedding is excluded on both sides; "
+            "every call uses a new query text, so neither side's query-embedding cache hits. RecallQL: "
+            "RecallEngine.recall (SQLite file + embedded Chroma). Mastra: Memory.recall (LibSQLStore file + "
+            "LibSQLVector on file::memory:, which answers every query with a scan of all vectors). *search "
+            "part* is the time RecallQL spent inside SemanticMemory.search (query vector lookup + "
+            "ChromaIndex.query); the rest is SQL (ownership check, page, count, include windows). *other "
+            "cores* for Mastra covers its whole run (loading included)."
+        )
+        w("")
+        rows = []
+        for r in sorted(report.recalls, key=lambda r: (r.size, r.scope, r.system != "RecallQL")):
+            n, p50, p95, p99, mean = row_stats(r)
+            rows.append(
+                [
+                    r.system,
+                    fmt_size(r.size),
+                    r.scope,
+                    f"{n}{' (time cap)' if r.capped else ''}",
+                    fmt(p50),
+                    fmt(p95),
+                    fmt(p99),
+                    fmt(mean),
+                    fmt(pct(r.search_ms, 0.5)) if r.search_ms else "n/a",
+                    fmt(r.load1, 1),
+                    fmt(r.other_cores),
+                ]
+            )
+        headers = ["system", "vectors", "scope", "calls", "p50 ms", "p95 ms", "p99 ms", "mean ms"]
+        headers += ["search part p50", "load avg", "other cores"]
+        out.extend(md_table(headers, "lrlrrrrrrrr", rows))
+        w("")
+        for line in report.recall_setup:
+            w(f"- {line}")
+        if report.crosschecks:
+            w("- Same answers? (RecallQL vs Mastra, call by call, returned message ids in order)")
+            for line in report.crosschecks:
+                w(f"  - {line}")
+        w("")
+
+    if report.ingest:
+        w("## 3. Ingest throughput with embedding")
+        w("")
+        raw = report.ingest[0].median
+        rows = [
+            [r.path, fmt(r.median, 0), ", ".join(f"{x:.0f}" for x in r.rates), f"{r.median / raw * 100:.0f}%"]
+            for r in report.ingest
+        ]
+        out.extend(md_table(["path", "messages/s (median)", "per round", "vs raw"], "lrlr", rows))
+        w("")
+        for note in report.ingest_notes:
+            w(f"- {note}")
+        if report.ingest_stage_batches:
+            w("")
+            w(
+                "Where the in-process save time goes (MessageService.save, all "
+                f"{report.ingest_stage_batches} timed batches): wall time inside each step, per batch."
+            )
+            w("")
+            total = report.ingest_stage_total
+            per = report.ingest_stage_batches
+            rows = [
+                [label, fmt(seconds / per * 1000, 1), f"{seconds / total * 100:.0f}%"]
+                for label, seconds in report.ingest_stages.items()
+            ]
+            rest = total - sum(report.ingest_stages.values())
+            rows.append(
+                ["everything else (validation, thread lookup, event loop)", fmt(rest / per * 1000, 1)]
+            )
+            rows[-1].append(f"{rest / total * 100:.0f}%")
+            rows.append(["whole save", fmt(total / per * 1000, 1), "100%"])
+            out.extend(md_table(["step", "ms per batch", "share"], "lrr", rows))
+            w("")
+        save = report.ingest[1].median / raw if len(report.ingest) > 1 else math.nan
+        verdict = "met" if save >= 0.9 else "NOT met"
+        w(f"- Target: ingest >= 90% of raw (in process): {save * 100:.0f}% -> {verdict}")
+        if len(report.ingest) > 3:
+            http = report.ingest[3].median / raw
+            w(f"- Over HTTP: {http * 100:.0f}% of raw -> {'met' if http >= 0.9 else 'NOT met'}")
+        w("")
+    return "\n".join(out) + "\n"
+
+
+def parse_sizes(text: str) -> list[int]:
+    return sorted({int(float(x)) for x in text.split(",") if x.strip()})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=parse_sizes, default=parse_sizes("10000,100000,1000000"))
+    parser.add_argument(
+        "--modes", type=lambda s: [m for m in s.split(",") if m], default=["embedded", "server"]
+    )
+    parser.add_argument(
+        "--server-max-size",
+        type=int,
+        default=100_000,
+        help="largest size for the server mode (default 100k: loading 1M over HTTP is too slow on 2 cores)",
+    )
+    parser.add_argument("--recall-sizes", type=parse_sizes, default=parse_sizes("10000,100000"))
+    parser.add_argument("--mastra-sizes", type=parse_sizes, default=parse_sizes("10000,100000"))
+    parser.add_argument("--queries", type=int, default=500, help="timed vector searches per row")
+    parser.add_argument("--recall-calls", type=int, default=300, help="timed full recalls per row")
+    parser.add_argument("--mastra-max-seconds", type=float, default=45, help="time cap per Mastra row")
+    parser.add_argument(
+        "--mastra-timeout", type=float, default=1800, help="kill mastra_vector.mjs after this"
+    )
+    parser.add_argument("--ingest-messages", type=int, default=2000)
+    parser.add_argument("--ingest-batch", type=int, default=50)
+    parser.add_argument("--ingest-rounds", type=int, default=3)
+    parser.add_argument("--resources", type=int, default=1000)
+    parser.add_argument("--threads", type=int, default=10)
+    parser.add_argument(
+        "--skip",
+        type=lambda s: {x for x in s.split(",") if x},
+        default=set(),
+        help="any of search, recall, mastra, ingest, http",
+    )
+    parser.add_argument("--model-dir", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    args = parser.parse_args()
+    for mode in args.modes:
+        if mode not in ("embedded", "server"):
+            parser.error(f"unknown mode {mode}")
+    model_dir = args.model_dir or Path(os.environ.get("RECALLQL_EMBEDDING_MODEL_DIR") or DEFAULT_MODEL_DIR)
+
+    import chromadb
+    import onnxruntime
+
+    started = dt.datetime.now(dt.UTC)
+    report = Report(started=started.strftime("%Y-%m-%d %H:%M UTC"), args=args)
+    report.versions["versions"] = (
+        f"chromadb {chromadb.__version__}, onnxruntime {onnxruntime.__version__}, numpy {np.__version__}"
+    )
+    report.mark("start")
+    work = Path(tempfile.mkdtemp(prefix="semantic-bench-"))
+    t0 = time.perf_counter()
+    log(f"work folder {work}")
+
+    async def run() -> None:
+        embedder = OnnxMiniLMEmbedder(model_dir)
+        await embedder.warmup()
+        try:
+            if "search" not in args.skip:
+                await phase_search_and_recall(report, args, work, embedder)
+        finally:
+            await embedder.aclose()
+        if "ingest" not in args.skip:
+            log("ingest")
+            await phase_ingest(report, args, work, model_dir)
+
+    def terminate(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt  # runs the finally blocks: child servers stopped, temp folder removed
+
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        asyncio.run(run())
+    finally:
+        report.mark("end")
+        if args.keep:
+            log(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    report.notes.append(f"Total run time {time.perf_counter() - t0:.0f} s.")
+    text = render(report)
+    out = args.out or RESULTS_DIR / f"semantic-{started.strftime('%Y-%m-%d')}.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(text)
+    log(f"written to {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,285 @@
+"""Live updates: change events fanned out to subscribers, in-process or through Redis pub/sub.
+
+Services publish after their transaction has committed, so a subscriber never sees a change that was
+rolled back. Delivery is best effort (pub/sub semantics): a subscriber that is not connected when an
+event is published never sees it, and one that falls more than `queue_size` events behind loses the
+oldest of them (the server logs a warning). Clients that need every change re-read after reconnecting.
+
+Channels: `messages:<threadId>` carries MessageEvent payloads and `threads:<resourceId>` ThreadEvent
+payloads. A payload is a JSON-ready dict; records travel with it (the state right after the change,
+or the last stored state for deletions), so a subscriber needs no database read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import asdict
+from typing import Any, Protocol
+
+import orjson
+
+from models.records import MessageRecord, ThreadRecord
+from resolvers.clock import now_ms
+
+log = logging.getLogger("recallql.events")
+
+MESSAGE_SAVED = "SAVED"
+MESSAGE_UPDATED = "UPDATED"
+MESSAGE_DELETED = "DELETED"
+THREAD_CREATED = "CREATED"
+THREAD_UPDATED = "UPDATED"
+THREAD_DELETED = "DELETED"
+THREAD_TITLE_GENERATED = "TITLE_GENERATED"
+
+Publication = tuple[str, dict[str, Any]]
+
+
+def message_channel(thread_id: str) -> str:
+    return f"messages:{thread_id}"
+
+
+def thread_channel(resource_id: str) -> str:
+    return f"threads:{resource_id}"
+
+
+def message_event(kind: str, thread_id: str, message: MessageRecord, at: int | None = None) -> Publication:
+    """An event on `thread_id`'s channel (a moved message is announced on its old and new threads)."""
+    return (
+        message_channel(thread_id),
+        {
+            "kind": kind,
+            "threadId": thread_id,
+            "messageId": message.id,
+            "message": asdict(message),
+            "at": at if at is not None else now_ms(),
+        },
+    )
+
+
+def thread_event(kind: str, thread: ThreadRecord, at: int | None = None) -> Publication:
+    return (
+        thread_channel(thread.resource_id),
+        {
+            "kind": kind,
+            "threadId": thread.id,
+            "resourceId": thread.resource_id,
+            "thread": asdict(thread),
+            "at": at if at is not None else now_ms(),
+        },
+    )
+
+
+def message_record(payload: dict[str, Any] | None) -> MessageRecord | None:
+    return MessageRecord(**payload) if payload else None
+
+
+def thread_record(payload: dict[str, Any] | None) -> ThreadRecord | None:
+    return ThreadRecord(**payload) if payload else None
+
+
+class EventBroker(Protocol):
+    async def publish(self, events: Sequence[Publication]) -> None:
+        """Sends the events; never raises (the change they describe has already committed)."""
+        ...
+
+    def subscribe(self, channel: str) -> AsyncIterator[dict[str, Any]]:
+        """The channel's events from now on, until the consumer stops iterating."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class _Subscriber:
+    __slots__ = ("dropped", "queue")
+
+    def __init__(self, size: int) -> None:
+        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=size)
+        self.dropped = 0
+
+    def offer(self, payload: dict[str, Any]) -> None:
+        if self.queue.full():  # a slow consumer loses its oldest events, never blocks the publisher
+            with contextlib.suppress(asyncio.QueueEmpty):
+                self.queue.get_nowait()
+            self.dropped += 1
+            if self.dropped in (1, 100) or self.dropped % 1000 == 0:
+                log.warning("a subscriber is too slow: %d event(s) dropped so far", self.dropped)
+        self.queue.put_nowait(payload)
+
+
+class _LocalHub:
+    """Channel -> this process's subscribers."""
+
+    def __init__(self, queue_size: int) -> None:
+        self.queue_size = queue_size
+        self.channels: dict[str, set[_Subscriber]] = {}
+
+    def add(self, channel: str) -> tuple[_Subscriber, bool]:
+        subscriber = _Subscriber(self.queue_size)
+        subscribers = self.channels.setdefault(channel, set())
+        subscribers.add(subscriber)
+        return subscriber, len(subscribers) == 1
+
+    def remove(self, channel: str, subscriber: _Subscriber) -> bool:
+        """Removes the subscriber; True when the channel has none left."""
+        subscribers = self.channels.get(channel)
+        if subscribers is None:
+            return False
+        subscribers.discard(subscriber)
+        if subscribers:
+            return False
+        del self.channels[channel]
+        return True
+
+    def deliver(self, channel: str, payload: dict[str, Any]) -> None:
+        for subscriber in list(self.channels.get(channel, ())):
+            subscriber.offer(payload)
+
+    def count(self, channel: str) -> int:
+        return len(self.channels.get(channel, ()))
+
+
+class InProcessBroker:
+    """Fan-out inside one process: enough for a single server process (and for tests)."""
+
+    def __init__(self, *, queue_size: int = 1000) -> None:
+        self._hub = _LocalHub(queue_size)
+
+    async def publish(self, events: Sequence[Publication]) -> None:
+        for channel, payload in events:
+            self._hub.deliver(channel, payload)
+
+    async def subscribe(self, channel: str) -> AsyncIterator[dict[str, Any]]:
+        subscriber, _ = self._hub.add(channel)
+        try:
+            while True:
+                yield await subscriber.queue.get()
+        finally:
+            self._hub.remove(channel, subscriber)
+
+    def subscriber_count(self, channel: str) -> int:
+        return self._hub.count(channel)
+
+    async def aclose(self) -> None:
+        return None
+
+
+class RedisBroker:
+    """Fan-out across processes through Redis pub/sub.
+
+    Every process publishes to Redis and holds one pub/sub connection, subscribed to the channels its
+    own subscribers listen on; a reader task delivers what arrives to them. Channel names carry
+    `prefix`, so several deployments (or test runs) can share one Redis.
+    """
+
+    def __init__(self, url: str, *, prefix: str = "recallql:", queue_size: int = 1000) -> None:
+        import redis.asyncio as redis
+
+        self.prefix = prefix
+        self._redis = redis.from_url(url)
+        self._pubsub: Any = None
+        self._hub = _LocalHub(queue_size)
+        self._lock = asyncio.Lock()
+        self._reader: asyncio.Task[None] | None = None
+        self._closed = False
+
+    def _key(self, channel: str) -> str:
+        return f"{self.prefix}{channel}"
+
+    async def publish(self, events: Sequence[Publication]) -> None:
+        if not events:
+            return
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for channel, payload in events:
+                    pipe.publish(self._key(channel), orjson.dumps(payload))
+                await pipe.execute()
+        except Exception as exc:  # the change is committed; losing its notification must not fail it
+            log.warning("could not publish %d event(s) to Redis: %s", len(events), exc)
+
+    async def subscribe(self, channel: str) -> AsyncIterator[dict[str, Any]]:
+        async with self._lock:
+            subscriber, first = self._hub.add(channel)
+            try:
+                if first:
+                    await self._ensure_pubsub().subscribe(self._key(channel))
+                self._ensure_reader()
+            except BaseException:
+                self._hub.remove(channel, subscriber)
+                raise
+        try:
+            while True:
+                yield await subscriber.queue.get()
+        finally:
+            # The unsubscribe must run even when the consumer was cancelled.
+            await asyncio.shield(self._unsubscribe(channel, subscriber))
+
+    async def _unsubscribe(self, channel: str, subscriber: _Subscriber) -> None:
+        async with self._lock:
+            if self._hub.remove(channel, subscriber) and self._pubsub is not None and not self._closed:
+                try:
+                    await self._pubsub.unsubscribe(self._key(channel))
+                except Exception as exc:
+                    log.warning("could not unsubscribe from %s: %s", channel, exc)
+
+    def _ensure_pubsub(self) -> Any:
+        if self._pubsub is None:
+            self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+        return self._pubsub
+
+    def _ensure_reader(self) -> None:
+        if self._reader is None or self._reader.done():
+            self._reader = asyncio.create_task(self._read(), name="recallql-redis-events")
+
+    async def _read(self) -> None:
+        delay = 0.5
+        while not self._closed:
+            try:
+                message = await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                delay = 0.5
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Redis restarts: redis-py reconnects and re-subscribes on next read
+                log.warning("Redis pub/sub read failed, retrying in %.1fs: %s", delay, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+                continue
+            if message is None or message.get("type") != "message":
+                continue
+            key = message["channel"].decode() if isinstance(message["channel"], bytes) else message["channel"]
+            if not key.startswith(self.prefix):
+                continue
+            try:
+                payload = orjson.loads(message["data"])
+            except orjson.JSONDecodeError:
+                log.warning("ignoring a malformed event on %s", key)
+                continue
+            self._hub.deliver(key[len(self.prefix) :], payload)
+
+    def subscriber_count(self, channel: str) -> int:
+        return self._hub.count(channel)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reader
+        if self._pubsub is not None:
+            with contextlib.suppress(Exception):
+                await self._pubsub.aclose()
+        with contextlib.suppress(Exception):
+            await self._redis.aclose()
+
+
+async def publish_quietly(broker: EventBroker | None, events: Iterable[Publication]) -> None:
+    """Publishes after a commit; a broker failure is logged, never raised."""
+    batch = list(events)
+    if broker is None or not batch:
+        return
+    try:
+        await broker.publish(batch)
+    except Exception as exc:
+        log.warning("could not publish %d event(s): %s", len(batch), exc)

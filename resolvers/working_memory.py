@@ -1,0 +1,264 @@
+"""Working memory (mastra-behaviour.md §6.8): per resource (default) or per thread, Markdown or JSON.
+
+Resource scope stores it in `resources.working_memory`, thread scope in `thread.metadata.workingMemory`.
+Every update of one scope runs under a row lock (SQLite: the database write lock), so concurrent
+updates are serialised: a replace never interleaves with another, and the read-modify-write modes
+(APPEND, MERGE) never lose an update.
+
+Unlike Mastra, a JSON Schema (`workingMemory.schema`) is enforced: the stored value must be a JSON
+document that validates against it.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from jsonschema import exceptions as jsonschema_exceptions
+from jsonschema import validators
+
+from models.records import ResourceRecord, ThreadRecord
+from models.repository import Repository
+from resolvers.clock import now_ms
+from resolvers.config import DEFAULT_WORKING_MEMORY_TEMPLATE, deep_merge
+from resolvers.errors import BadUserInput, Forbidden, NotFound
+from resolvers.events import THREAD_UPDATED, EventBroker, publish_quietly, thread_event
+
+DISABLED_ERROR = "Working memory is not enabled for this memory instance"
+RESOURCE_SCOPE_ERROR = (
+    "Memory error: Resource-scoped working memory is enabled but no resourceId was provided. "
+    "Either provide a resourceId or explicitly set workingMemory.scope to 'thread'."
+)
+USE_REMOVED_ERROR = (
+    "The workingMemory.use option has been removed. Working memory always uses tool-call mode."
+)
+DRAFT_07 = "http://json-schema.org/draft-07/schema#"
+
+REPLACE = "replace"
+APPEND = "append"
+MERGE = "merge"
+MODES = (REPLACE, APPEND, MERGE)
+
+
+@dataclass(slots=True, frozen=True)
+class WorkingMemoryConfig:
+    enabled: bool
+    scope: str  # "resource" | "thread"
+    template: str | None
+    schema: dict[str, Any] | None
+
+
+@dataclass(slots=True, frozen=True)
+class WorkingMemoryTemplate:
+    format: str  # "markdown" | "json"
+    content: str
+
+
+@dataclass(slots=True)
+class WorkingMemoryState:
+    scope: str
+    thread_id: str
+    resource_id: str | None
+    working_memory: str | None
+    updated_at: int
+
+
+def working_memory_config(merged: dict[str, Any]) -> WorkingMemoryConfig:
+    """The workingMemory part of a merged memory config, validated."""
+    raw = merged.get("workingMemory")
+    wm: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    if "use" in wm:
+        raise BadUserInput(USE_REMOVED_ERROR)
+    scope = wm.get("scope") or "resource"
+    if scope not in ("resource", "thread"):
+        raise BadUserInput("workingMemory.scope must be 'resource' or 'thread'.")
+    template = wm.get("template")
+    if template is not None and not isinstance(template, str):
+        raise BadUserInput("workingMemory.template must be a string.")
+    schema = wm.get("schema")
+    if schema is not None:
+        if not isinstance(schema, dict):
+            raise BadUserInput("workingMemory.schema must be a JSON Schema object.")
+        try:
+            validators.validator_for(schema).check_schema(schema)
+        except jsonschema_exceptions.SchemaError as exc:
+            raise BadUserInput(f"workingMemory.schema is not a valid JSON Schema: {exc.message}") from exc
+    return WorkingMemoryConfig(bool(wm.get("enabled")), scope, template, schema or None)
+
+
+def deep_merge_working_memory(existing: Any, update: Any) -> dict[str, Any]:
+    """Mastra's deepMergeWorkingMemory: objects merge recursively, null deletes a key, arrays and
+    scalars replace."""
+    result = dict(existing) if isinstance(existing, dict) else {}
+    if not isinstance(update, dict) or not update:
+        return result
+    for key, value in update.items():
+        if value is None:
+            result.pop(key, None)
+        elif isinstance(value, dict):
+            result[key] = deep_merge_working_memory(result.get(key), value)
+        else:
+            result[key] = copy.deepcopy(value)
+    return result
+
+
+def _json_text(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+class WorkingMemoryService:
+    def __init__(
+        self, repository: Repository, *, defaults: dict[str, Any], events: EventBroker | None = None
+    ) -> None:
+        self.repository = repository
+        self.defaults = defaults
+        self.events = events
+
+    def config(self, memory_config: dict[str, Any] | None) -> WorkingMemoryConfig:
+        return working_memory_config(deep_merge(self.defaults, memory_config))
+
+    # ------------------------------------------------------------------ reads
+    def template(self, memory_config: dict[str, Any] | None) -> WorkingMemoryTemplate | None:
+        """getWorkingMemoryTemplate: null when disabled; the JSON Schema (draft-07) or the Markdown
+        template (the call's, else the default), trimmed."""
+        cfg = self.config(memory_config)
+        if not cfg.enabled:
+            return None
+        if cfg.schema is not None:
+            schema = dict(cfg.schema)
+            schema.setdefault("$schema", DRAFT_07)
+            return WorkingMemoryTemplate("json", _json_text(schema))
+        return WorkingMemoryTemplate("markdown", (cfg.template or DEFAULT_WORKING_MEMORY_TEMPLATE).strip())
+
+    async def get(
+        self, thread_id: str, resource_id: str | None, memory_config: dict[str, Any] | None
+    ) -> str | None:
+        """getWorkingMemory: null when disabled or empty; resource scope needs a resourceId."""
+        cfg = self.config(memory_config)
+        if not cfg.enabled:
+            return None
+        if cfg.scope == "resource":
+            if not resource_id:
+                raise BadUserInput(RESOURCE_SCOPE_ERROR)
+            resource = await self.repository.get_resource(resource_id)
+            return (resource.working_memory if resource else None) or None
+        thread = await self.repository.get_thread(thread_id)
+        if thread is None:
+            return None
+        _check_owner(thread, resource_id)
+        return _thread_working_memory(thread)
+
+    @staticmethod
+    def of_thread(
+        thread: ThreadRecord, resource: ResourceRecord | None, cfg: WorkingMemoryConfig
+    ) -> str | None:
+        """A thread's working memory for the given config (the resource's in resource scope)."""
+        if not cfg.enabled:
+            return None
+        if cfg.scope == "thread":
+            return _thread_working_memory(thread)
+        return (resource.working_memory if resource else None) or None
+
+    @staticmethod
+    def of_resource(resource: ResourceRecord, cfg: WorkingMemoryConfig) -> str | None:
+        if not cfg.enabled or cfg.scope != "resource":
+            return None
+        return resource.working_memory or None
+
+    # ------------------------------------------------------------------ writes
+    async def update(
+        self,
+        thread_id: str,
+        resource_id: str | None,
+        working_memory: str,
+        memory_config: dict[str, Any] | None,
+        *,
+        mode: str = REPLACE,
+    ) -> WorkingMemoryState:
+        """updateWorkingMemory, with Mastra's checks and messages, plus schema validation and the
+        APPEND (Markdown) and MERGE (JSON) modes. One scope's updates are serialised."""
+        cfg = self.config(memory_config)
+        if not cfg.enabled:
+            raise BadUserInput(DISABLED_ERROR)
+        if cfg.scope == "resource" and not resource_id:
+            raise BadUserInput(RESOURCE_SCOPE_ERROR)
+        if mode not in MODES:
+            raise BadUserInput(f"mode must be one of {', '.join(MODES)}.")
+        if mode == APPEND and cfg.schema is not None:
+            raise BadUserInput("APPEND applies to Markdown working memory; use MERGE with a schema.")
+        if mode == MERGE and cfg.schema is None:
+            raise BadUserInput("MERGE applies to JSON working memory (workingMemory.schema).")
+        if not isinstance(working_memory, str):
+            raise BadUserInput("workingMemory must be a string.")
+        document = self._parse(working_memory, cfg) if cfg.schema is not None else None
+        if document is not None and mode == REPLACE:
+            self._validate(document, cfg)
+
+        def change(current: str | None) -> str:
+            if mode == APPEND:
+                return f"{current}\n{working_memory}" if current else working_memory
+            if mode == MERGE:
+                try:
+                    existing = orjson.loads(current) if current else None
+                except orjson.JSONDecodeError:
+                    existing = None
+                merged = deep_merge_working_memory(existing, document)
+                self._validate(merged, cfg)
+                return _json_text(merged)
+            return working_memory
+
+        now = now_ms()
+        if cfg.scope == "resource":
+            assert resource_id is not None
+            resource = await self.repository.modify_resource_working_memory(resource_id, change, now=now)
+            return WorkingMemoryState(
+                "resource", thread_id, resource_id, resource.working_memory, resource.updated_at
+            )
+        existing = await self.repository.get_thread(thread_id)
+        if existing is None:
+            raise NotFound(f"Thread {thread_id} not found")
+        _check_owner(existing, resource_id)
+        thread = await self.repository.modify_thread_working_memory(thread_id, change, now=now)
+        if thread is None:  # deleted in between
+            raise NotFound(f"Thread {thread_id} not found")
+        await publish_quietly(self.events, [thread_event(THREAD_UPDATED, thread)])
+        return WorkingMemoryState(
+            "thread", thread_id, thread.resource_id, _thread_working_memory(thread), thread.updated_at
+        )
+
+    @staticmethod
+    def _parse(text: str, cfg: WorkingMemoryConfig) -> Any:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            raise BadUserInput(
+                "workingMemory must be a JSON document when workingMemory.schema is set: "
+                f"{exc.args[0] if exc.args else exc}"
+            ) from exc
+
+    @staticmethod
+    def _validate(document: Any, cfg: WorkingMemoryConfig) -> None:
+        assert cfg.schema is not None
+        validator = validators.validator_for(cfg.schema)(cfg.schema)
+        error = jsonschema_exceptions.best_match(validator.iter_errors(document))
+        if error is not None:
+            where = "/".join(str(p) for p in error.absolute_path)
+            location = f" at /{where}" if where else ""
+            raise BadUserInput(
+                f"workingMemory does not match workingMemory.schema{location}: {error.message}"
+            )
+
+
+def _thread_working_memory(thread: ThreadRecord) -> str | None:
+    value = (thread.metadata or {}).get("workingMemory")
+    return value if isinstance(value, str) and value else None
+
+
+def _check_owner(thread: ThreadRecord, resource_id: str | None) -> None:
+    if resource_id and thread.resource_id != resource_id:
+        raise Forbidden(
+            f"Thread with id {thread.id} is for resource with id {thread.resource_id} "
+            f"but resource {resource_id} was queried."
+        )

@@ -1,0 +1,371 @@
+"""A compiled execution path for the hot read queries.
+
+graphql-core resolves every field of every list item through its general machinery (resolve info,
+awaitable checks, completion per field), which for a page of 20 messages costs several times the
+recall itself. This module compiles a validated query document once into a plan: the root fields run
+through their normal Strawberry resolvers (same argument coercion, same engine, same errors), and the
+result objects are then serialised by precomputed per-type field getters.
+
+It handles queries whose selections below the root are plain fields: no arguments, no directives, no
+async resolvers. Anything else (mutations, subscriptions, @skip/@include, `Message.thread`, a
+resolver that fails, a null in a non-null position) returns None, and the caller runs the normal
+Strawberry execution instead, which produces identical results and the proper errors. Equivalence with
+that path is tested in tests/test_fastpath.py.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import strawberry
+from graphql import (
+    DocumentNode,
+    FieldNode,
+    FragmentDefinitionNode,
+    FragmentSpreadNode,
+    GraphQLList,
+    GraphQLNonNull,
+    GraphQLObjectType,
+    GraphQLResolveInfo,
+    GraphQLSchema,
+    GraphQLUnionType,
+    InlineFragmentNode,
+    OperationDefinitionNode,
+    OperationType,
+    SelectionSetNode,
+    parse,
+    specified_rules,
+)
+from graphql.execution.values import get_argument_values, get_variable_values
+from graphql.pyutils import Path
+from strawberry.schema.schema import validate_document
+from strawberry.types.base import get_object_definition
+
+_Getter = Callable[[Any], Any]
+
+
+class _Unsupported(Exception):
+    pass
+
+
+@dataclass(slots=True)
+class _Field:
+    key: str
+    getter: _Getter
+    nullable: bool
+    # One of: a leaf serializer, a compiled object plan, or a union plan (type name -> plan).
+    leaf: Callable[[Any], Any] | None
+    plan: list[_Field] | None
+    union: dict[str, list[_Field]] | None
+    list_depth: int
+    item_nullable: bool
+
+
+@dataclass(slots=True)
+class _RootField:
+    key: str
+    field_name: str
+    field_nodes: list[FieldNode]
+    shape: _Field  # how the resolver's value is completed (its getter is unused)
+
+
+@dataclass(slots=True)
+class Plan:
+    document: DocumentNode
+    operation: OperationDefinitionNode
+    fragments: dict[str, FragmentDefinitionNode]
+    roots: list[_RootField]
+
+
+class FastPath:
+    def __init__(
+        self,
+        schema: strawberry.Schema,
+        *,
+        root_fields: frozenset[str],
+        max_tokens: int,
+        extra_rules: tuple[Any, ...] = (),
+        cache_size: int = 512,
+    ) -> None:
+        self.strawberry_schema = schema
+        self.schema: GraphQLSchema = schema._schema
+        self.root_fields = root_fields
+        self.max_tokens = max_tokens
+        self._plans: OrderedDict[tuple[str, str | None], Plan | None] = OrderedDict()
+        self._cache_size = cache_size
+        self._getters: dict[tuple[str, str], _Getter] = {}
+        # The same rules the normal path validates with: graphql-core's, Strawberry's, our limits.
+        self._rules = (*specified_rules, *extra_rules)
+
+    # ------------------------------------------------------------------ compile
+    def plan(self, query: str, operation_name: str | None) -> Plan | None:
+        key = (query, operation_name)
+        if key in self._plans:
+            self._plans.move_to_end(key)
+            return self._plans[key]
+        try:
+            plan = self._compile(query, operation_name)
+        except Exception:  # unsupported, invalid or anything unexpected: the normal path handles it
+            plan = None
+        self._plans[key] = plan
+        if len(self._plans) > self._cache_size:
+            self._plans.popitem(last=False)
+        return plan
+
+    def _compile(self, query: str, operation_name: str | None) -> Plan:
+        document = parse(query, max_tokens=self.max_tokens)
+        # The normal path validates with the schema's rules and our limits; a document with any
+        # error is left to it, so the client sees exactly the usual errors.
+        if validate_document(self.schema, document, self._rules):
+            raise _Unsupported
+        operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
+        if operation_name is None and len(operations) == 1:
+            operation = operations[0]
+        else:
+            operation = next((o for o in operations if o.name and o.name.value == operation_name), None)  # type: ignore[assignment]
+            if operation is None:
+                raise _Unsupported
+        if operation.operation is not OperationType.QUERY or operation.directives:
+            raise _Unsupported
+        fragments = {d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)}
+        query_type = self.schema.query_type
+        assert query_type is not None
+        roots: list[_RootField] = []
+        for key, nodes in self._collect(operation.selection_set, query_type, fragments).items():
+            name = nodes[0].name.value
+            if name not in self.root_fields:
+                raise _Unsupported
+            field_def = query_type.fields[name]
+            shape = self._compile_field(query_type, key, name, field_def.type, nodes, fragments, root=True)
+            roots.append(_RootField(key, name, nodes, shape))
+        return Plan(document, operation, fragments, roots)
+
+    def _collect(
+        self,
+        selection_set: SelectionSetNode,
+        parent: GraphQLObjectType,
+        fragments: dict[str, FragmentDefinitionNode],
+    ) -> OrderedDict[str, list[FieldNode]]:
+        fields: OrderedDict[str, list[FieldNode]] = OrderedDict()
+        for selection in selection_set.selections:
+            if selection.directives:
+                raise _Unsupported
+            if isinstance(selection, FieldNode):
+                key = selection.alias.value if selection.alias else selection.name.value
+                fields.setdefault(key, []).append(selection)
+            elif isinstance(selection, InlineFragmentNode):
+                condition = selection.type_condition
+                if condition is None or condition.name.value == parent.name:
+                    for key, nodes in self._collect(selection.selection_set, parent, fragments).items():
+                        fields.setdefault(key, []).extend(nodes)
+                elif not self._applies(condition.name.value, parent):
+                    continue
+                else:
+                    raise _Unsupported
+            elif isinstance(selection, FragmentSpreadNode):
+                fragment = fragments[selection.name.value]
+                if fragment.type_condition.name.value == parent.name:
+                    for key, nodes in self._collect(fragment.selection_set, parent, fragments).items():
+                        fields.setdefault(key, []).extend(nodes)
+                elif self._applies(fragment.type_condition.name.value, parent):
+                    raise _Unsupported
+        return fields
+
+    def _applies(self, condition: str, parent: GraphQLObjectType) -> bool:
+        """Whether a fragment on `condition` applies to objects of type `parent`."""
+        target = self.schema.type_map.get(condition)
+        if isinstance(target, GraphQLUnionType):
+            return parent in target.types
+        return target is parent or (
+            hasattr(target, "fields") and parent in self.schema.get_possible_types(target)
+        )  # type: ignore[arg-type]
+
+    def _compile_object(
+        self, parent: GraphQLObjectType, nodes: list[FieldNode], fragments: dict[str, FragmentDefinitionNode]
+    ) -> list[_Field]:
+        merged: OrderedDict[str, list[FieldNode]] = OrderedDict()
+        for node in nodes:
+            if node.selection_set is None:
+                raise _Unsupported
+            for key, sub in self._collect(node.selection_set, parent, fragments).items():
+                merged.setdefault(key, []).extend(sub)
+        plan: list[_Field] = []
+        for key, sub_nodes in merged.items():
+            name = sub_nodes[0].name.value
+            if name == "__typename":
+                type_name = parent.name
+                plan.append(_Field(key, lambda _obj, n=type_name: n, False, _identity, None, None, 0, False))
+                continue
+            field_def = parent.fields[name]
+            if any(n.arguments for n in sub_nodes) or field_def.args:
+                raise _Unsupported
+            plan.append(self._compile_field(parent, key, name, field_def.type, sub_nodes, fragments))
+        return plan
+
+    def _compile_field(
+        self,
+        parent: GraphQLObjectType,
+        key: str,
+        name: str,
+        gql_type: Any,
+        nodes: list[FieldNode],
+        fragments: dict[str, FragmentDefinitionNode],
+        *,
+        root: bool = False,
+    ) -> _Field:
+        nullable = not isinstance(gql_type, GraphQLNonNull)
+        inner = gql_type.of_type if not nullable else gql_type
+        depth, item_nullable = 0, True
+        while isinstance(inner, GraphQLList):
+            depth += 1
+            item = inner.of_type
+            item_nullable = not isinstance(item, GraphQLNonNull)
+            inner = item.of_type if not item_nullable else item
+        getter = _identity if root else self._getter(parent, name)
+        if isinstance(inner, GraphQLObjectType):
+            return _Field(
+                key,
+                getter,
+                nullable,
+                None,
+                self._compile_object(inner, nodes, fragments),
+                None,
+                depth,
+                item_nullable,
+            )
+        if isinstance(inner, GraphQLUnionType):
+            union = {}
+            for member in inner.types:
+                union[member.name] = self._compile_object(member, nodes, fragments)
+            return _Field(key, getter, nullable, None, None, union, depth, item_nullable)
+        if any(n.selection_set for n in nodes):
+            raise _Unsupported
+        return _Field(key, getter, nullable, inner.serialize, None, None, depth, item_nullable)
+
+    def _getter(self, parent: GraphQLObjectType, name: str) -> _Getter:
+        cache_key = (parent.name, name)
+        if cache_key in self._getters:
+            return self._getters[cache_key]
+        origin = self.strawberry_schema.get_type_by_name(parent.name)
+        definition = get_object_definition(getattr(origin, "origin", None)) if origin is not None else None
+        if definition is None:
+            raise _Unsupported
+        field = next(
+            (
+                f
+                for f in definition.fields
+                if f.graphql_name == name or (f.graphql_name is None and _camel(f.python_name) == name)
+            ),
+            None,
+        )
+        if field is None:
+            raise _Unsupported
+        resolver = field.base_resolver
+        if resolver is None:
+            python_name = field.python_name
+
+            def getter(obj: Any) -> Any:
+                return getattr(obj, python_name)
+        else:
+            func = resolver.wrapped_func
+            params = [p for p in inspect.signature(func).parameters.values() if p.name != "self"]
+            if resolver.is_async or params or field.extensions:
+                raise _Unsupported
+            getter = func  # type: ignore[assignment]
+        self._getters[cache_key] = getter
+        return getter
+
+    # ------------------------------------------------------------------ execute
+    async def execute(
+        self, plan: Plan, variables: dict[str, Any] | None, context: Any
+    ) -> dict[str, Any] | None:
+        coerced = get_variable_values(self.schema, plan.operation.variable_definitions or [], variables or {})
+        if isinstance(coerced, list):  # variable errors: the normal path reports them
+            return None
+        query_type = self.schema.query_type
+        assert query_type is not None
+        data: dict[str, Any] = {}
+        try:
+            for root in plan.roots:
+                field_def = query_type.fields[root.field_name]
+                args = get_argument_values(field_def, root.field_nodes[0], coerced)
+                info = GraphQLResolveInfo(
+                    root.field_name,
+                    root.field_nodes,
+                    field_def.type,
+                    query_type,
+                    Path(None, root.key, "Query"),
+                    self.schema,
+                    plan.fragments,
+                    None,
+                    plan.operation,
+                    coerced,
+                    context,
+                    inspect.isawaitable,
+                    None,
+                    None,  # type: ignore[arg-type]
+                )
+                assert field_def.resolve is not None
+                value = field_def.resolve(None, info, **args)
+                if inspect.isawaitable(value):
+                    value = await value
+                if value is None:
+                    data[root.key] = _null(root.shape)
+                else:
+                    data[root.key] = _complete(value, root.shape, root.shape.list_depth)
+        except Exception:  # any failure: the normal path re-runs the query and reports it properly
+            return None
+        return {"data": data}
+
+
+class _NullInNonNull(Exception):
+    pass
+
+
+def _serialize_object(obj: Any, plan: list[_Field]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for field in plan:
+        value = field.getter(obj)
+        out[field.key] = _complete(value, field, field.list_depth) if value is not None else _null(field)
+    return out
+
+
+def _null(field: _Field) -> None:
+    if not field.nullable:
+        raise _NullInNonNull(field.key)
+    return None
+
+
+def _complete(value: Any, field: _Field, depth: int) -> Any:
+    if depth:
+        items = []
+        for item in value:
+            if item is None:
+                if not field.item_nullable:
+                    raise _NullInNonNull(field.key)
+                items.append(None)
+            else:
+                items.append(_complete(item, field, depth - 1))
+        return items
+    if field.leaf is not None:
+        return field.leaf(value)
+    if field.plan is not None:
+        return _serialize_object(value, field.plan)
+    assert field.union is not None
+    definition = get_object_definition(type(value))
+    if definition is None or definition.name not in field.union:
+        raise _Unsupported
+    return _serialize_object(value, field.union[definition.name])
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)

@@ -1,0 +1,467 @@
+"""The memory API beyond recall: resources and working memory, deleting and cloning threads, updating
+and deleting messages, and live updates (subscriptions). Thin resolvers over resolvers/*."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from enum import Enum
+from typing import Annotated, Any
+
+import strawberry
+from strawberry import UNSET
+from strawberry.types import Info
+
+from models.records import ResourceRecord
+from resolvers.context import RequestContext
+from resolvers.errors import BadUserInput
+from resolvers.events import message_channel, message_record, thread_channel, thread_record
+from resolvers.messages import MessagePatch
+from resolvers.threads import CloneOptions
+from schema.inputs import MemoryConfigInput, ThreadOrderBy, WorkingMemoryScope, given
+from schema.scalars import JSON, DateTime, PerPage
+from schema.types import Message, Thread, ThreadPage
+
+Ctx = Info[RequestContext, None]
+
+
+def _arg(description: str, **kwargs: Any) -> Any:
+    return strawberry.argument(description=description, **kwargs)
+
+
+def _config(memory_config: Any) -> dict[str, Any] | None:
+    value = given(memory_config)
+    return value.to_value() if value is not None else None
+
+
+def _per_page(value: object) -> int | bool:
+    if value is False:
+        return False
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise BadUserInput("perPage must be >= 0")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------- types
+@strawberry.enum(description="How working memory is stored: a Markdown template or a JSON Schema.")
+class WorkingMemoryFormat(Enum):
+    MARKDOWN = "markdown"
+    JSON = "json"
+
+
+@strawberry.type(description="The working-memory template of a memory config (getWorkingMemoryTemplate).")
+class WorkingMemoryTemplate:
+    format: WorkingMemoryFormat = strawberry.field(
+        description="JSON when workingMemory.schema is set, else MARKDOWN."
+    )
+    content: str = strawberry.field(
+        description="The Markdown template (the config's, else the default), trimmed; or the JSON Schema "
+        "as a JSON string (draft-07 `$schema` added when missing)."
+    )
+
+
+@strawberry.type(description="A resource (an end user): owns threads and, in resource scope, working memory.")
+class Resource:
+    _record: strawberry.Private[ResourceRecord]
+
+    @strawberry.field(description="The resource id.")
+    def id(self) -> str:
+        return self._record.id
+
+    @strawberry.field(
+        description="The resource's working memory under the memory config (server defaults deep-merged "
+        "with memoryConfig): null when working memory is disabled, in thread scope, or empty."
+    )
+    def working_memory(
+        self,
+        info: Ctx,
+        memory_config: Annotated[
+            MemoryConfigInput | None, _arg("Memory configuration for this read, over the server defaults.")
+        ] = UNSET,
+    ) -> str | None:
+        service = info.context.services.working_memory
+        return service.of_resource(self._record, service.config(_config(memory_config)))
+
+    @strawberry.field(description="The resource metadata, as stored.")
+    def metadata(self) -> JSON | None:
+        return self._record.metadata
+
+    @strawberry.field(description="When the resource row was created (first thread or working memory).")
+    def created_at(self) -> DateTime:
+        return DateTime(self._record.created_at)
+
+    @strawberry.field(description="When the resource row (its working memory) last changed.")
+    def updated_at(self) -> DateTime:
+        return DateTime(self._record.updated_at)
+
+    @strawberry.field(description="The resource's threads, newest first by default (as Query.threads).")
+    async def threads(
+        self,
+        info: Ctx,
+        page: Annotated[int, _arg("Zero-based page.")] = 0,
+        per_page: Annotated[PerPage, _arg("Page size (default 100); false returns all.")] = 100,
+        order_by: Annotated[ThreadOrderBy | None, _arg("Ordering (default createdAt DESC).")] = UNSET,
+        metadata: Annotated[JSON | None, _arg("Exact-type equality on thread metadata keys.")] = UNSET,
+    ) -> ThreadPage:
+        order = given(order_by)
+        result = await info.context.services.threads.list(
+            self._record.id,
+            page=page,
+            per_page=_per_page(per_page),
+            order_field=order.field.value if order else "createdAt",
+            descending=order.direction.value == "DESC" if order else True,
+            metadata=given(metadata),
+        )
+        return ThreadPage(
+            threads=[Thread(_record=t) for t in result.threads],
+            total=result.total,
+            page=result.page,
+            per_page=result.per_page,
+            has_more=result.has_more,
+        )
+
+
+@strawberry.type(description="The working memory an update left in its scope.")
+class WorkingMemoryPayload:
+    scope: WorkingMemoryScope = strawberry.field(description="Where it is stored: RESOURCE or THREAD.")
+    thread_id: strawberry.ID = strawberry.field(description="The thread of the call.")
+    resource_id: str | None = strawberry.field(description="The resource (in thread scope: the owner).")
+    working_memory: str | None = strawberry.field(description="The stored working memory after the update.")
+    updated_at: DateTime = strawberry.field(description="When the resource (or thread) row was written.")
+
+
+@strawberry.type(description="A source message id and the id of its copy.")
+class ClonedMessageId:
+    source_id: strawberry.ID = strawberry.field(description="The message in the source thread.")
+    clone_id: strawberry.ID = strawberry.field(description="Its copy in the new thread.")
+
+
+@strawberry.type(description="The result of cloneThread.")
+class CloneThreadPayload:
+    thread: Thread = strawberry.field(description="The new thread (metadata.clone records the source).")
+    cloned_messages: list[Message] = strawberry.field(description="The copies, chronologically.")
+    message_id_map: list[ClonedMessageId] = strawberry.field(
+        description="Source message id to copy id, chronologically."
+    )
+
+
+@strawberry.type(description="The result of deleteMessages.")
+class DeleteMessagesPayload:
+    deleted: int = strawberry.field(description="How many messages were deleted (unknown ids are ignored).")
+    ids: list[strawberry.ID] = strawberry.field(description="The ids that were deleted.")
+
+
+@strawberry.enum(description="What happened to a message.")
+class MessageEventKind(Enum):
+    SAVED = "SAVED"
+    UPDATED = "UPDATED"
+    DELETED = "DELETED"
+
+
+@strawberry.enum(description="What happened to a thread.")
+class ThreadEventKind(Enum):
+    CREATED = "CREATED"
+    UPDATED = "UPDATED"
+    DELETED = "DELETED"
+    TITLE_GENERATED = "TITLE_GENERATED"
+
+
+@strawberry.type(description="A change to a message of the subscribed thread.")
+class MessageEvent:
+    kind: MessageEventKind = strawberry.field(description="SAVED, UPDATED or DELETED.")
+    thread_id: strawberry.ID = strawberry.field(
+        description="The subscribed thread (a message moved away is announced on its old thread too)."
+    )
+    message_id: strawberry.ID = strawberry.field(description="The message's id.")
+    message: Message = strawberry.field(
+        description="The message as the change left it; for DELETED, as it was last stored."
+    )
+    at: DateTime = strawberry.field(description="When the change was published.")
+
+
+@strawberry.type(description="A change to a thread of the subscribed resource.")
+class ThreadEvent:
+    kind: ThreadEventKind = strawberry.field(
+        description="CREATED, UPDATED (title, metadata, working memory, or its messages changed), "
+        "DELETED or TITLE_GENERATED."
+    )
+    thread_id: strawberry.ID = strawberry.field(description="The thread's id.")
+    resource_id: str = strawberry.field(description="The subscribed resource.")
+    thread: Thread = strawberry.field(
+        description="The thread as the change left it; for DELETED, as it was last stored."
+    )
+    at: DateTime = strawberry.field(description="When the change was published.")
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+@strawberry.enum(description="How updateWorkingMemory combines the new value with the stored one.")
+class WorkingMemoryUpdateMode(Enum):
+    REPLACE = "replace"
+    APPEND = "append"
+    MERGE = "merge"
+
+
+@strawberry.input(description="Which messages cloneThread copies (all given conditions apply).")
+class CloneMessageFilterInput:
+    start_date: DateTime | None = strawberry.field(default=UNSET, description="Created at or after.")
+    end_date: DateTime | None = strawberry.field(default=UNSET, description="Created at or before.")
+    message_ids: list[strawberry.ID] | None = strawberry.field(
+        default=UNSET, description="Only these messages (ids of other threads are ignored)."
+    )
+
+
+@strawberry.input(description="cloneThread options (Mastra's CloneOptions).")
+class CloneThreadOptionsInput:
+    message_limit: int | None = strawberry.field(
+        default=UNSET, description="Copy only the newest N of the selected messages (0 or omitted: all)."
+    )
+    message_filter: CloneMessageFilterInput | None = strawberry.field(
+        default=UNSET, description="Which messages to copy."
+    )
+
+
+@strawberry.input(description="A thread to clone and how.")
+class CloneThreadInput:
+    source_thread_id: strawberry.ID = strawberry.field(description="The thread to copy.")
+    new_thread_id: strawberry.ID | None = strawberry.field(
+        default=UNSET, description="The new thread's id (default: generated; a taken id is a CONFLICT)."
+    )
+    resource_id: str | None = strawberry.field(
+        default=UNSET, description="The new thread's resource (default: the source's)."
+    )
+    title: str | None = strawberry.field(
+        default=UNSET, description="The title (default: 'Clone of <source title>', or '' when untitled)."
+    )
+    metadata: JSON | None = strawberry.field(
+        default=UNSET, description="Merged over the source's metadata; `clone` is always added."
+    )
+    options: CloneThreadOptionsInput | None = strawberry.field(
+        default=UNSET, description="Which messages to copy (default: all)."
+    )
+
+
+@strawberry.input(description="Changes to one stored message (omitted fields keep their value).")
+class UpdateMessageInput:
+    id: strawberry.ID = strawberry.field(description="The message (unknown ids are skipped).")
+    content: JSON | None = strawberry.field(
+        default=UNSET,
+        description="Shallow-merged into the stored content; metadata is merged one level deeper, "
+        "parts are replaced. The result must still be valid content.",
+    )
+    role: str | None = strawberry.field(default=UNSET, description="The new role.")
+    type: str | None = strawberry.field(default=UNSET, description="The new message type.")
+    thread_id: strawberry.ID | None = strawberry.field(
+        default=UNSET, description="Move the message to this thread (createdAt is kept)."
+    )
+    resource_id: str | None = strawberry.field(
+        default=UNSET, description="The new resource (default when moving: the target thread's owner)."
+    )
+
+    def to_patch(self) -> MessagePatch:
+        thread_id = given(self.thread_id)
+        return MessagePatch(
+            id=str(self.id),
+            content=given(self.content),
+            role=given(self.role),
+            type=given(self.type),
+            thread_id=str(thread_id) if thread_id is not None else None,
+            resource_id=given(self.resource_id),
+        )
+
+
+# ---------------------------------------------------------------------------------------------- roots
+@strawberry.type
+class MemoryQuery:
+    @strawberry.field(description="A resource by id (null when unknown).")
+    async def resource(self, info: Ctx, id: Annotated[str, _arg("The resource id.")]) -> Resource | None:
+        record = await info.context.resources.load(id)
+        return Resource(_record=record) if record else None
+
+    @strawberry.field(
+        description="Mastra's getWorkingMemory: null when disabled or empty; resource scope (the default) "
+        "needs a resourceId, thread scope reads the thread's metadata.workingMemory."
+    )
+    async def working_memory(
+        self,
+        info: Ctx,
+        thread_id: Annotated[strawberry.ID, _arg("The thread.")],
+        resource_id: Annotated[
+            str | None,
+            _arg("The resource (required in resource scope; in thread scope it must own the thread)."),
+        ] = UNSET,
+        memory_config: Annotated[
+            MemoryConfigInput | None, _arg("Memory configuration for this call, over the server defaults.")
+        ] = UNSET,
+    ) -> str | None:
+        return await info.context.services.working_memory.get(
+            str(thread_id), given(resource_id), _config(memory_config)
+        )
+
+    @strawberry.field(
+        description="Mastra's getWorkingMemoryTemplate: the Markdown template or the JSON Schema of the "
+        "memory config; null when working memory is disabled."
+    )
+    def working_memory_template(
+        self,
+        info: Ctx,
+        memory_config: Annotated[
+            MemoryConfigInput | None, _arg("Memory configuration for this call, over the server defaults.")
+        ] = UNSET,
+    ) -> WorkingMemoryTemplate | None:
+        template = info.context.services.working_memory.template(_config(memory_config))
+        if template is None:
+            return None
+        return WorkingMemoryTemplate(format=WorkingMemoryFormat(template.format), content=template.content)
+
+
+@strawberry.type
+class MemoryMutation:
+    @strawberry.mutation(
+        description="Deletes a thread, its messages and their vectors. An unknown id is a no-op that "
+        "answers false (as in Mastra); with resourceId, another resource's thread is FORBIDDEN."
+    )
+    async def delete_thread(
+        self,
+        info: Ctx,
+        id: Annotated[strawberry.ID, _arg("The thread id.")],
+        resource_id: Annotated[str | None, _arg("When given, the thread must belong to it.")] = UNSET,
+    ) -> bool:
+        return await info.context.services.threads.delete(str(id), given(resource_id))
+
+    @strawberry.mutation(
+        description="Mastra's cloneThread: a new thread with copies of (a selection of) the source's "
+        "messages (new ids, same createdAt and order), in one transaction."
+    )
+    async def clone_thread(
+        self,
+        info: Ctx,
+        input: Annotated[CloneThreadInput, _arg("The source thread and the clone's details.")],
+        memory_config: Annotated[
+            MemoryConfigInput | None,
+            _arg("Memory configuration (working memory is copied as Mastra does), over the server defaults."),
+        ] = UNSET,
+    ) -> CloneThreadPayload:
+        options = given(input.options)
+        message_filter = given(options.message_filter) if options else None
+        ids = given(message_filter.message_ids) if message_filter else None
+        new_id = given(input.new_thread_id)
+        result = await info.context.services.threads.clone(
+            str(input.source_thread_id),
+            new_thread_id=str(new_id) if new_id is not None else None,
+            resource_id=given(input.resource_id),
+            title=given(input.title),
+            metadata=given(input.metadata),
+            options=CloneOptions(
+                message_limit=given(options.message_limit) if options else None,
+                start_date=given(message_filter.start_date) if message_filter else None,
+                end_date=given(message_filter.end_date) if message_filter else None,
+                message_ids=[str(i) for i in ids] if ids is not None else None,
+            ),
+            memory_config=_config(memory_config),
+        )
+        return CloneThreadPayload(
+            thread=Thread(_record=result.thread),
+            cloned_messages=[Message(_record=m) for m in result.messages],
+            message_id_map=[
+                ClonedMessageId(source_id=strawberry.ID(s), clone_id=strawberry.ID(c))
+                for s, c in result.message_id_map.items()
+            ],
+        )
+
+    @strawberry.mutation(
+        description="Mastra's updateMessages, in one transaction: unknown ids are skipped; returns the "
+        "updated messages. createdAt never changes; vectors follow."
+    )
+    async def update_messages(
+        self,
+        info: Ctx,
+        messages: Annotated[list[UpdateMessageInput], _arg("The changes, applied in order.")],
+    ) -> list[Message]:
+        updated = await info.context.services.messages.update([m.to_patch() for m in messages])
+        return [Message(_record=m) for m in updated]
+
+    @strawberry.mutation(
+        description="Deletes messages by id in one transaction (unknown ids are ignored); their vectors "
+        "go too and their threads' updatedAt is bumped."
+    )
+    async def delete_messages(
+        self, info: Ctx, ids: Annotated[list[strawberry.ID], _arg("The message ids.")]
+    ) -> DeleteMessagesPayload:
+        deleted = await info.context.services.messages.delete([str(i) for i in ids])
+        return DeleteMessagesPayload(deleted=len(deleted), ids=[strawberry.ID(m.id) for m in deleted])
+
+    @strawberry.mutation(
+        description="Mastra's updateWorkingMemory: replaces (or appends to / merges into) the working "
+        "memory of the configured scope. With workingMemory.schema the value must be a JSON document "
+        "that validates against it. Concurrent updates of one scope are serialised."
+    )
+    async def update_working_memory(
+        self,
+        info: Ctx,
+        thread_id: Annotated[strawberry.ID, _arg("The thread (must exist in thread scope).")],
+        working_memory: Annotated[str, _arg("The new working memory (Markdown, or JSON with a schema).")],
+        resource_id: Annotated[
+            str | None, _arg("The resource (required in resource scope, the default).")
+        ] = UNSET,
+        memory_config: Annotated[
+            MemoryConfigInput | None, _arg("Memory configuration for this call, over the server defaults.")
+        ] = UNSET,
+        mode: Annotated[
+            WorkingMemoryUpdateMode,
+            _arg(
+                "REPLACE (Mastra's behaviour); APPEND adds a line to Markdown working memory; MERGE "
+                "deep-merges a JSON object into JSON working memory (null deletes a key)."
+            ),
+        ] = WorkingMemoryUpdateMode.REPLACE,
+    ) -> WorkingMemoryPayload:
+        state = await info.context.services.working_memory.update(
+            str(thread_id), given(resource_id), working_memory, _config(memory_config), mode=mode.value
+        )
+        return WorkingMemoryPayload(
+            scope=WorkingMemoryScope(state.scope),
+            thread_id=strawberry.ID(state.thread_id),
+            resource_id=state.resource_id,
+            working_memory=state.working_memory,
+            updated_at=DateTime(state.updated_at),
+        )
+
+
+@strawberry.type(description="Live updates over graphql-transport-ws (the same /graphql path).")
+class Subscription:
+    @strawberry.subscription(
+        description="Every change to the thread's messages after the subscription starts: SAVED, UPDATED "
+        "and DELETED events (best effort: events published while disconnected are not replayed)."
+    )
+    async def message_saved(
+        self, info: Ctx, thread_id: Annotated[strawberry.ID, _arg("The thread to watch.")]
+    ) -> AsyncGenerator[MessageEvent, None]:
+        async for payload in info.context.services.events.subscribe(message_channel(str(thread_id))):
+            record = message_record(payload.get("message"))
+            if record is None:
+                continue
+            info.context.clear_caches()
+            yield MessageEvent(
+                kind=MessageEventKind(payload["kind"]),
+                thread_id=strawberry.ID(payload["threadId"]),
+                message_id=strawberry.ID(payload["messageId"]),
+                message=Message(_record=record),
+                at=DateTime(payload["at"]),
+            )
+
+    @strawberry.subscription(
+        description="Changes to the resource's threads: CREATED, UPDATED, DELETED and TITLE_GENERATED."
+    )
+    async def thread_updated(
+        self, info: Ctx, resource_id: Annotated[str, _arg("The resource whose threads to watch.")]
+    ) -> AsyncGenerator[ThreadEvent, None]:
+        async for payload in info.context.services.events.subscribe(thread_channel(resource_id)):
+            record = thread_record(payload.get("thread"))
+            if record is None:
+                continue
+            info.context.clear_caches()
+            yield ThreadEvent(
+                kind=ThreadEventKind(payload["kind"]),
+                thread_id=strawberry.ID(payload["threadId"]),
+                resource_id=payload["resourceId"],
+                thread=Thread(_record=record),
+                at=DateTime(payload["at"]),
+            )

@@ -1,0 +1,160 @@
+"""The compiled read path answers exactly what Strawberry's normal execution answers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from resolvers.context import RequestContext, Services
+from schema import build_schema
+from tests.factories import msg, seed
+
+MESSAGE_FIELDS = "id role type createdAt threadId resourceId signalType isSystemReminder"
+PARTS = """parts { __typename
+  ... on TextPart { type text }
+  ... on DataPart { type name id data }
+  ... on ToolInvocationPart { type toolInvocation { state toolCallId toolName args result step } }
+  ... on ReasoningPart { reasoning details }
+  ... on FilePart { mimeType data filename }
+  ... on SourcePart { source }
+  ... on StepStartPart { type }
+  ... on UnknownPart { type raw } }"""
+
+SUPPORTED = [
+    f'{{ recall(threadId: "t1") {{ total page perPage hasMore messages {{ {MESSAGE_FIELDS} }} }} }}',
+    '{ recall(threadId: "t1", perPage: 3) { messages { id content { format metadata content raw '
+    f"{PARTS} }} }} }} }}",
+    '{ a: recall(threadId: "t1", perPage: 2) { messages { id } } b: recall(threadId: "t2", perPage: false) '
+    "{ perPage total messages { key: id __typename } } }",
+    "query Q($t: ID!, $p: PerPage, $f: RecallFilter, $o: MessageOrderBy, $h: HideSignalsInput) "
+    "{ recall(threadId: $t, perPage: $p, filter: $f, orderBy: $o, hideSignals: $h) "
+    "{ __typename total hasMore ...R } } fragment R on RecallResult { messages { ...M } } "
+    f"fragment M on Message {{ id createdAt content {{ {PARTS} }} }}",
+    '{ thread(id: "t1") { id resourceId title metadata createdAt updatedAt } }',
+    '{ threads(resourceId: "r1", perPage: 1) { total page perPage hasMore threads { id title } } }',
+    '{ messages(ids: ["m1", "nope", "m2"]) { id role } }',
+    '{ recall(threadId: "t1", include: [{id: "o1", withNextMessages: 1}], perPage: 1) '
+    "{ messages { id threadId } } }",
+]
+FALLBACK = [
+    '{ recall(threadId: "t1") { messages { id thread { id } } } }',  # async field
+    '{ recall(threadId: "t1") @include(if: true) { total } }',  # directives
+    'mutation { createThread(input: {resourceId: "r9"}) { resourceId } }',
+    '{ recall(threadId: "t1", page: -1) { total } }',  # the resolver raises: the normal path reports it
+    '{ recall(threadId: "t1") { nope } }',  # invalid
+]
+
+
+@pytest.fixture
+async def populated(services: Services) -> Services:
+    parts = [
+        {"type": "step-start"},
+        {"type": "reasoning", "reasoning": "", "details": [{"type": "text", "text": "hm"}]},
+        {
+            "type": "tool-invocation",
+            "toolInvocation": {
+                "state": "result",
+                "toolCallId": "c",
+                "toolName": "w",
+                "args": {"q": 1},
+                "result": {"ok": True},
+            },
+        },
+        {"type": "text", "text": "hi"},
+        {"type": "data-signal", "id": "s1", "data": {"type": "reactive"}},
+        {"type": "file", "mimeType": "image/png", "data": "aGk="},
+        {"type": "source", "source": {"url": "x"}},
+        {"type": "mystery"},
+    ]
+    messages = [msg(f"m{n}", at=n, metadata={"n": n, "even": n % 2 == 0}) for n in range(8)]
+    messages += [
+        msg("p1", at=8.5, role="assistant", parts=parts),
+        msg("sig", at=9, role="signal", metadata={"signal": {"type": "state"}}),
+    ]
+    messages += [msg("o1", thread="t2", at=0.5), msg("o2", thread="t2", at=1.5)]
+    await seed(services, *messages, threads={"t1": "r1", "t2": "r1"})
+    return services
+
+
+async def both(services: Services, query: str, variables: dict[str, Any] | None = None) -> tuple[Any, Any]:
+    schema = build_schema()
+    plan = schema.fast_path.plan(query, None)
+    fast = (
+        await schema.fast_path.execute(plan, variables, RequestContext(services=services)) if plan else None
+    )
+    normal = await schema.execute(
+        query, variable_values=variables, context_value=RequestContext(services=services)
+    )
+    return fast, normal
+
+
+@pytest.mark.parametrize("query", SUPPORTED)
+async def test_compiled_path_equals_normal_execution(populated: Services, query: str) -> None:
+    variables = (
+        {
+            "t": "t1",
+            "p": 4,
+            "f": {"metadata": {"even": True}},
+            "o": {"direction": "ASC"},
+            "h": {"types": ["STATE"]},
+        }
+        if "$t" in query
+        else None
+    )
+    fast, normal = await both(populated, query, variables)
+    assert normal.errors is None, normal.errors
+    assert fast is not None, "the compiled path should have answered this query"
+    assert json.dumps(fast) == json.dumps({"data": normal.data})  # same values and same key order
+
+
+@pytest.mark.parametrize("query", FALLBACK)
+async def test_other_queries_fall_back(populated: Services, query: str) -> None:
+    fast, _ = await both(populated, query)
+    assert fast is None
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    per_page=st.one_of(st.none(), st.just(False), st.integers(0, 12)),
+    page=st.one_of(st.none(), st.integers(0, 4)),
+    direction=st.one_of(st.none(), st.sampled_from(["ASC", "DESC"])),
+    hide=st.one_of(
+        st.none(), st.booleans(), st.lists(st.sampled_from(["STATE", "REACTIVE", "USER"]), max_size=2)
+    ),
+    metadata=st.one_of(st.none(), st.fixed_dictionaries({"even": st.booleans()})),
+    include=st.lists(st.sampled_from(["m1", "m5", "o2", "nope"]), max_size=2),
+)
+async def test_random_recalls_agree(
+    populated: Services,
+    per_page: Any,
+    page: Any,
+    direction: Any,
+    hide: Any,
+    metadata: Any,
+    include: list[str],
+) -> None:
+    query = (
+        "query($p: PerPage, $g: Int, $o: MessageOrderBy, $h: HideSignalsInput, $f: RecallFilter, "
+        '$i: [IncludeInput!]) { recall(threadId: "t1", perPage: $p, page: $g, orderBy: $o, hideSignals: $h, '
+        f"filter: $f, include: $i) {{ total page perPage hasMore messages {{ {MESSAGE_FIELDS} }} }} }}"
+    )
+    variables: dict[str, Any] = {
+        "p": per_page,
+        "g": page,
+        "i": [{"id": i, "withPreviousMessages": 1} for i in include],
+    }
+    if direction:
+        variables["o"] = {"direction": direction}
+    if hide is not None:
+        variables["h"] = {"all": hide} if isinstance(hide, bool) else {"types": hide}
+    if metadata is not None:
+        variables["f"] = {"metadata": metadata}
+    fast, normal = await both(populated, query, variables)
+    if normal.errors:
+        assert fast is None
+    else:
+        assert fast == {"data": normal.data}

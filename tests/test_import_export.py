@@ -1,0 +1,787 @@
+"""`recallql import mastra`, `recallql export` and `recallql import jsonl`, on SQLite and PostgreSQL.
+
+The Mastra import is checked against a database written by the REAL Mastra (tests/mastra_fixture.mjs,
+run with the conformance oracle's pinned packages): every thread, message and working memory must come
+back through RecallQL's recall with the content, createdAt, order and counts Mastra itself reports, and a
+second run must change nothing. A PostgreSQL Mastra store is mirrored from @mastra/pg's DDL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+from models.db import create_engine
+from models.mastra_source import (
+    MastraSourceError,
+    decode_content,
+    decode_json_column,
+    decode_jsonb,
+    open_mastra_source,
+    parse_time,
+)
+from models.migrate import upgrade
+from models.records import ResourceRecord
+from models.repository import Repository
+from resolvers.clock import parse_iso, to_iso
+from resolvers.config import BUILTIN_DEFAULTS
+from resolvers.context import Services
+from resolvers.messages import MessageInput
+from resolvers.recall import RecallArgs
+from resolvers.transfer import TransferError, export_jsonl, import_jsonl, to_format2
+from tests.support import SHARED, at, database, require
+
+CONFORMANCE = SHARED / "conformance"
+FIXTURE_SCRIPT = Path(__file__).with_name("mastra_fixture.mjs")
+EMBED_SERVER = CONFORMANCE / "embed_server.py"
+REPORT_LINE = re.compile(
+    r"^(resource|thread|message)s:\s+(\d+) read\s+(\d+) new\s+(\d+) updated\s+(\d+) unchanged"
+)
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def oracle_node_modules(tmp: Path) -> Path:
+    """The conformance oracle's package cache (installed by oracle.sh on first use, as CI does)."""
+    node = shutil.which("node")
+    require(node is not None, "node (>= 20) is not installed: the real Mastra cannot write the fixture")
+    assert node is not None
+    major = subprocess.run(
+        [node, "-p", "process.versions.node.split('.')[0]"], capture_output=True, text=True
+    )
+    require(major.returncode == 0 and int(major.stdout.strip()) >= 20, "node >= 20 is required")
+    lock = CONFORMANCE / "package-lock.json"
+    require(lock.is_file(), f"the conformance oracle is not at {CONFORMANCE}")
+    digest = hashlib.sha256(lock.read_bytes()).hexdigest()[:16]
+    cache_home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    cache = Path(os.environ.get("RECALL_ORACLE_CACHE") or cache_home / "recall-oracle") / digest
+    if not (cache / ".complete").is_file():
+        dataset = tmp / "empty-dataset.json"
+        dataset.write_text('{"threads": [], "messages": [], "queries": []}')
+        proc = subprocess.run(
+            ["bash", str(CONFORMANCE / "oracle.sh"), str(dataset), str(tmp / "oracle-out.json")],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert proc.returncode == 0, (
+            f"oracle.sh could not install the Mastra packages:\n{proc.stderr[-3000:]}"
+        )
+    assert (cache / ".complete").is_file(), f"oracle.sh did not install into {cache}"
+    return cache
+
+
+def write_mastra_fixture(tmp: Path, *extra: str) -> tuple[Path, dict[str, Any]]:
+    modules = oracle_node_modules(tmp)
+    db, expected = tmp / "mastra.db", tmp / "expected.json"
+    proc = subprocess.run(
+        ["node", str(FIXTURE_SCRIPT), str(db), str(expected), *extra],
+        env={**os.environ, "RECALL_ORACLE_NODE_MODULES": str(modules)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, f"mastra_fixture.mjs failed:\n{proc.stderr[-4000:]}"
+    return db, json.loads(expected.read_text())
+
+
+@pytest.fixture(scope="session")
+def mastra_fixture(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    return write_mastra_fixture(tmp_path_factory.mktemp("mastra-fixture"))
+
+
+def cli(*args: str, url: str, data_dir: Path, env: dict[str, str] | None = None, stdin: bytes | None = None):
+    """`recallql …` in a child process against the given database; returns the completed process."""
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RECALLQL_EMBEDDING_MODEL_DIR", "RECALLQL_EMBEDDINGS_URL", "RECALLQL_EMBEDDINGS_MODEL")
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "web.cli", *args, "--database-url", url, "--data-dir", str(data_dir)],
+        env={**clean, **(env or {})},
+        cwd=data_dir.parent,
+        input=stdin,
+        capture_output=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, f"recallql {' '.join(args)} failed:\n{proc.stderr.decode()[-4000:]}"
+    return proc
+
+
+def report(stdout: bytes) -> dict[str, tuple[int, int, int, int]]:
+    """{kind: (read, new, updated, unchanged)} from an import's report."""
+    out = {}
+    for line in stdout.decode().splitlines():
+        if match := REPORT_LINE.match(line):
+            out[match.group(1)] = tuple(int(match.group(n)) for n in range(2, 6))
+    return out
+
+
+@contextlib.contextmanager
+def embed_server() -> Iterator[str]:
+    """The conformance hash-64 embeddings server in a child process; yields its base URL."""
+    process = subprocess.Popen(
+        [sys.executable, str(EMBED_SERVER), "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    try:
+        assert process.stdout is not None
+        port = process.stdout.readline().strip()
+        assert port.isdigit(), f"embed_server.py did not print its port (exit code {process.poll()})"
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(10)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+async def export_bytes(repository: Repository, resource_id: str | None = None) -> bytes:
+    chunks: list[bytes] = []
+    await export_jsonl(repository, chunks.append, resource_id=resource_id, batch=7)
+    return b"".join(chunks)
+
+
+@contextlib.asynccontextmanager
+async def fresh_repository(database_url: str, tmp: Path) -> AsyncIterator[Repository]:
+    """Another new database of the same engine."""
+    kind = "postgres" if database_url.startswith("postgresql") else "sqlite"
+    tmp.mkdir(parents=True, exist_ok=True)
+    async with database(kind, tmp) as url:
+        engine = create_engine(url)
+        await upgrade(engine)
+        try:
+            yield Repository(engine)
+        finally:
+            await engine.dispose()
+
+
+async def all_ids(services: Services, thread_id: str, **kwargs: Any) -> list[str]:
+    result = await services.recall.recall(RecallArgs(thread_id=thread_id, per_page=False, **kwargs))
+    return [m.id for m in result.messages]
+
+
+# -------------------------------------------------------------------------------------- Mastra (LibSQL)
+async def check_against_mastra(services: Services, repository: Repository, expected: dict[str, Any]) -> None:
+    rows = expected["messages"]  # rowid (insertion) order, as Mastra stored them
+    rank = {m["id"]: n for n, m in enumerate(rows)}
+    assert await repository.count_all_messages() == len(rows) == expected["counts"]["messages"]
+    for t in expected["threads"]:
+        thread = await services.threads.get(t["id"])
+        assert thread is not None, t["id"]
+        assert (thread.resource_id, thread.title, thread.metadata) == (
+            t["resourceId"],
+            t["title"],
+            t["metadata"],
+        )
+        assert (to_iso(thread.created_at), to_iso(thread.updated_at)) == (t["createdAt"], t["updatedAt"])
+
+        result = await services.recall.recall(
+            RecallArgs(thread_id=t["id"], per_page=False, hide_signals=False)
+        )
+        mine = [m for m in rows if m["threadId"] == t["id"]]
+        want = sorted(
+            (m for m in mine if m["role"] != "system"),
+            key=lambda m: (parse_iso(m["createdAt"]), rank[m["id"]]),
+        )
+        assert [m.id for m in result.messages] == [m["id"] for m in want]
+        assert result.total == len(mine)  # total counts the system row, as in Mastra
+        for got, m in zip(result.messages, want, strict=True):
+            mastra = m["mastra"]  # the message as Mastra's storage reads it back
+            assert got.content == mastra["content"], m["id"]
+            assert (got.role, got.type) == (mastra["role"], mastra["type"]), m["id"]
+            assert to_iso(got.created_at) == mastra["createdAt"] == m["createdAt"], m["id"]
+            assert (got.thread_id, got.resource_id) == (m["threadId"], m["resourceId"]), m["id"]
+
+    system = (await repository.get_messages(["sys"]))["sys"]
+    stored = next(m for m in rows if m["id"] == "sys")
+    assert (system.role, system.content) == ("system", json.loads(stored["storedContent"]))
+
+    # Ties keep Mastra's insertion order; a late insert with an early createdAt sorts by time.
+    alpha = await all_ids(services, "alpha", hide_signals=False)
+    assert alpha[:4] == ["a-001", "late-early", "a-002", "tie-z"]
+    assert alpha[4:6] == ["tie-a", "tie-m"]
+    assert await all_ids(services, "gamma") == ["g-001", "g-002", "raw-null-resource", "raw-not-json"]
+    # Signal columns were classified on write: the default hides legacy reminders, hideSignals all signals.
+    assert set(alpha) - set(await all_ids(services, "alpha")) == {"rem-text", "rem-meta", "sig-reactive"}
+    assert set(alpha) - set(await all_ids(services, "alpha", hide_signals=True)) == {
+        "rem-text",
+        "rem-meta",
+        "sig-reactive",
+        "sig-part",
+    }
+
+    for r in expected["resources"]:
+        resource = await repository.get_resource(r["id"])
+        assert resource is not None, r["id"]
+        assert (resource.working_memory, resource.metadata) == (r["workingMemory"], r["metadata"])
+        assert (to_iso(resource.created_at), to_iso(resource.updated_at)) == (r["createdAt"], r["updatedAt"])
+    # A thread's owner without a Mastra resource row gets RecallQL's usual empty resource row.
+    carol = await repository.get_resource("carol")
+    assert carol is not None and carol.working_memory is None
+    beta = await services.threads.get("beta")
+    assert beta is not None and beta.metadata == {"n": 1, "workingMemory": "# Thread notes\nbeta only"}
+
+
+async def test_import_mastra_libsql_file(
+    repository: Repository,
+    services: Services,
+    database_url: str,
+    mastra_fixture: tuple[Path, dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    db, expected = mastra_fixture
+    counts = expected["counts"]
+    data_dir = tmp_path / "data"
+    source_digest = hashlib.sha256(db.read_bytes()).hexdigest()
+
+    first = cli("import", "mastra", "--from", f"file:{db}", "--no-embed", url=database_url, data_dir=data_dir)
+    assert report(first.stdout) == {
+        "resource": (counts["resources"], counts["resources"], 0, 0),
+        "thread": (counts["threads"], counts["threads"], 0, 0),
+        "message": (counts["messages"], counts["messages"], 0, 0),
+    }
+    assert b"6 legacy message content(s) converted to format 2" in first.stdout
+    await check_against_mastra(services, repository, expected)
+    before = await export_bytes(repository)
+
+    # Idempotent: the same ids, nothing written, nothing changed (a plain path works too).
+    second = cli(
+        "import", "mastra", "--from", str(db), "--batch-size", "3", url=database_url, data_dir=data_dir
+    )
+    assert report(second.stdout) == {
+        "resource": (counts["resources"], 0, 0, counts["resources"]),
+        "thread": (counts["threads"], 0, 0, counts["threads"]),
+        "message": (counts["messages"], 0, 0, counts["messages"]),
+    }
+    assert await export_bytes(repository) == before
+    await check_against_mastra(services, repository, expected)
+    # The source is only read.
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == source_digest
+
+
+async def test_import_mastra_embeds_the_messages(
+    repository: Repository, database_url: str, mastra_fixture: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    require(EMBED_SERVER.is_file(), f"the conformance embeddings server is not at {EMBED_SERVER}")
+    from models.embedders import HttpEmbedder
+    from models.vector_index import ChromaIndex
+    from resolvers.semantic import SemanticMemory
+
+    db, expected = mastra_fixture
+    data_dir = tmp_path / "data"
+    with embed_server() as url:
+        env = {"RECALLQL_EMBEDDINGS_URL": url, "RECALLQL_EMBEDDINGS_MODEL": "hash-64"}
+        first = cli("import", "mastra", "--from", f"file:{db}", url=database_url, data_dir=data_dir, env=env)
+        assert b"embedding" in first.stderr
+        assert await repository.outbox_backlog() == 0
+        # A second run writes nothing, so nothing is queued or embedded again.
+        cli("import", "mastra", "--from", f"file:{db}", url=database_url, data_dir=data_dir, env=env)
+        assert await repository.outbox_backlog() == 0
+
+        semantic = SemanticMemory(
+            repository,
+            HttpEmbedder(url, "hash-64"),
+            lambda model, dim: ChromaIndex(path=data_dir / "chroma", model_name=model, dimension=dim),
+        )
+        try:
+            found = await semantic.search(
+                "Find me a train to Lyon, please",
+                thread_id="alpha",
+                resource_id="alice",
+                resource_scope=True,
+                top_k=1,
+            )
+            assert [h.message_id for h in found.hits] == ["a-001"]
+            found = await semantic.search(
+                "legacy v1 string content", thread_id="beta", resource_id=None, resource_scope=False, top_k=1
+            )
+            assert [h.message_id for h in found.hits] == ["legacy-str"]
+        finally:
+            await semantic.aclose()
+    assert expected["counts"]["messages"] == await repository.count_all_messages()
+
+
+# ---------------------------------------------------------------------------------- Mastra (PostgreSQL)
+# @mastra/pg's DDL (stores/pg/src/storage/db: generateTableSQL over core's TABLE_SCHEMAS): TIMESTAMP columns
+# get a TIMESTAMPTZ "…Z" twin, jsonb columns are JSONB, text TEXT.
+PG_DDL = """
+CREATE SCHEMA IF NOT EXISTS "{s}";
+CREATE TABLE IF NOT EXISTS "{s}"."mastra_threads" (
+  "id" TEXT PRIMARY KEY NOT NULL, "resourceId" TEXT NOT NULL, "title" TEXT NOT NULL, "metadata" JSONB,
+  "createdAt" TIMESTAMP NOT NULL, "updatedAt" TIMESTAMP NOT NULL,
+  "createdAtZ" TIMESTAMPTZ DEFAULT NOW(), "updatedAtZ" TIMESTAMPTZ DEFAULT NOW());
+CREATE TABLE IF NOT EXISTS "{s}"."mastra_messages" (
+  "id" TEXT PRIMARY KEY NOT NULL, "thread_id" TEXT NOT NULL, "content" TEXT NOT NULL, "role" TEXT NOT NULL,
+  "type" TEXT NOT NULL, "createdAt" TIMESTAMP NOT NULL, "resourceId" TEXT,
+  "createdAtZ" TIMESTAMPTZ DEFAULT NOW());
+CREATE TABLE IF NOT EXISTS "{s}"."mastra_resources" (
+  "id" TEXT PRIMARY KEY NOT NULL, "workingMemory" TEXT, "metadata" JSONB,
+  "createdAt" TIMESTAMP NOT NULL, "updatedAt" TIMESTAMP NOT NULL,
+  "createdAtZ" TIMESTAMPTZ DEFAULT NOW(), "updatedAtZ" TIMESTAMPTZ DEFAULT NOW());
+"""
+
+
+def utc(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def local(ms: int) -> datetime:
+    """What node-pg writes into a TIMESTAMP column from a process two hours east of UTC."""
+    return datetime.fromtimestamp(ms / 1000 + 7200, tz=UTC).replace(tzinfo=None)
+
+
+T0 = 1767225600000  # 2026-01-01T00:00:00Z
+
+
+async def write_pg_mastra(conn: asyncpg.Connection, schema: str) -> None:
+    await conn.execute(PG_DDL.format(s=schema))
+    threads = [
+        ("t1", "r1", "First", json.dumps({"a": 1, "workingMemory": "# t1 notes"}), T0, T0 + 500, True),
+        ("t2", "r2", "", None, T0 + 1, T0 + 1, False),  # a row from before the Z columns were filled
+    ]
+    for tid, rid, title, meta, created, updated, with_z in threads:
+        await conn.execute(
+            f'INSERT INTO "{schema}".mastra_threads (id, "resourceId", title, metadata, "createdAt", '
+            '"updatedAt", "createdAtZ", "updatedAtZ") VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8)',
+            tid,
+            rid,
+            title,
+            meta,
+            local(created) if with_z else utc(created).replace(tzinfo=None),
+            local(updated) if with_z else utc(updated).replace(tzinfo=None),
+            utc(created) if with_z else None,
+            utc(updated) if with_z else None,
+        )
+
+    def text(t: str, **extra: Any) -> str:
+        return json.dumps({"format": 2, "parts": [{"type": "text", "text": t}], **extra})
+
+    messages = [
+        # Inserted out of order: PostgreSQL has no rowid, so ties are broken by id.
+        ("m3", "t1", text("third, same ms"), "assistant", T0 + 2000, "r1"),
+        ("m1", "t1", text("first, same ms", metadata={"k": "v"}), "user", T0 + 2000, "r1"),
+        ("m2", "t1", text("<system-reminder>hidden by default</system-reminder>"), "user", T0 + 2000, "r1"),
+        ("m0", "t1", "a legacy string", "user", T0 + 1000, "r1"),
+        ("m9", "t2", text("in t2"), "user", T0 + 3000, None),
+    ]
+    for mid, tid, content, role, created, rid in messages:
+        await conn.execute(
+            f'INSERT INTO "{schema}".mastra_messages (id, thread_id, content, role, type, "createdAt", '
+            '"createdAtZ", "resourceId") VALUES ($1, $2, $3, $4, $5, $6, $7, $8)',
+            mid,
+            tid,
+            content,
+            role,
+            "v1" if mid == "m0" else "v2",
+            local(created),
+            utc(created) if tid == "t1" else None,
+            rid,
+        )
+    # Sub-millisecond precision is cut to the millisecond, as JavaScript's Date does.
+    await conn.execute(
+        f'UPDATE "{schema}".mastra_messages SET "createdAtZ" = "createdAtZ" + interval \'456 microseconds\' '
+        "WHERE id = 'm9' OR id = 'm0'"
+    )
+    await conn.execute(
+        f'UPDATE "{schema}".mastra_messages SET "createdAt" = "createdAt" - interval \'2 hours\' '
+        "+ interval '789 microseconds' WHERE id = 'm9'"
+    )
+    resources = [
+        ("r1", "# r1 memory", json.dumps({"plan": "pro"})),
+        ("r3", None, json.dumps(json.dumps({"double": "encoded"}))),  # metadata written as a JSON string
+    ]
+    for rid, memory, meta in resources:
+        await conn.execute(
+            f'INSERT INTO "{schema}".mastra_resources (id, "workingMemory", metadata, "createdAt", '
+            '"updatedAt", "createdAtZ", "updatedAtZ") VALUES ($1, $2, $3::jsonb, $4, $4, $5, $5)',
+            rid,
+            memory,
+            meta,
+            local(T0 + 10),
+            utc(T0 + 10),
+        )
+
+
+async def test_import_mastra_postgres_store(
+    repository: Repository, services: Services, database_url: str, tmp_path: Path
+) -> None:
+    async with database("postgres", tmp_path / "source") as source_url:
+        dsn = source_url.replace("postgresql+asyncpg://", "postgresql://")
+        conn = await asyncpg.connect(dsn)
+        try:
+            await write_pg_mastra(conn, "mastra")
+        finally:
+            await conn.close()
+
+        with pytest.raises(MastraSourceError, match=r"no table public\.mastra_threads"):
+            await open_mastra_source(dsn)
+
+        data_dir = tmp_path / "data"
+        args = ("import", "mastra", "--from", dsn, "--schema", "mastra", "--no-embed")
+        first = cli(*args, url=database_url, data_dir=data_dir)
+        assert report(first.stdout) == {
+            "resource": (2, 2, 0, 0),
+            "thread": (2, 2, 0, 0),
+            "message": (5, 5, 0, 0),
+        }
+
+        t1 = await services.threads.get("t1")
+        assert t1 is not None
+        assert (t1.resource_id, t1.title, t1.metadata) == (
+            "r1",
+            "First",
+            {"a": 1, "workingMemory": "# t1 notes"},
+        )
+        assert (t1.created_at, t1.updated_at) == (T0, T0 + 500)  # the TIMESTAMPTZ twin wins
+        t2 = await services.threads.get("t2")
+        assert t2 is not None and (t2.metadata, t2.created_at) == (None, T0 + 1)  # naive, taken as UTC
+
+        result = await services.recall.recall(RecallArgs(thread_id="t1", per_page=False, hide_signals=False))
+        assert [m.id for m in result.messages] == ["m0", "m1", "m2", "m3"]
+        assert [m.created_at for m in result.messages] == [T0 + 1000, T0 + 2000, T0 + 2000, T0 + 2000]
+        m0, m1, m2, _ = result.messages
+        assert (m0.type, m0.content) == (
+            "v2",
+            {
+                "format": 2,
+                "parts": [{"type": "text", "text": "a legacy string"}],
+                "content": "a legacy string",
+            },
+        )
+        assert m1.content["metadata"] == {"k": "v"} and m2.legacy_reminder
+        assert await all_ids(services, "t1") == ["m0", "m1", "m3"]
+        (m9,) = (await services.recall.recall(RecallArgs(thread_id="t2", per_page=False))).messages
+        assert (m9.created_at, m9.resource_id) == (T0 + 3000, None)
+
+        r1, r2, r3 = [await repository.get_resource(r) for r in ("r1", "r2", "r3")]
+        assert r1 is not None and (r1.working_memory, r1.metadata, r1.created_at) == (
+            "# r1 memory",
+            {"plan": "pro"},
+            T0 + 10,
+        )
+        assert r2 is not None and r2.working_memory is None  # t2's owner, created with the thread
+        assert r3 is not None and r3.metadata == {"double": "encoded"}
+        before = await export_bytes(repository)
+
+        # Again: nothing changes. Then the source changes: only what changed is written, createdAt is kept.
+        again = cli(*args, url=database_url, data_dir=data_dir)
+        assert report(again.stdout) == {
+            "resource": (2, 0, 0, 2),
+            "thread": (2, 0, 0, 2),
+            "message": (5, 0, 0, 5),
+        }
+        assert await export_bytes(repository) == before
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute(
+                'UPDATE mastra.mastra_messages SET content = $1, "createdAtZ" = $2 WHERE id = $3',
+                json.dumps({"format": 2, "parts": [{"type": "text", "text": "edited"}]}),
+                utc(T0 + 9000),
+                "m1",
+            )
+            await conn.execute("UPDATE mastra.mastra_threads SET title = 'Renamed' WHERE id = 't1'")
+        finally:
+            await conn.close()
+        changed = cli(*args, url=database_url, data_dir=data_dir)
+        assert report(changed.stdout) == {
+            "resource": (2, 0, 0, 2),
+            "thread": (2, 0, 1, 1),
+            "message": (5, 0, 1, 4),
+        }
+        result = await services.recall.recall(RecallArgs(thread_id="t1", per_page=False, hide_signals=False))
+        assert [m.id for m in result.messages] == ["m0", "m1", "m2", "m3"]
+        assert result.messages[1].created_at == T0 + 2000
+        assert result.messages[1].content["parts"] == [{"type": "text", "text": "edited"}]
+        t1 = await services.threads.get("t1")
+        assert t1 is not None and t1.title == "Renamed"
+
+
+# ---------------------------------------------------------------------------------------------- JSON Lines
+async def seed(services: Services, repository: Repository) -> None:
+    """A bit of everything, through the services: ties, signals, a system row, metadata, tools."""
+    alice, bob = "alice", "bob"
+    await services.threads.create(
+        thread_id="jt1",
+        resource_id=alice,
+        title="Ünïcode ✓",
+        metadata={"a": [1, 2.5, None], "b": {"c": True}},
+    )
+    await services.threads.create(thread_id="jt2", resource_id=alice, created_at=parse_iso(at(-5)))
+    await services.threads.create(thread_id="jt3", resource_id=bob, title="bob's")
+
+    def msg(
+        mid: str, thread: str, seconds: float, content: dict[str, Any], role: str = "user"
+    ) -> MessageInput:
+        return MessageInput(
+            thread_id=thread, role=role, content=content, id=mid, created_at=parse_iso(at(seconds))
+        )
+
+    def text(t: str, **extra: Any) -> dict[str, Any]:
+        return {"format": 2, "parts": [{"type": "text", "text": t}], **extra}
+
+    await services.messages.save(
+        [
+            msg("j-3", "jt1", 1, text("tie, written first")),
+            msg("j-1", "jt1", 1, text("tie, written second"), role="assistant"),
+            msg("j-2", "jt1", 0.5, text('quotes " and \\ and \n and 東京', metadata={"n": 12345678901234})),
+            msg("j-sig", "jt1", 2, text("s", metadata={"signal": {"type": "reactive"}}), role="signal"),
+            msg("j-sys", "jt1", 3, text("system prompt"), role="system"),
+            msg(
+                "j-tool",
+                "jt2",
+                1,
+                {
+                    "format": 2,
+                    "parts": [
+                        {
+                            "type": "tool-invocation",
+                            "toolInvocation": {
+                                "state": "result",
+                                "toolCallId": "c",
+                                "toolName": "x",
+                                "args": {},
+                                "result": [1],
+                            },
+                        }
+                    ],
+                },
+                role="assistant",
+            ),
+            msg("j-bob", "jt3", 1, text("bob")),
+        ]
+    )
+    await repository.import_resources(
+        [
+            ResourceRecord(
+                id=alice,
+                working_memory="# Alice\n- likes tea",
+                metadata={"tier": 2},
+                created_at=5,
+                updated_at=6,
+            )
+        ]
+    )
+
+
+async def test_jsonl_round_trip(
+    repository: Repository, services: Services, database_url: str, tmp_path: Path
+) -> None:
+    await seed(services, repository)
+    first = await export_bytes(repository)
+    lines = [json.loads(line) for line in first.splitlines()]
+    kinds = [line["kind"] for line in lines]
+    assert kinds == sorted(kinds, key=["resource", "thread", "message"].index)
+    messages = [line for line in lines if line["kind"] == "message"]
+    assert [m["id"] for m in messages] == ["j-3", "j-1", "j-2", "j-sig", "j-sys", "j-tool", "j-bob"]
+    assert messages[0]["createdAt"] == at(1) and messages[0]["type"] == "v2"
+    assert set(messages[0]) == {
+        "kind",
+        "id",
+        "threadId",
+        "resourceId",
+        "role",
+        "type",
+        "createdAt",
+        "content",
+    }
+
+    async with fresh_repository(database_url, tmp_path / "fresh") as fresh:
+        result = await import_jsonl(fresh, iter(first.splitlines(keepends=True)), batch=2)
+        assert result.stats["message"].inserted == 7 and result.converted == 0
+        assert await export_bytes(fresh) == first
+        again = await import_jsonl(fresh, iter(first.splitlines(keepends=True)))
+        assert [again.stats[k].unchanged for k in ("resource", "thread", "message")] == [2, 3, 7]
+        assert await export_bytes(fresh) == first
+        # Ties keep their order and signals are classified again on the way in.
+        fresh_services = Services.build(fresh, memory_defaults=dict(BUILTIN_DEFAULTS))
+        assert await all_ids(fresh_services, "jt1", hide_signals=False) == ["j-2", "j-3", "j-1", "j-sig"]
+        assert await all_ids(fresh_services, "jt1", hide_signals=True) == ["j-2", "j-3", "j-1"]
+
+
+async def test_export_and_import_jsonl_cli(
+    repository: Repository, services: Services, database_url: str, tmp_path: Path
+) -> None:
+    await seed(services, repository)
+    data_dir = tmp_path / "data"
+    out = tmp_path / "all.jsonl"
+    cli("export", "--out", str(out), url=database_url, data_dir=data_dir)
+    assert out.read_bytes() == await export_bytes(repository)
+    assert not (tmp_path / "all.jsonl.partial").exists()
+    stdout = cli("export", url=database_url, data_dir=data_dir).stdout
+    assert stdout == out.read_bytes()
+
+    owner = "alice"
+    one = cli("export", "--resource", owner, "--out", "-", url=database_url, data_dir=data_dir).stdout
+    lines = [json.loads(line) for line in one.splitlines()]
+    assert {(line["kind"], line["id"]) for line in lines if line["kind"] != "message"} == {
+        ("resource", owner),
+        ("thread", "jt1"),
+        ("thread", "jt2"),
+    }
+    assert [line["id"] for line in lines if line["kind"] == "message"] == [
+        "j-3",
+        "j-1",
+        "j-2",
+        "j-sig",
+        "j-sys",
+        "j-tool",
+    ]
+
+    async with fresh_repository(database_url, tmp_path / "fresh") as fresh:
+        fresh_url = str(fresh.engine.url.render_as_string(hide_password=False))
+        loaded = cli("import", "jsonl", "--from", str(out), "--no-embed", url=fresh_url, data_dir=data_dir)
+        assert report(loaded.stdout) == {
+            "resource": (2, 2, 0, 0),
+            "thread": (3, 3, 0, 0),
+            "message": (7, 7, 0, 0),
+        }
+        assert await export_bytes(fresh) == out.read_bytes()
+        piped = cli(
+            "import", "jsonl", "--from", "-", url=fresh_url, data_dir=data_dir, stdin=out.read_bytes()
+        )
+        assert report(piped.stdout) == {
+            "resource": (2, 0, 0, 2),
+            "thread": (3, 0, 0, 3),
+            "message": (7, 0, 0, 7),
+        }
+
+
+async def test_jsonl_moves_between_engines(tmp_path: Path) -> None:
+    """SQLite to PostgreSQL and back: equal as JSON (PostgreSQL's jsonb orders object keys its own way)."""
+    async with fresh_repository("sqlite", tmp_path / "a") as lite:
+        await seed(Services.build(lite, memory_defaults=dict(BUILTIN_DEFAULTS)), lite)
+        original = await export_bytes(lite)
+        async with fresh_repository("postgresql", tmp_path / "b") as pg:
+            await import_jsonl(pg, original.splitlines(keepends=True))
+            via_pg = await export_bytes(pg)
+        async with fresh_repository("sqlite", tmp_path / "c") as back:
+            await import_jsonl(back, via_pg.splitlines(keepends=True))
+            again = await export_bytes(back)
+    as_json = [[json.loads(line) for line in data.splitlines()] for data in (original, via_pg, again)]
+    assert as_json[0] == as_json[1] == as_json[2]
+
+
+async def test_jsonl_errors_name_the_line(repository: Repository) -> None:
+    good = (
+        b'{"kind":"thread","id":"e1","resourceId":"r","title":"","metadata":null,'
+        b'"createdAt":"2026-01-01T00:00:00.000Z"}\n'
+    )
+    created = b'"createdAt":"2026-01-01T00:00:00Z"'
+    cases = {
+        b"not json\n": "line 2: not valid JSON",
+        b'{"kind":"widget"}\n': "line 2: unknown kind 'widget'",
+        b'{"kind":"message","id":"m","threadId":"e1","role":"user","content":{"format":2,"parts":[]}}\n': (
+            "line 2: createdAt must be an ISO-8601 date-time string"
+        ),
+        b'{"kind":"message","id":"m","threadId":"e1","role":"user","createdAt":"2026-01-01T00:00:00",'
+        b'"content":{"format":2,"parts":[]}}\n': "line 2: createdAt: DateTime must include a timezone",
+        b'{"kind":"thread","id":"","resourceId":"r",' + created + b"}\n": "line 2: id must be",
+        b'{"kind":"resource","id":"r","metadata":[1],' + created + b"}\n": "line 2: metadata",
+    }
+    for line, message in cases.items():
+        with pytest.raises(TransferError, match=re.escape(message)):
+            await import_jsonl(repository, [good, line])
+    # Blank lines are fine; a missing updatedAt is the createdAt.
+    result = await import_jsonl(repository, [b"\n", good, b"  \n"])
+    assert result.stats["thread"].read == 1
+    thread = await repository.get_thread("e1")
+    assert thread is not None and thread.updated_at == thread.created_at == T0
+
+
+# ---------------------------------------------------------------------------------------------- units
+def jsonb(kind: int, payload: bytes) -> bytes:
+    size = len(payload)
+    if size <= 11:
+        return bytes([size << 4 | kind]) + payload
+    for code, width in ((12, 1), (13, 2), (14, 4), (15, 8)):
+        if size < 1 << (8 * width):
+            return bytes([code << 4 | kind]) + size.to_bytes(width, "big") + payload
+    raise AssertionError
+
+
+def test_decode_jsonb() -> None:
+    long_text = "x" * 300
+    blob = jsonb(
+        12,
+        jsonb(7, b"a")
+        + jsonb(11, jsonb(3, b"1") + jsonb(5, b"2.5") + jsonb(0, b"") + jsonb(1, b"") + jsonb(2, b""))
+        + jsonb(7, b"esc")
+        + jsonb(8, b'q\\"\\n\\u00e9')
+        + jsonb(7, b"five")
+        + jsonb(11, jsonb(4, b"0x1F") + jsonb(4, b"-0x10") + jsonb(6, b".5") + jsonb(9, b"it\\'s\\x41"))
+        + jsonb(7, b"raw")
+        + jsonb(10, 'tab\t"é'.encode())
+        + jsonb(7, b"long")
+        + jsonb(7, long_text.encode()),
+    )
+    assert decode_jsonb(blob) == {
+        "a": [1, 2.5, None, True, False],
+        "esc": 'q"\né',
+        "five": [31, -16, 0.5, "it'sA"],
+        "raw": 'tab\t"é',
+        "long": long_text,
+    }
+    for bad in (b"", b"\x13", blob + b"\x00", b"\x0d", jsonb(12, jsonb(3, b"1") + jsonb(3, b"2"))):
+        with pytest.raises(ValueError):
+            decode_jsonb(bad)
+
+
+def test_parse_time() -> None:
+    assert parse_time("2026-01-01T00:00:01.001Z") == T0 + 1001
+    assert parse_time("2026-01-01T02:00:01.001+02:00") == T0 + 1001
+    assert parse_time("2026-01-01 00:00:01.0019") == T0 + 1001  # naive: UTC; cut to the millisecond
+    assert parse_time('"2026-01-01T00:00:30.000Z"') == T0 + 30000  # updateMessages' JSON-quoted createdAt
+    assert parse_time(datetime(2026, 1, 1, 2, tzinfo=UTC)) == T0 + 7_200_000
+    assert parse_time(T0) == T0
+    assert parse_time(str(T0)) == T0
+    assert [parse_time(v) for v in (None, "", "yesterday", True)] == [None, None, None, None]
+
+
+def test_content_conversion_rules() -> None:
+    stored = {"format": 2, "parts": [None, {"type": "text", "text": "kept as stored"}]}
+    assert to_format2("user", stored) == ("user", stored, False)
+    assert to_format2("tool", []) == ("assistant", {"format": 2, "parts": []}, True)
+    assert to_format2("user", {"content": "an object without format 2"}) == (
+        "user",
+        {"format": 2, "parts": []},
+        True,
+    )
+    assert decode_json_column("{not json") == "{not json"
+    assert decode_json_column('"{\\"a\\": 1}"') == {"a": 1}  # double-encoded
+    assert decode_json_column(b"{}") == {}  # JSON text in a blob
+    assert decode_content("[1, 2]") == [1, 2]
+    assert decode_content("not json") == "not json"
+    assert decode_content('"a json string"') == "a json string"
+
+
+async def test_source_errors(tmp_path: Path) -> None:
+    with pytest.raises(MastraSourceError, match="no such Mastra database file"):
+        await open_mastra_source(f"file:{tmp_path / 'missing.db'}")
+    with pytest.raises(MastraSourceError, match="remote LibSQL"):
+        await open_mastra_source("libsql://example.turso.io")
+    with pytest.raises(MastraSourceError, match="--schema applies to PostgreSQL"):
+        await open_mastra_source(str(tmp_path / "x.db"), schema="s")
+    import sqlite3
+
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    with pytest.raises(MastraSourceError, match="not a Mastra memory store: no table mastra_threads"):
+        await open_mastra_source(f"file://{other}")
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"this is not a database file" * 100)
+    with pytest.raises(MastraSourceError, match=r"cannot read .* as a SQLite database"):
+        await open_mastra_source(str(garbage))

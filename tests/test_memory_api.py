@@ -1,0 +1,572 @@
+"""The memory API over real HTTP: deleting and cloning threads, updating and deleting messages,
+resources and working memory (with concurrency), and what a failed call leaves behind (nothing)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from typing import Any
+
+import pytest
+
+from resolvers.config import DEFAULT_WORKING_MEMORY_TEMPLATE
+from tests.support import Api, at, text_message, uid
+
+CREATE = "mutation($i: CreateThreadInput!) { createThread(input: $i) { id createdAt updatedAt } }"
+SAVE = "mutation($m: [MessageInput!]!) { saveMessages(messages: $m) { messages { id createdAt } } }"
+THREAD = """query($id: ID!) { thread(id: $id) {
+  id resourceId title metadata createdAt updatedAt } }"""
+RECALL = """query($t: ID!) { recall(threadId: $t, perPage: false) {
+  total messages { id threadId resourceId role type createdAt signalType content { raw } } } }"""
+DELETE_THREAD = "mutation($id: ID!, $r: String) { deleteThread(id: $id, resourceId: $r) }"
+CLONE = """mutation($i: CloneThreadInput!, $c: MemoryConfigInput) { cloneThread(input: $i, memoryConfig: $c) {
+  thread { id resourceId title metadata createdAt updatedAt }
+  clonedMessages { id threadId resourceId role createdAt content { raw } }
+  messageIdMap { sourceId cloneId } } }"""
+UPDATE = """mutation($m: [UpdateMessageInput!]!) { updateMessages(messages: $m) {
+  id threadId resourceId role type createdAt signalType isSystemReminder content { raw } } }"""
+DELETE = "mutation($ids: [ID!]!) { deleteMessages(ids: $ids) { deleted ids } }"
+WM_UPDATE = """mutation($t: ID!, $r: String, $w: String!, $c: MemoryConfigInput, $mode: WorkingMemoryUpdateMode! = REPLACE) {
+  updateWorkingMemory(threadId: $t, resourceId: $r, workingMemory: $w, memoryConfig: $c, mode: $mode) {
+    scope threadId resourceId workingMemory updatedAt } }"""  # noqa: E501
+WM_GET = """query($t: ID!, $r: String, $c: MemoryConfigInput) {
+  workingMemory(threadId: $t, resourceId: $r, memoryConfig: $c) }"""
+TEMPLATE = "query($c: MemoryConfigInput) { workingMemoryTemplate(memoryConfig: $c) { format content } }"
+ON = {"workingMemory": {"enabled": True}}
+THREAD_SCOPE = {"workingMemory": {"enabled": True, "scope": "THREAD"}}
+
+
+async def new_thread(api: Api, **extra: Any) -> tuple[str, str]:
+    thread_id = extra.pop("id", None) or uid("t")
+    resource_id = extra.pop("resourceId", None) or uid("r")
+    await api.execute(CREATE, i={"id": thread_id, "resourceId": resource_id, **extra})
+    return thread_id, resource_id
+
+
+async def seed(api: Api, thread_id: str, count: int, **extra: Any) -> list[str]:
+    ids = [f"{thread_id}-m{n}" for n in range(count)]
+    await api.execute(
+        SAVE,
+        m=[
+            text_message(
+                thread_id=thread_id,
+                id=mid,
+                created_at=at(n),
+                text=f"text {n}",
+                role="user" if n % 2 == 0 else "assistant",
+                metadata={"n": n},
+                **extra,
+            )
+            for n, mid in enumerate(ids)
+        ],
+    )
+    return ids
+
+
+async def thread_of(api: Api, thread_id: str) -> dict[str, Any] | None:
+    return (await api.execute(THREAD, id=thread_id))["thread"]
+
+
+async def recall(api: Api, thread_id: str) -> list[dict[str, Any]]:
+    return (await api.execute(RECALL, t=thread_id))["recall"]["messages"]
+
+
+def fresh(api: Api) -> Api:
+    """A client of its own: one gql client runs one request at a time; these run in parallel."""
+    return Api(api.base_url)
+
+
+async def error(api: Api, query: str, **variables: Any) -> dict[str, Any]:
+    errors = await api.errors(query, **variables)
+    assert len(errors) == 1, errors
+    return errors[0]
+
+
+# ---------------------------------------------------------------------------------------------- threads
+async def test_delete_thread_removes_it_and_its_messages(api: Api) -> None:
+    thread_id, resource_id = await new_thread(api)
+    ids = await seed(api, thread_id, 3)
+    keep, _ = await new_thread(api, resourceId=resource_id)
+    await seed(api, keep, 1)
+
+    got = await error(api, DELETE_THREAD, id=thread_id, r="someone-else")
+    assert got["extensions"]["code"] == "FORBIDDEN"
+    assert got["message"] == (
+        f"Thread with id {thread_id} is for resource with id {resource_id} "
+        "but resource someone-else was queried."
+    )
+    assert await thread_of(api, thread_id) is not None  # nothing happened
+
+    assert (await api.execute(DELETE_THREAD, id=thread_id, r=resource_id))["deleteThread"] is True
+    assert await thread_of(api, thread_id) is None
+    assert await recall(api, thread_id) == []
+    found = await api.execute("query($ids: [ID!]!) { messages(ids: $ids) { id } }", ids=ids)
+    assert found["messages"] == [None, None, None]
+    listed = await api.execute(
+        "query($r: String!) { threads(resourceId: $r) { total threads { id } } }", r=resource_id
+    )
+    assert listed["threads"] == {"total": 1, "threads": [{"id": keep}]}
+    assert len(await recall(api, keep)) == 1
+    # Unknown (or already deleted) ids: a no-op answering false, as Mastra's no-op.
+    assert (await api.execute(DELETE_THREAD, id=thread_id))["deleteThread"] is False
+    assert (await api.execute(DELETE_THREAD, id=uid("ghost")))["deleteThread"] is False
+    assert (await error(api, DELETE_THREAD, id=" "))["extensions"]["code"] == "BAD_USER_INPUT"
+
+
+async def test_clone_thread_copies_messages_with_new_ids(api: Api) -> None:
+    source, resource_id = await new_thread(api, title="Trip", metadata={"project": "p1", "keep": True})
+    ids = await seed(api, source, 4)
+    new_id = uid("clone")
+    result = (
+        await api.execute(CLONE, i={"sourceThreadId": source, "newThreadId": new_id, "metadata": {"keep": 2}})
+    )["cloneThread"]
+    thread = result["thread"]
+    assert (thread["id"], thread["resourceId"], thread["title"]) == (new_id, resource_id, "Clone of Trip")
+    clone_meta = thread["metadata"].pop("clone")
+    assert thread["metadata"] == {"project": "p1", "keep": 2}  # the source's, merged with the call's
+    assert clone_meta["sourceThreadId"] == source and clone_meta["lastMessageId"] == ids[-1]
+    assert clone_meta["clonedAt"] == thread["createdAt"] == thread["updatedAt"]
+    copies = result["clonedMessages"]
+    assert [m["createdAt"] for m in copies] == [at(n) for n in range(4)]
+    assert {m["threadId"] for m in copies} == {new_id} and {m["resourceId"] for m in copies} == {resource_id}
+    assert not {m["id"] for m in copies} & set(ids)
+    assert [(p["sourceId"], p["cloneId"]) for p in result["messageIdMap"]] == list(
+        zip(ids, [m["id"] for m in copies], strict=True)
+    )
+    assert [m["content"]["raw"] for m in copies] == [m["content"]["raw"] for m in await recall(api, source)]
+    # The copy is an ordinary thread: recall reads it; the source is untouched.
+    assert [m["id"] for m in await recall(api, new_id)] == [m["id"] for m in copies]
+    assert [m["id"] for m in await recall(api, source)] == ids
+    assert (await thread_of(api, source))["metadata"] == {"project": "p1", "keep": True}
+
+
+async def test_clone_thread_options(api: Api) -> None:
+    source, _ = await new_thread(api)
+    ids = await seed(api, source, 6)
+
+    async def clone(**options: Any) -> list[str]:
+        got = (await api.execute(CLONE, i={"sourceThreadId": source, **options}))["cloneThread"]
+        assert got["thread"]["title"] == ""  # untitled source: no "Clone of"
+        return [p["sourceId"] for p in got["messageIdMap"]]
+
+    assert await clone(options={"messageLimit": 2}) == ids[4:]
+    assert await clone(options={"messageLimit": 0}) == ids
+    assert await clone(options={"messageFilter": {"startDate": at(1), "endDate": at(3)}}) == ids[1:4]
+    assert await clone(
+        options={
+            "messageFilter": {"startDate": at(1), "messageIds": [ids[0], ids[2], ids[5]]},
+            "messageLimit": 1,
+        }
+    ) == [ids[5]]
+    assert await clone(options={"messageFilter": {"messageIds": ["nope"]}}) == []
+    other_resource = uid("r")
+    got = (
+        await api.execute(CLONE, i={"sourceThreadId": source, "resourceId": other_resource, "title": "Mine"})
+    )["cloneThread"]
+    assert (got["thread"]["resourceId"], got["thread"]["title"]) == (other_resource, "Mine")
+    assert {m["resourceId"] for m in got["clonedMessages"]} == {other_resource}
+    empty = (
+        await api.execute(
+            CLONE, i={"sourceThreadId": source, "options": {"messageFilter": {"messageIds": ["x"]}}}
+        )
+    )["cloneThread"]
+    assert "lastMessageId" not in empty["thread"]["metadata"]["clone"]
+
+
+async def test_clone_thread_errors_write_nothing(api: Api) -> None:
+    source, resource_id = await new_thread(api)
+    await seed(api, source, 2)
+    taken, _ = await new_thread(api, resourceId=resource_id)
+    got = await error(api, CLONE, i={"sourceThreadId": source, "newThreadId": taken})
+    assert (got["extensions"]["code"], got["message"]) == (
+        "CONFLICT",
+        f"Thread with id {taken} already exists",
+    )
+    assert await recall(api, taken) == []  # no copies slipped into the existing thread
+    ghost = uid("ghost")
+    got = await error(api, CLONE, i={"sourceThreadId": ghost})
+    assert (got["extensions"]["code"], got["message"]) == (
+        "NOT_FOUND",
+        f"Source thread with id {ghost} not found",
+    )
+    got = await error(api, CLONE, i={"sourceThreadId": source, "options": {"messageLimit": -1}})
+    assert (got["extensions"]["code"], got["message"]) == (
+        "BAD_USER_INPUT",
+        "options.messageLimit must be >= 0",
+    )
+    got = await error(api, CLONE, i={"sourceThreadId": source, "metadata": [1]})
+    assert got["extensions"]["code"] == "BAD_USER_INPUT"
+    listed = await api.execute("query($r: String!) { threads(resourceId: $r) { total } }", r=resource_id)
+    assert listed["threads"]["total"] == 2
+
+
+async def test_clone_copies_working_memory_as_mastra_does(api: Api) -> None:
+    source, resource_id = await new_thread(api)
+    await api.execute(WM_UPDATE, t=source, r=resource_id, w="# resource memory", c=ON)
+    await api.execute(WM_UPDATE, t=source, w="# thread memory", c=THREAD_SCOPE)
+    other = uid("r")
+    clone = (await api.execute(CLONE, i={"sourceThreadId": source, "resourceId": other}, c=ON))["cloneThread"]
+    new_id = clone["thread"]["id"]
+    # Resource scope, another resource: copied there. Thread scope: travels with the metadata.
+    assert (await api.execute(WM_GET, t=new_id, r=other, c=ON))["workingMemory"] == "# resource memory"
+    assert (await api.execute(WM_GET, t=new_id, c=THREAD_SCOPE))["workingMemory"] == "# thread memory"
+
+
+async def test_threads_listing_pages_orders_and_filters(api: Api) -> None:
+    resource_id = uid("r")
+    for n in range(3):
+        await new_thread(
+            api, id=f"{resource_id}-t{n}", resourceId=resource_id, createdAt=at(n), metadata={"n": n}
+        )
+    # A new message makes the oldest thread the most recently updated.
+    await api.execute(SAVE, m=[text_message(thread_id=f"{resource_id}-t0")])
+    q = """query($r: String!, $p: PerPage, $page: Int, $o: ThreadOrderBy, $m: JSON) {
+      threads(resourceId: $r, perPage: $p, page: $page, orderBy: $o, metadata: $m) {
+        total page perPage hasMore threads { id } } }"""
+
+    async def ids(**args: Any) -> list[str]:
+        return [t["id"][-2:] for t in (await api.execute(q, r=resource_id, **args))["threads"]["threads"]]
+
+    assert await ids(o={"field": "UPDATED_AT", "direction": "DESC"}) == ["t0", "t2", "t1"]
+    assert await ids(o={"field": "CREATED_AT", "direction": "DESC"}) == ["t2", "t1", "t0"]
+    assert await ids(p=False) == ["t2", "t1", "t0"]
+    assert await ids(p=1, page=2) == ["t0"]
+    assert await ids(m={"n": 1}) == ["t1"]
+    got = await error(api, q, r=resource_id, p=-1)
+    assert (got["extensions"]["code"], got["message"]) == ("BAD_USER_INPUT", "perPage must be >= 0")
+
+
+async def test_updated_at_follows_every_write(api: Api) -> None:
+    thread_id, resource_id = await new_thread(api, createdAt=at(0))
+    other, _ = await new_thread(api, resourceId=resource_id, createdAt=at(0))
+
+    async def updated(tid: str) -> str:
+        thread = await thread_of(api, tid)
+        assert thread is not None and thread["createdAt"] == at(0)  # never moves
+        return thread["updatedAt"]
+
+    await api.execute(SAVE, m=[text_message(thread_id=thread_id, id=f"{thread_id}-m")])
+    after_save = await updated(thread_id)
+    assert after_save > at(0)
+    await asyncio.sleep(0.01)
+    await api.execute(UPDATE, m=[{"id": f"{thread_id}-m", "threadId": other}])
+    assert await updated(thread_id) > after_save and await updated(other) > at(0)
+    after_move = await updated(other)
+    await asyncio.sleep(0.01)
+    await api.execute(DELETE, ids=[f"{thread_id}-m"])
+    assert await updated(other) > after_move
+    before = await updated(thread_id)
+    await asyncio.sleep(0.01)
+    await api.execute(
+        "mutation($i: UpdateThreadInput!) { updateThread(input: $i) { id } }", i={"id": thread_id}
+    )
+    assert await updated(thread_id) > before
+
+
+# ---------------------------------------------------------------------------------------------- messages
+async def test_update_messages_merges_content_as_mastra_does(api: Api) -> None:
+    thread_id, resource_id = await new_thread(api)
+    mid = f"{thread_id}-u1"
+    await api.execute(
+        SAVE,
+        m=[
+            text_message(
+                thread_id=thread_id, id=mid, text="orig", metadata={"a": 1, "b": 2}, created_at=at(1)
+            )
+        ],
+    )
+    merged = (await api.execute(UPDATE, m=[{"id": mid, "content": {"metadata": {"b": 3, "c": 4}}}]))[
+        "updateMessages"
+    ]
+    assert merged[0]["content"]["raw"] == {
+        "format": 2,
+        "parts": [{"type": "text", "text": "orig"}],
+        "metadata": {"a": 1, "b": 3, "c": 4},
+    }
+    replaced = (
+        await api.execute(UPDATE, m=[{"id": mid, "content": {"parts": [{"type": "text", "text": "new"}]}}])
+    )["updateMessages"][0]
+    assert replaced["content"]["raw"]["parts"] == [{"type": "text", "text": "new"}]
+    assert replaced["content"]["raw"]["metadata"] == {"a": 1, "b": 3, "c": 4}
+    assert replaced["createdAt"] == at(1)
+    # role and type; createdAt never changes; {id} alone returns the row unchanged; unknown ids skipped.
+    got = (
+        await api.execute(
+            UPDATE,
+            m=[
+                {"id": mid, "role": "assistant", "type": "v3"},
+                {"id": uid("unknown"), "role": "user"},
+                {"id": mid},
+            ],
+        )
+    )["updateMessages"]
+    assert [(m["id"], m["role"], m["type"], m["createdAt"]) for m in got] == [(mid, "assistant", "v3", at(1))]
+    assert (await api.execute(UPDATE, m=[{"id": uid("unknown")}]))["updateMessages"] == []
+    stored = (await recall(api, thread_id))[0]
+    assert (stored["role"], stored["type"], stored["createdAt"], stored["resourceId"]) == (
+        "assistant",
+        "v3",
+        at(1),
+        resource_id,
+    )
+
+
+async def test_update_messages_reclassifies_signals(api: Api) -> None:
+    thread_id, _ = await new_thread(api)
+    mid = f"{thread_id}-s"
+    await api.execute(SAVE, m=[text_message(thread_id=thread_id, id=mid)])
+    signal = {"parts": [{"type": "data-signal", "data": {"type": "notification"}}]}
+    got = (await api.execute(UPDATE, m=[{"id": mid, "content": signal}]))["updateMessages"][0]
+    assert got["signalType"] == "NOTIFICATION"
+    q = "query($t: ID!) { recall(threadId: $t, hideSignals: {all: true}) { messages { id } } }"
+    assert (await api.execute(q, t=thread_id))["recall"]["messages"] == []
+    reminder = {"parts": [{"type": "text", "text": "<system-reminder>x</system-reminder>"}]}
+    got = (await api.execute(UPDATE, m=[{"id": mid, "content": reminder}]))["updateMessages"][0]
+    assert (got["signalType"], got["isSystemReminder"]) == ("SYSTEM_REMINDER", True)
+    assert await recall(api, thread_id) == []  # hidden by default now
+    got = (await api.execute(UPDATE, m=[{"id": mid, "role": "assistant"}]))["updateMessages"][0]
+    assert (got["signalType"], got["isSystemReminder"]) == (None, False)
+
+
+async def test_update_messages_moves_between_threads(api: Api) -> None:
+    source, _ = await new_thread(api)
+    target, target_resource = await new_thread(api)
+    mid = f"{source}-mv"
+    await api.execute(SAVE, m=[text_message(thread_id=source, id=mid, created_at=at(7))])
+    moved = (await api.execute(UPDATE, m=[{"id": mid, "threadId": target}]))["updateMessages"][0]
+    # The target thread's owner becomes the message's resource unless one is given.
+    assert (moved["threadId"], moved["resourceId"], moved["createdAt"]) == (target, target_resource, at(7))
+    assert await recall(api, source) == []
+    assert [m["id"] for m in await recall(api, target)] == [mid]
+    explicit = await api.execute(UPDATE, m=[{"id": mid, "threadId": source, "resourceId": "r-x"}])
+    assert explicit["updateMessages"][0]["resourceId"] == "r-x"
+
+
+@pytest.mark.parametrize(
+    ("items", "message"),
+    [
+        ([{"id": ""}], "messages[0].id must be a non-empty string."),
+        ([{"id": "x", "content": [1]}], "messages[0].content must be an object"),
+        ([{"id": "x", "role": " "}], "messages[0].role must be a non-empty string when given."),
+        ([{"id": "x", "threadId": ""}], "messages[0].threadId must be a non-empty string when given."),
+    ],
+)
+async def test_update_messages_validation(api: Api, items: list[dict[str, Any]], message: str) -> None:
+    got = await error(api, UPDATE, m=items)
+    assert got["extensions"]["code"] == "BAD_USER_INPUT" and message in got["message"]
+
+
+async def test_a_failed_update_writes_nothing(api: Api) -> None:
+    thread_id, _ = await new_thread(api)
+    first, second = await seed(api, thread_id, 2)
+    before = await recall(api, thread_id)
+    updated_at = (await thread_of(api, thread_id))["updatedAt"]
+    got = await error(
+        api,
+        UPDATE,
+        m=[
+            {"id": first, "content": {"parts": [{"type": "text", "text": "changed"}]}, "role": "assistant"},
+            {"id": second, "content": {"format": 3}},  # valid JSON, invalid merged content
+        ],
+    )
+    assert got["extensions"]["code"] == "BAD_USER_INPUT"
+    assert got["message"] == "messages[1].content.format must be 2."
+    assert await recall(api, thread_id) == before
+    assert (await thread_of(api, thread_id))["updatedAt"] == updated_at
+
+
+async def test_delete_messages(api: Api) -> None:
+    thread_id, _ = await new_thread(api)
+    ids = await seed(api, thread_id, 3)
+    got = (await api.execute(DELETE, ids=[ids[0], "unknown", ids[2], ids[0]]))["deleteMessages"]
+    assert got["deleted"] == 2 and sorted(got["ids"]) == sorted([ids[0], ids[2]])
+    assert [m["id"] for m in await recall(api, thread_id)] == [ids[1]]
+    assert (await api.execute(DELETE, ids=[]))["deleteMessages"] == {"deleted": 0, "ids": []}
+    assert (await api.execute(DELETE, ids=["unknown"]))["deleteMessages"]["deleted"] == 0
+    got = await error(api, DELETE, ids=[ids[1], ""])
+    assert (got["extensions"]["code"], got["message"]) == (
+        "BAD_USER_INPUT",
+        "All message IDs must be non-empty strings",
+    )
+    assert [m["id"] for m in await recall(api, thread_id)] == [ids[1]]  # nothing half-done
+
+
+# ------------------------------------------------------------------------------------------ working memory
+async def test_working_memory_disabled_and_scope_errors(api: Api) -> None:
+    thread_id, resource_id = await new_thread(api)
+    assert (await api.execute(WM_GET, t=thread_id, r=resource_id))["workingMemory"] is None
+    got = await error(api, WM_UPDATE, t=thread_id, r=resource_id, w="x")
+    assert (got["extensions"]["code"], got["message"]) == (
+        "BAD_USER_INPUT",
+        "Working memory is not enabled for this memory instance",
+    )
+    resource_error = (
+        "Memory error: Resource-scoped working memory is enabled but no resourceId was provided. "
+        "Either provide a resourceId or explicitly set workingMemory.scope to 'thread'."
+    )
+    for query, args in ((WM_UPDATE, {"w": "x"}), (WM_GET, {})):
+        got = await error(api, query, t=thread_id, c=ON, **args)
+        assert (got["extensions"]["code"], got["message"]) == ("BAD_USER_INPUT", resource_error)
+    got = await error(api, WM_UPDATE, t="ghost", w="x", c=THREAD_SCOPE)
+    assert (got["extensions"]["code"], got["message"]) == ("NOT_FOUND", "Thread ghost not found")
+    got = await error(api, WM_UPDATE, t=thread_id, r="intruder", w="x", c=THREAD_SCOPE)
+    assert got["extensions"]["code"] == "FORBIDDEN"
+    assert (await api.execute(WM_GET, t="ghost", c=THREAD_SCOPE))["workingMemory"] is None
+
+
+async def test_resource_scoped_working_memory(api: Api) -> None:
+    thread_id, resource_id = await new_thread(api)
+    sibling, _ = await new_thread(api, resourceId=resource_id)
+    got = (await api.execute(WM_UPDATE, t=thread_id, r=resource_id, w="# R1 data", c=ON))[
+        "updateWorkingMemory"
+    ]
+    assert (got["scope"], got["resourceId"], got["workingMemory"]) == ("RESOURCE", resource_id, "# R1 data")
+    assert (await api.execute(WM_GET, t=sibling, r=resource_id, c=ON))["workingMemory"] == "# R1 data"
+    assert (await api.execute(WM_GET, t=thread_id, r=uid("other"), c=ON))["workingMemory"] is None
+    q = """query($id: String!, $t: ID!, $c: MemoryConfigInput) {
+      resource(id: $id) { id workingMemory(memoryConfig: $c) off: workingMemory metadata createdAt updatedAt
+        threads(perPage: 1) { total hasMore threads { id } } }
+      thread(id: $t) { workingMemory(memoryConfig: $c) } }"""
+    data = await api.execute(q, id=resource_id, t=sibling, c=ON)
+    resource = data["resource"]
+    assert (resource["id"], resource["workingMemory"], resource["off"]) == (resource_id, "# R1 data", None)
+    assert resource["metadata"] == {} and resource["updatedAt"] >= resource["createdAt"]
+    assert resource["threads"]["total"] == 2 and resource["threads"]["hasMore"] is True
+    assert data["thread"]["workingMemory"] == "# R1 data"
+    # Thread scope does not read the resource's.
+    assert (await api.execute(q, id=resource_id, t=sibling, c=THREAD_SCOPE))["thread"][
+        "workingMemory"
+    ] is None
+    assert (await api.execute(q, id=uid("nobody"), t=sibling))["resource"] is None
+    # An update may create the resource row (metadata {}).
+    fresh = uid("r")
+    await api.execute(WM_UPDATE, t="any", r=fresh, w="# new", c=ON)
+    assert (await api.execute(q, id=fresh, t=sibling, c=ON))["resource"]["workingMemory"] == "# new"
+
+
+async def test_thread_scoped_working_memory(api: Api) -> None:
+    thread_id, resource_id = await new_thread(api, metadata={"i": 0, "tag": "a"})
+    got = (await api.execute(WM_UPDATE, t=thread_id, w="# T0 data", c=THREAD_SCOPE))["updateWorkingMemory"]
+    assert (got["scope"], got["resourceId"], got["workingMemory"]) == ("THREAD", resource_id, "# T0 data")
+    thread = await thread_of(api, thread_id)
+    assert thread["metadata"] == {"i": 0, "tag": "a", "workingMemory": "# T0 data"}
+    assert (await api.execute(WM_GET, t=thread_id, r=resource_id, c=THREAD_SCOPE))[
+        "workingMemory"
+    ] == "# T0 data"
+    assert (await api.execute(WM_GET, t=thread_id, r=resource_id, c=ON))["workingMemory"] is None
+    q = "query($t: ID!, $c: MemoryConfigInput) { thread(id: $t) { workingMemory(memoryConfig: $c) } }"
+    assert (await api.execute(q, t=thread_id, c=THREAD_SCOPE))["thread"]["workingMemory"] == "# T0 data"
+
+
+async def test_working_memory_templates(api: Api) -> None:
+    assert (await api.execute(TEMPLATE))["workingMemoryTemplate"] is None  # disabled
+    default = (await api.execute(TEMPLATE, c=ON))["workingMemoryTemplate"]
+    assert default == {"format": "MARKDOWN", "content": DEFAULT_WORKING_MEMORY_TEMPLATE.strip()}
+    assert default["content"].endswith("- **Projects**:")
+    custom = {"workingMemory": {"enabled": True, "template": "  # Custom\n- a:\n"}}
+    assert (await api.execute(TEMPLATE, c=custom))["workingMemoryTemplate"]["content"] == "# Custom\n- a:"
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}}
+    got = await api.execute(TEMPLATE, c={"workingMemory": {"enabled": True, "schema": schema}})
+    assert got["workingMemoryTemplate"] == {
+        "format": "JSON",
+        "content": '{"type":"object","properties":{"name":{"type":"string"}},'
+        '"$schema":"http://json-schema.org/draft-07/schema#"}',
+    }
+    bad = await error(api, TEMPLATE, c={"workingMemory": {"enabled": True, "schema": {"type": 12}}})
+    assert bad["extensions"]["code"] == "BAD_USER_INPUT" and "not a valid JSON Schema" in bad["message"]
+
+
+async def test_json_schema_working_memory_is_validated(api: Api) -> None:
+    thread_id, resource_id = await new_thread(api)
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "prefs": {"type": "object"}},
+        "additionalProperties": False,
+    }
+    config = {"workingMemory": {"enabled": True, "schema": schema}}
+
+    async def update(value: str, mode: str = "REPLACE") -> dict[str, Any]:
+        return (await api.execute(WM_UPDATE, t=thread_id, r=resource_id, w=value, c=config, mode=mode))[
+            "updateWorkingMemory"
+        ]
+
+    assert json.loads((await update('{"name": "Ada"}'))["workingMemory"]) == {"name": "Ada"}
+    for value, fragment in (
+        ('{"name": 1}', "at /name: 1 is not of type 'string'"),
+        ('{"age": 3}', "Additional properties are not allowed"),
+        ("not json", "must be a JSON document"),
+        ("[1]", "is not of type 'object'"),
+    ):
+        got = await error(api, WM_UPDATE, t=thread_id, r=resource_id, w=value, c=config)
+        assert got["extensions"]["code"] == "BAD_USER_INPUT" and fragment in got["message"], got
+    # MERGE: Mastra's deep merge (null deletes), validated after merging.
+    await update('{"prefs": {"tea": true, "milk": true}}', "MERGE")
+    merged = await update('{"prefs": {"milk": null, "sugar": 0}}', "MERGE")
+    assert json.loads(merged["workingMemory"]) == {"name": "Ada", "prefs": {"tea": True, "sugar": 0}}
+    got = await error(api, WM_UPDATE, t=thread_id, r=resource_id, w='{"x": 1}', c=config, mode="MERGE")
+    assert "Additional properties" in got["message"]
+    got = await error(api, WM_UPDATE, t=thread_id, r=resource_id, w="line", c=config, mode="APPEND")
+    assert got["extensions"]["code"] == "BAD_USER_INPUT"
+    got = await error(api, WM_UPDATE, t=thread_id, r=resource_id, w="{}", c=ON, mode="MERGE")
+    assert got["extensions"]["code"] == "BAD_USER_INPUT"
+    # Nothing of the failed calls was stored.
+    stored = (await api.execute(WM_GET, t=thread_id, r=resource_id, c=config))["workingMemory"]
+    assert json.loads(stored) == {"name": "Ada", "prefs": {"tea": True, "sugar": 0}}
+
+
+async def test_concurrent_replaces_end_in_the_last_committed_write(api: Api) -> None:
+    thread_id, resource_id = await new_thread(api)
+    values = [f"# value {n}" for n in range(20)]
+    results = await asyncio.gather(
+        *(fresh(api).execute(WM_UPDATE, t=thread_id, r=resource_id, w=v, c=ON) for v in values)
+    )
+    # Each answer is the value its own (serialised) write left; the last commit is the stored one.
+    assert sorted(r["updateWorkingMemory"]["workingMemory"] for r in results) == sorted(values)
+    last = max(results, key=lambda r: r["updateWorkingMemory"]["updatedAt"])["updateWorkingMemory"]
+    stored = (await api.execute(WM_GET, t=thread_id, r=resource_id, c=ON))["workingMemory"]
+    assert stored in values
+    latest = [r for r in results if r["updateWorkingMemory"]["updatedAt"] == last["updatedAt"]]
+    assert stored in [r["updateWorkingMemory"]["workingMemory"] for r in latest]
+
+
+@pytest.mark.parametrize("scope", ["RESOURCE", "THREAD"])
+async def test_concurrent_appends_never_lose_an_update(api: Api, scope: str) -> None:
+    thread_id, resource_id = await new_thread(api)
+    config = {"workingMemory": {"enabled": True, "scope": scope}}
+    lines = [f"- fact {n}" for n in range(20)]
+    results = await asyncio.gather(
+        *(
+            fresh(api).execute(WM_UPDATE, t=thread_id, r=resource_id, w=line, c=config, mode="APPEND")
+            for line in lines
+        )
+    )
+    answers = sorted((r["updateWorkingMemory"]["workingMemory"] for r in results), key=len)
+    stored = (await api.execute(WM_GET, t=thread_id, r=resource_id, c=config))["workingMemory"]
+    assert sorted(stored.split("\n")) == sorted(lines)  # every line exactly once
+    # The writes were serialised: each answer extends the previous one, the last is what is stored.
+    for shorter, longer in itertools.pairwise(answers):
+        assert longer.startswith(shorter + "\n")
+    assert answers[-1] == stored
+
+
+async def test_concurrent_merges_and_thread_updates_never_lose_an_update(api: Api) -> None:
+    thread_id, resource_id = await new_thread(api, metadata={"base": True})
+    config = {"workingMemory": {"enabled": True, "scope": "THREAD", "schema": {"type": "object"}}}
+    await asyncio.gather(
+        *(
+            fresh(api).execute(WM_UPDATE, t=thread_id, w=json.dumps({f"k{n}": n}), c=config, mode="MERGE")
+            for n in range(20)
+        ),
+        *(
+            fresh(api).execute(
+                "mutation($i: UpdateThreadInput!) { updateThread(input: $i) { id } }",
+                i={"id": thread_id, "metadata": {f"m{n}": n}},
+            )
+            for n in range(20)
+        ),
+    )
+    metadata = (await thread_of(api, thread_id))["metadata"]
+    assert json.loads(metadata.pop("workingMemory")) == {f"k{n}": n for n in range(20)}
+    assert metadata == {"base": True, **{f"m{n}": n for n in range(20)}}
+    assert resource_id

@@ -1,0 +1,179 @@
+"""The memory-API services in process: vectors follow SQL through the outbox, events follow commits,
+titles are written once, working-memory configuration rules."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from models.repository import Repository
+from resolvers.config import BUILTIN_DEFAULTS
+from resolvers.context import Services
+from resolvers.errors import BadUserInput, NotFound
+from resolvers.events import InProcessBroker, message_channel, thread_channel
+from resolvers.messages import MessagePatch
+from resolvers.threads import CloneOptions
+from resolvers.titles import TitleGenerator, TitleOptions
+from resolvers.working_memory import (
+    USE_REMOVED_ERROR,
+    deep_merge_working_memory,
+    working_memory_config,
+)
+from tests.factories import msg, seed, t
+
+
+class RecordingVectors:
+    """A VectorSync that settles the outbox like SemanticMemory and records what it saw."""
+
+    def __init__(self, repository: Repository) -> None:
+        self.repository = repository
+        self.seen: list[tuple[str, str | None, bool]] = []  # (message, previous resource, still in SQL)
+
+    async def sync(self, message_ids: Sequence[str] | None = None) -> int:
+        entries, rows = await self.repository.outbox_snapshot(message_ids=message_ids)
+        self.seen.extend((e.message_id, e.previous_resource_id, e.message_id in rows) for e in entries)
+        await self.repository.outbox_done([e.id for e in entries])
+        return len(entries)
+
+    async def release(self, message_ids: Sequence[str]) -> None:
+        await self.repository.outbox_release(message_ids)
+
+
+@pytest.fixture
+def vectors(repository: Repository) -> RecordingVectors:
+    return RecordingVectors(repository)
+
+
+@pytest.fixture
+def memory(repository: Repository, vectors: RecordingVectors) -> Services:
+    return Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS), semantic=vectors)  # type: ignore[arg-type]
+
+
+async def test_every_message_change_reaches_the_vectors(memory: Services, vectors: RecordingVectors) -> None:
+    await seed(memory, msg("m1"), msg("m2"), threads={"t1": "r1", "t2": "r2"})
+    assert vectors.seen == [("m1", None, True), ("m2", None, True)]
+    vectors.seen.clear()
+
+    await memory.messages.update([MessagePatch("m1", content={"parts": [{"type": "text", "text": "new"}]})])
+    assert vectors.seen == [("m1", "r1", True)]
+    vectors.seen.clear()
+    # A move to another resource's thread: the old collection is named for the clean-up.
+    await memory.messages.update([MessagePatch("m1", thread_id="t2")])
+    assert vectors.seen == [("m1", "r1", True)]
+    assert (await memory.repository.get_messages(["m1"]))["m1"].resource_id == "r2"
+    vectors.seen.clear()
+
+    clone = await memory.threads.clone("t1", new_thread_id="t1-copy")
+    assert [(m, prev, alive) for m, prev, alive in vectors.seen] == [(clone.messages[0].id, None, True)]
+    vectors.seen.clear()
+
+    await memory.messages.delete(["m1", "ghost"])
+    assert vectors.seen == [("m1", "r2", False)]
+    vectors.seen.clear()
+    assert await memory.threads.delete("t1") is True
+    assert vectors.seen == [("m2", "r1", False)]
+    assert await memory.repository.outbox_backlog() == 0
+
+
+async def test_a_failed_update_queues_nothing(memory: Services, vectors: RecordingVectors) -> None:
+    await seed(memory, msg("m1"), msg("m2"))
+    vectors.seen.clear()
+    with pytest.raises(BadUserInput, match=r"messages\[1\]\.content\.format must be 2\."):
+        await memory.messages.update(
+            [MessagePatch("m1", role="assistant"), MessagePatch("m2", content={"format": 1})]
+        )
+    assert vectors.seen == [] and await memory.repository.outbox_backlog() == 0
+    assert (await memory.repository.get_messages(["m1"]))["m1"].role == "user"
+
+
+async def test_events_follow_commits(memory: Services) -> None:
+    broker = memory.events
+    assert isinstance(broker, InProcessBroker)
+    messages, threads = broker.subscribe(message_channel("t1")), broker.subscribe(thread_channel("r1"))
+    first = [asyncio.ensure_future(anext(messages)), asyncio.ensure_future(anext(threads))]
+    await asyncio.sleep(0)
+    await memory.threads.create(resource_id="r1", thread_id="t1")
+    assert (await first[1])["kind"] == "CREATED"
+    await memory.messages.save([msg("m1")])
+    assert (await first[0])["kind"] == "SAVED"
+    assert (await anext(threads))["kind"] == "UPDATED"
+    # A failed call publishes nothing.
+    with pytest.raises(BadUserInput):
+        await memory.messages.update([MessagePatch("m1", content={"format": 3})])
+    with pytest.raises(NotFound):
+        await memory.threads.clone("ghost")
+    pending = asyncio.ensure_future(anext(messages))
+    await asyncio.sleep(0.05)
+    assert not pending.done()
+    await memory.messages.delete(["m1"])
+    assert (await pending)["kind"] == "DELETED"
+    await messages.aclose()
+    await threads.aclose()
+
+
+async def test_clone_selection_keeps_the_tie_order(memory: Services) -> None:
+    # Three messages at the same instant: the clone keeps their insertion order.
+    await seed(memory, msg("a", at=1), msg("b", at=1), msg("c", at=1), msg("d", at=2))
+    result = await memory.threads.clone("t1", options=CloneOptions(message_limit=3))
+    assert [m.content["parts"][0]["text"] for m in result.messages] == ["text b", "text c", "text d"]
+    assert [m.created_at for m in result.messages] == [t(1), t(1), t(2)]
+    assert list(result.message_id_map) == ["b", "c", "d"]
+
+
+class SlowChat:
+    def __init__(self) -> None:
+        self.calls = 0
+        self.release = asyncio.Event()
+
+    async def complete(self, messages: list[dict[str, str]], *, model: str | None = None) -> str:
+        self.calls += 1
+        await self.release.wait()
+        return "Model title"
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_titles_are_written_once_and_never_over_a_user_title(memory: Services) -> None:
+    await seed(memory, msg("m1", text="hello there"))
+    chat = SlowChat()
+    titles = TitleGenerator(memory.repository, chat=chat, events=memory.events)
+    titles.schedule(["t1"], TitleOptions())
+    titles.schedule(["t1"], TitleOptions())  # already in progress: not twice
+    await asyncio.sleep(0.05)
+    assert chat.calls == 1
+    await memory.threads.update("t1", title="User title")
+    chat.release.set()
+    await titles.wait_idle()
+    assert (await memory.threads.get("t1")).title == "User title"  # type: ignore[union-attr]
+    # Two generators racing on an untitled thread: one write wins, the other changes nothing.
+    await memory.threads.create(resource_id="r1", thread_id="t2")
+    await memory.messages.save([msg("m2", thread="t2", text="second")])
+    first, second = await asyncio.gather(
+        memory.titles.generate("t2", TitleOptions()), memory.titles.generate("t2", TitleOptions())
+    )
+    assert [r is not None for r in (first, second)].count(True) == 1
+    thread = await memory.threads.get("t2")
+    assert thread is not None and thread.title == "second"
+
+
+def test_working_memory_config_rules() -> None:
+    cfg = working_memory_config({"workingMemory": {"enabled": True}})
+    assert (cfg.enabled, cfg.scope, cfg.schema) == (True, "resource", None)
+    with pytest.raises(BadUserInput, match="^" + USE_REMOVED_ERROR + "$"):
+        working_memory_config({"workingMemory": {"enabled": True, "use": "text-stream"}})
+    for bad in ({"scope": "global"}, {"template": 3}, {"schema": [1]}, {"schema": {"type": "nope"}}):
+        with pytest.raises(BadUserInput):
+            working_memory_config({"workingMemory": bad})
+
+
+def test_deep_merge_working_memory_is_mastras() -> None:
+    existing: dict[str, Any] = {"a": {"x": 1, "y": 2}, "list": [1, 2], "gone": 1}
+    merged = deep_merge_working_memory(existing, {"a": {"y": None, "z": 3}, "list": [3], "gone": None})
+    assert merged == {"a": {"x": 1, "z": 3}, "list": [3]}
+    assert existing == {"a": {"x": 1, "y": 2}, "list": [1, 2], "gone": 1}  # not mutated
+    assert deep_merge_working_memory(None, {"n": {"m": None}}) == {"n": {}}
+    assert deep_merge_working_memory({"k": 1}, {}) == {"k": 1}

@@ -1,0 +1,258 @@
+"""Live updates: GraphQL subscriptions over graphql-transport-ws, in-process and through Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import uuid
+from pathlib import Path
+
+from models.records import MessageRecord, ThreadRecord
+from resolvers.events import (
+    InProcessBroker,
+    RedisBroker,
+    message_channel,
+    message_event,
+    thread_channel,
+    thread_event,
+)
+from tests.subscriptions import MESSAGE_EVENTS, THREAD_EVENTS, subscribed
+from tests.support import Api, ServerProcess, at, database, require, running_server, text_message, uid
+
+REDIS_URL = os.environ.get("RECALLQL_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+CREATE = "mutation($i: CreateThreadInput!) { createThread(input: $i) { id } }"
+SAVE = "mutation($m: [MessageInput!]!) { saveMessages(messages: $m) { messages { id } } }"
+UPDATE = "mutation($m: [UpdateMessageInput!]!) { updateMessages(messages: $m) { id } }"
+DELETE = "mutation($ids: [ID!]!) { deleteMessages(ids: $ids) { deleted } }"
+
+
+async def redis_available() -> bool:
+    try:
+        import redis.asyncio as redis
+
+        client = redis.from_url(REDIS_URL)
+        try:
+            await asyncio.wait_for(client.ping(), 3)
+        finally:
+            await client.aclose()
+        return True
+    except Exception:
+        return False
+
+
+def _record(id: str = "m1", thread: str = "t1") -> MessageRecord:
+    return MessageRecord(
+        id=id,
+        thread_id=thread,
+        resource_id="r1",
+        role="user",
+        type="v2",
+        created_at=1,
+        content={"format": 2, "parts": []},
+    )
+
+
+async def test_in_process_broker_fans_out_and_unsubscribes() -> None:
+    broker = InProcessBroker()
+    first, second = broker.subscribe(message_channel("t1")), broker.subscribe(message_channel("t1"))
+    waits = [asyncio.ensure_future(anext(first)), asyncio.ensure_future(anext(second))]
+    await asyncio.sleep(0)
+    assert broker.subscriber_count(message_channel("t1")) == 2
+    await broker.publish([message_event("SAVED", "t1", _record()), message_event("SAVED", "t2", _record())])
+    got = await asyncio.gather(*waits)
+    assert [g["messageId"] for g in got] == ["m1", "m1"] and got[0]["message"]["thread_id"] == "t1"
+    await first.aclose()
+    await second.aclose()
+    assert broker.subscriber_count(message_channel("t1")) == 0
+
+
+async def test_slow_subscribers_lose_the_oldest_events_not_the_publisher() -> None:
+    broker = InProcessBroker(queue_size=3)
+    stream = broker.subscribe(message_channel("t1"))
+    waiting = asyncio.ensure_future(anext(stream))
+    await asyncio.sleep(0)
+    await broker.publish([message_event("SAVED", "t1", _record(f"m{n}")) for n in range(6)])
+    assert (await waiting)["messageId"] == "m3"  # the three newest are kept
+    assert [(await anext(stream))["messageId"] for _ in range(2)] == ["m4", "m5"]
+    await stream.aclose()
+
+
+async def test_redis_broker_crosses_processes() -> None:
+    require(await redis_available(), f"Redis is not reachable at {REDIS_URL}")
+    prefix = f"recallql-test-{uuid.uuid4().hex[:8]}:"
+    publisher, listener = RedisBroker(REDIS_URL, prefix=prefix), RedisBroker(REDIS_URL, prefix=prefix)
+    other = RedisBroker(REDIS_URL, prefix=f"other-{prefix}")
+    try:
+        stream = listener.subscribe(thread_channel("r1"))
+        foreign = other.subscribe(thread_channel("r1"))
+        waiting = asyncio.ensure_future(anext(stream))
+        stray = asyncio.ensure_future(anext(foreign))
+        thread = ThreadRecord("t1", "r1", "", None, 1, 2)
+        for _ in range(50):  # SUBSCRIBE reaches Redis a moment after subscribe() starts
+            await publisher.publish([thread_event("CREATED", thread)])
+            await asyncio.sleep(0.05)
+            if waiting.done():
+                break
+        event = await asyncio.wait_for(waiting, 5)
+        assert event["kind"] == "CREATED" and event["thread"]["resource_id"] == "r1"
+        assert not stray.done()  # another prefix is another deployment
+        stray.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await stray  # cancelling the consumer ends the stream (and unsubscribes)
+        await stream.aclose()
+        assert other.subscriber_count(thread_channel("r1")) == 0
+        assert listener.subscriber_count(thread_channel("r1")) == 0
+    finally:
+        for broker in (publisher, listener, other):
+            await broker.aclose()
+
+
+async def test_redis_outage_does_not_fail_publishing() -> None:
+    broker = RedisBroker("redis://127.0.0.1:1", prefix="nowhere:")
+    try:
+        await broker.publish([thread_event("CREATED", ThreadRecord("t", "r", "", None, 1, 1))])
+    finally:
+        await broker.aclose()
+
+
+async def _thread(api: Api) -> tuple[str, str]:
+    thread_id, resource_id = uid("t"), uid("r")
+    await api.execute(CREATE, i={"id": thread_id, "resourceId": resource_id, "title": "live"})
+    return thread_id, resource_id
+
+
+async def test_message_events_for_saves_updates_and_deletions(api: Api, server: ServerProcess) -> None:
+    thread_id, _ = await _thread(api)
+    async with subscribed(server.url, MESSAGE_EVENTS, t=thread_id) as sub:
+
+        async def probe(n: int) -> None:
+            await api.execute(SAVE, m=[text_message(thread_id=thread_id, id=f"{thread_id}-probe{n}")])
+
+        await sub.until_live(probe)
+        mid = f"{thread_id}-m"
+        await api.execute(SAVE, m=[text_message(thread_id=thread_id, id=mid, text="hi", created_at=at(1))])
+        saved = (await sub.next())["messageSaved"]
+        assert saved["kind"] == "SAVED" and saved["messageId"] == mid and saved["threadId"] == thread_id
+        assert saved["message"]["createdAt"] == at(1)
+        assert saved["message"]["content"]["raw"]["parts"] == [{"type": "text", "text": "hi"}]
+
+        await api.execute(UPDATE, m=[{"id": mid, "content": {"parts": [{"type": "text", "text": "edited"}]}}])
+        updated = (await sub.next())["messageSaved"]
+        assert updated["kind"] == "UPDATED"
+        assert updated["message"]["content"]["raw"]["parts"] == [{"type": "text", "text": "edited"}]
+
+        await api.execute(DELETE, ids=[mid, "unknown"])
+        deleted = (await sub.next())["messageSaved"]
+        assert (deleted["kind"], deleted["messageId"]) == ("DELETED", mid)
+        assert deleted["message"]["content"]["raw"]["parts"] == [{"type": "text", "text": "edited"}]
+
+        # Another thread's messages never show up here.
+        other, _ = await _thread(api)
+        await api.execute(SAVE, m=[text_message(thread_id=other)])
+        await sub.expect_none()
+
+
+async def test_a_moved_message_is_announced_on_both_threads(api: Api, server: ServerProcess) -> None:
+    source, resource_id = await _thread(api)
+    target = uid("t")
+    await api.execute(CREATE, i={"id": target, "resourceId": resource_id})
+    mid = f"{source}-m"
+    async with subscribed(server.url, MESSAGE_EVENTS, t=source) as sub:
+
+        async def probe(n: int) -> None:
+            await api.execute(SAVE, m=[text_message(thread_id=source, id=mid)])
+
+        await sub.until_live(probe)
+        await api.execute(UPDATE, m=[{"id": mid, "threadId": target}])
+        event = (await sub.next())["messageSaved"]
+        assert (event["kind"], event["threadId"]) == ("UPDATED", source)
+        assert event["message"]["threadId"] == target
+
+
+async def test_thread_events(api: Api, server: ServerProcess) -> None:
+    resource_id = uid("r")
+    async with subscribed(server.url, THREAD_EVENTS, r=resource_id) as sub:
+
+        async def probe(n: int) -> None:
+            await api.execute(CREATE, i={"id": f"{resource_id}-probe{n}", "resourceId": resource_id})
+
+        await sub.until_live(probe)
+        thread_id = f"{resource_id}-t"
+        await api.execute(CREATE, i={"id": thread_id, "resourceId": resource_id})
+        created = (await sub.next())["threadUpdated"]
+        assert (created["kind"], created["threadId"], created["resourceId"]) == (
+            "CREATED",
+            thread_id,
+            resource_id,
+        )
+
+        q = "mutation($i: UpdateThreadInput!) { updateThread(input: $i) { id } }"
+        await api.execute(q, i={"id": thread_id, "title": "renamed"})
+        updated = (await sub.next())["threadUpdated"]
+        assert updated["kind"] == "UPDATED" and updated["thread"]["title"] == "renamed"
+
+        # Saving a message changes the thread's updatedAt: a sidebar ordered by it wants to know.
+        await api.execute(SAVE, m=[text_message(thread_id=thread_id)])
+        bumped = (await sub.next())["threadUpdated"]
+        assert bumped["kind"] == "UPDATED" and bumped["thread"]["updatedAt"] >= updated["thread"]["updatedAt"]
+
+        # Title generation (heuristic: no chat endpoint on this server) announces itself.
+        untitled = f"{resource_id}-u"
+        await api.execute(CREATE, i={"id": untitled, "resourceId": resource_id})
+        assert (await sub.next())["threadUpdated"]["kind"] == "CREATED"
+        titled = "mutation($m: [MessageInput!]!, $c: MemoryConfigInput) { saveMessages(messages: $m, memoryConfig: $c) { acknowledged } }"  # noqa: E501
+        await api.execute(
+            titled,
+            m=[text_message(thread_id=untitled, text="Plan a trip to Lyon")],
+            c={"generateTitle": {"enabled": True}},
+        )
+        kinds = {}
+        for _ in range(2):
+            event = (await sub.next())["threadUpdated"]
+            kinds[event["kind"]] = event
+        assert set(kinds) == {"UPDATED", "TITLE_GENERATED"}
+        assert kinds["TITLE_GENERATED"]["thread"]["title"] == "Plan a trip to Lyon"
+
+        await api.execute("mutation($id: ID!) { deleteThread(id: $id) }", id=thread_id)
+        deleted = (await sub.next())["threadUpdated"]
+        assert deleted["kind"] == "DELETED" and deleted["thread"]["title"] == "renamed"
+
+
+async def test_subscriptions_reach_across_processes_through_redis(tmp_path: Path) -> None:
+    """Two server processes on one PostgreSQL database: a subscriber on one sees what the other saved."""
+    require(await redis_available(), f"Redis is not reachable at {REDIS_URL}")
+    env = {"RECALLQL_REDIS_URL": REDIS_URL, "RECALLQL_REDIS_PREFIX": f"recallql-test-{uuid.uuid4().hex}:"}
+    async with database("postgres", tmp_path) as url:
+        env["RECALLQL_DATABASE_URL"] = url
+        with (
+            running_server(tmp_path / "a", env) as first,
+            running_server(tmp_path / "b", {**env, "RECALLQL_AUTO_MIGRATE": "false"}) as second,
+        ):
+            writer = Api(second.url)
+            thread_id, resource_id = uid("t"), uid("r")
+            await writer.execute(CREATE, i={"id": thread_id, "resourceId": resource_id})
+            async with (
+                subscribed(first.url, MESSAGE_EVENTS, t=thread_id) as messages,
+                subscribed(first.url, THREAD_EVENTS, r=resource_id) as threads,
+            ):
+
+                async def probe(n: int) -> None:
+                    await writer.execute(SAVE, m=[text_message(thread_id=thread_id, id=f"{thread_id}-p{n}")])
+
+                await messages.until_live(probe)
+                await threads.until_live(probe)
+                await messages.drain()  # the second subscription's probes
+                await writer.execute(SAVE, m=[text_message(thread_id=thread_id, id=f"{thread_id}-x")])
+                event = (await messages.next())["messageSaved"]
+                assert (event["kind"], event["messageId"]) == ("SAVED", f"{thread_id}-x")
+                bumped = (await threads.next())["threadUpdated"]
+                assert (bumped["kind"], bumped["threadId"]) == ("UPDATED", thread_id)
+                await writer.execute(DELETE, ids=[f"{thread_id}-x"])
+                assert (await messages.next())["messageSaved"]["kind"] == "DELETED"
+            # The message saved through the second process is readable through the first.
+            reader = Api(first.url)
+            got = await reader.execute(
+                "query($ids: [ID!]!) { messages(ids: $ids) { id } }", ids=[f"{thread_id}-p0"]
+            )
+            assert got["messages"] == [{"id": f"{thread_id}-p0"}]

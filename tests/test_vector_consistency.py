@@ -1,0 +1,418 @@
+"""SQL stays the source of truth for vectors: a crash between the SQL commit and the vector write, a lost
+Chroma directory and an embedder outage all end with the index matching SQL again (semantic.py's outbox,
+drainer and `recallql reindex`). Every server here is a real `recallql serve` process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+
+from models.vector_index import ChromaIndex, collection_name
+from tests.support import REPO, Api, at, database, engines, free_port, running_server, text_message, uid
+from tests.test_semantic import (
+    CREATE,
+    DIMENSION,
+    MODEL,
+    REF,
+    SAVE,
+    embed_server_process,
+    http_embedder_env,
+    ids,
+    recall,
+    search,
+)
+
+T = TypeVar("T")
+
+
+async def eventually(check: Callable[[], Awaitable[T]], *, timeout: float, what: str) -> T:
+    """Polls `check` until it returns something truthy; fails with its last value after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {value!r})")
+        await asyncio.sleep(0.1)
+
+
+class SwitchableEmbedder:
+    """embed_server.py's endpoint, in this process, with a switch: while `hang` is set, it accepts each
+    embeddings request and never answers it (the state of an embedder stuck mid-request)."""
+
+    def __init__(self) -> None:
+        self.hang = threading.Event()
+        self._release = threading.Event()
+        self._lock = threading.Lock()
+        self._hung = 0
+        owner = self
+
+        class Handler(REF.Handler):  # type: ignore[misc, name-defined]
+            def do_POST(self) -> None:
+                if not owner.hang.is_set():
+                    super().do_POST()
+                    return
+                with owner._lock:
+                    owner._hung += 1
+                owner._release.wait()  # until the test ends; the client is long gone by then
+                self.close_connection = True
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def hung_requests(self) -> int:
+        with self._lock:
+            return self._hung
+
+    def close(self) -> None:
+        self._release.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
+@contextlib.contextmanager
+def switchable_embedder() -> Iterator[SwitchableEmbedder]:
+    embedder = SwitchableEmbedder()
+    try:
+        yield embedder
+    finally:
+        embedder.close()
+
+
+@contextlib.contextmanager
+def chroma_client(path: Path) -> Iterator[Any]:
+    """Embedded Chroma opened by the test itself (only while no server uses the directory)."""
+    import chromadb
+    from chromadb.config import Settings
+
+    client = chromadb.PersistentClient(path=str(path), settings=Settings(anonymized_telemetry=False))
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def stored_vectors(path: Path, resource_id: str) -> dict[str, tuple[dict[str, Any], list[float]]]:
+    """Vector id -> (metadata, embedding) of one resource's hash-64 collection in embedded Chroma."""
+    from chromadb.errors import NotFoundError
+
+    with chroma_client(path) as client:
+        try:
+            collection = client.get_collection(collection_name(resource_id, MODEL, DIMENSION))
+        except NotFoundError:
+            return {}
+        got = collection.get(include=["metadatas", "embeddings"])
+    return {
+        vid: (dict(meta or {}), [float(x) for x in vector])
+        for vid, meta, vector in zip(got["ids"], got["metadatas"] or [], got["embeddings"], strict=True)
+    }
+
+
+def assert_exact_vectors(
+    stored: dict[str, tuple[dict[str, Any], list[float]]], texts: dict[str, str], thread_of: dict[str, str]
+) -> None:
+    """One vector per message (its only chunk), carrying its ids and the embedding of its current text."""
+    assert sorted(stored) == sorted(f"{message_id}:0" for message_id in texts)
+    for message_id, text in texts.items():
+        meta, vector = stored[f"{message_id}:0"]
+        assert (meta["message_id"], meta["thread_id"], meta["chunk"]) == (
+            message_id,
+            thread_of[message_id],
+            0,
+        )
+        expected = REF.embed(text)
+        assert max(abs(a - b) for a, b in zip(vector, expected, strict=True)) < 1e-6, message_id
+
+
+async def save_in_background(url: str, messages: Sequence[dict[str, Any]]) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=120) as client:
+        return await client.post(f"{url}/graphql", json={"query": SAVE, "variables": {"m": list(messages)}})
+
+
+def hash_texts(count: int, prefix: str) -> list[str]:
+    """Chat-like texts, each with tokens of its own (`b4`, `b4x31`...), so no two share a hash-64 vector."""
+    subjects = ["invoice", "flight", "garden", "guitar", "deploy", "recipe", "budget", "puppy", "marathon"]
+    return [
+        f"{prefix} note {prefix}{n}: the {subjects[n % len(subjects)]} item {prefix}x{n * 7 + 3}, "
+        f"filed under {prefix}y{n * 13 + 5} and {prefix}z{n * 31 + 1}"
+        for n in range(count)
+    ]
+
+
+def assert_distinct(texts: Sequence[str]) -> None:
+    """The test data itself: no two texts may (nearly) share a vector, or "found by its own text" is a tie."""
+    vectors = [REF.embed(t) for t in texts]
+    for i in range(len(texts)):
+        for j in range(i):
+            similarity = sum(a * b for a, b in zip(vectors[i], vectors[j], strict=True))
+            assert similarity < 0.99, (texts[i], texts[j])
+
+
+# ------------------------------------------------------------------------------------------------ (a)
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", engines())
+async def test_kill_between_commit_and_vector_write_loses_no_vector(engine: str, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    resource = uid("r")
+    threads = [uid("t"), uid("t")]
+    texts: dict[str, str] = {}  # what SQL holds: message id -> text (messages with text only)
+    thread_of: dict[str, str] = {}
+    all_ids: list[str] = []
+
+    def batch(name: str, count: int, start: float) -> list[dict[str, Any]]:
+        return [
+            text_message(
+                thread_id=threads[n % 2],
+                id=f"{name}-{n}",
+                text=text,
+                created_at=at(start + n),
+                role="user" if n % 2 == 0 else "assistant",
+            )
+            for n, text in enumerate(hash_texts(count, name))
+        ]
+
+    def remember(messages: Sequence[dict[str, Any]]) -> None:
+        for m in messages:
+            if m["id"] not in all_ids:
+                all_ids.append(m["id"])
+            parts = [p for p in m["content"]["parts"] if p["type"] == "text"]
+            if parts:
+                texts[m["id"]] = parts[0]["text"]
+                thread_of[m["id"]] = m["threadId"]
+            else:
+                texts.pop(m["id"], None)
+
+    async def indexed(api: Api) -> list[str]:
+        """Every message that has a vector (threshold -1 keeps them all)."""
+        found = await search(
+            api, threads[0], "note", top_k=100, threshold=-1, scope="RESOURCE", resource_id=resource
+        )
+        return sorted(ids(found))
+
+    first = batch("a", 6, 0)
+    # The last crash re-saves a-0 with new text (its old vector goes stale) and a-1 without text.
+    resaved = text_message(thread_id=threads[0], id="a-0", text="rewritten: the zebra ate my homework")
+    tool_only = text_message(thread_id=threads[1], id="a-1", role="assistant", parts=[{"type": "step-start"}])
+    batches = [batch("b", 5, 100), batch("c", 8, 200), [*batch("d", 3, 300), resaved, tool_only]]
+    async with database(engine, tmp_path) as db_url:
+        with switchable_embedder() as embedder:
+            env = {
+                "RECALLQL_DATABASE_URL": db_url,
+                "RECALLQL_EMBEDDINGS_URL": embedder.url,
+                "RECALLQL_EMBEDDINGS_MODEL": MODEL,
+                "RECALLQL_EMBEDDINGS_DIMENSION": str(DIMENSION),  # no discovery call at start-up
+                "RECALLQL_VECTOR_SYNC_TIMEOUT": "30",
+                "RECALLQL_VECTOR_DRAIN_INTERVAL": "0.2",
+            }
+            # Three crashes, each while its batch's vector write hangs on an embedder that never answers.
+            for n, messages in enumerate(batches):
+                if n > 0:  # hanging from the start, or the drainer would index the earlier batches now
+                    embedder.hang.set()
+                with running_server(data, env) as srv:
+                    api = Api(srv.url)
+                    if n == 0:  # a first batch indexed normally, so later saves have vectors to make stale
+                        for thread_id in threads:
+                            await api.execute(CREATE, input={"id": thread_id, "resourceId": resource})
+                        await api.execute(SAVE, m=first)
+                        remember(first)
+                        assert await indexed(api) == sorted(texts)
+                    embedder.hang.set()
+                    asked = embedder.hung_requests()
+                    saving = asyncio.create_task(save_in_background(srv.url, messages))
+                    wanted = {m["id"] for m in messages}
+
+                    async def committed(api: Api = api, wanted: set[str] = wanted) -> bool:
+                        rows = [
+                            m
+                            for thread_id in threads
+                            for m in (await recall(api, thread_id, perPage=False))["messages"]
+                        ]
+                        return wanted <= {m["id"] for m in rows}
+
+                    async def embedding(asked: int = asked) -> bool:
+                        return embedder.hung_requests() > asked
+
+                    await eventually(committed, timeout=20, what="the batch to be visible through recall")
+                    await eventually(embedding, timeout=20, what="the vector write to reach the embedder")
+                    assert not saving.done(), "the save returned although its vector write cannot finish"
+                    srv.proc.send_signal(signal.SIGKILL)
+                    assert srv.proc.wait(10) == -signal.SIGKILL
+                    with pytest.raises(httpx.TransportError):
+                        await saving
+                    embedder.hang.clear()
+                before = dict(texts)
+                remember(messages)
+                # The crash really lost the batch's vectors: the index still holds the first batch only,
+                # a-0 with its old text. (a-1's vector may be gone: stale vectors are deleted before the
+                # new ones are embedded.)
+                present = stored_vectors(data / "chroma", resource)
+                assert present.keys() <= {f"{m['id']}:0" for m in first}
+                assert {f"{m['id']}:0" for m in first} - present.keys() <= {"a-1:0"}
+                kept = {m: t for m, t in before.items() if f"{m}:0" in present and m.startswith("a-")}
+                assert_exact_vectors(present, kept, thread_of)
+
+            # Restarted with a working embedder, the outbox is drained without any save.
+            with running_server(data, env) as srv:
+                api = Api(srv.url)
+                expected = sorted(m for m in all_ids if m in texts)
+
+                async def everything_indexed() -> bool:
+                    return await indexed(api) == expected
+
+                await eventually(everything_indexed, timeout=30, what="every saved message to have a vector")
+                old_text = first[0]["content"]["parts"][0]["text"]
+                old = await search(
+                    api,
+                    threads[0],
+                    old_text,
+                    top_k=10,
+                    threshold=0.999,
+                    scope="RESOURCE",
+                    resource_id=resource,
+                )
+                assert ids(old) == []  # a-0's old text no longer matches it
+        # Server stopped: the index holds exactly the vectors of what SQL holds, each of its current text.
+        assert "a-1" not in texts and texts["a-0"] == resaved["content"]["parts"][0]["text"]
+        assert_exact_vectors(stored_vectors(data / "chroma", resource), texts, thread_of)
+
+
+# ------------------------------------------------------------------------------------------------ (b)
+def cli(data: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "web.cli", *args],
+        cwd=REPO,
+        env={**os.environ, "RECALLQL_DATA_DIR": str(data), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.slow
+async def test_reindex_rebuilds_a_deleted_chroma_directory(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    resources = [uid("r"), uid("r")]
+    threads = [uid("t"), uid("t")]
+    texts: dict[str, dict[str, str]] = {r: {} for r in resources}
+    messages: list[dict[str, Any]] = []
+    for n, text in enumerate(hash_texts(150, "msg")):
+        r = n % 2
+        messages.append(text_message(thread_id=threads[r], id=f"m{n}", text=text, created_at=at(n)))
+        texts[resources[r]][f"m{n}"] = text
+    # Rows without a vector are read (and counted) but not embedded.
+    messages.append(
+        text_message(thread_id=threads[0], id="sys", role="system", text="be nice", created_at=at(500))
+    )
+    messages.append(
+        text_message(thread_id=threads[1], id="tool", parts=[{"type": "step-start"}], created_at=at(501))
+    )
+    thread_of = {m["id"]: m["threadId"] for m in messages}
+
+    async with database("sqlite", tmp_path) as db_url:
+        with embed_server_process() as url:
+            env = {"RECALLQL_DATABASE_URL": db_url, **http_embedder_env(url)}
+            with running_server(data, env) as srv:
+                api = Api(srv.url)
+                for thread_id, resource_id in zip(threads, resources, strict=True):
+                    await api.execute(CREATE, input={"id": thread_id, "resourceId": resource_id})
+                await api.execute(SAVE, m=messages)
+            for resource_id in resources:
+                stored = stored_vectors(data / "chroma", resource_id)
+                assert_exact_vectors(stored, texts[resource_id], thread_of)
+
+            shutil.rmtree(data / "chroma")
+            done = cli(data, env, "reindex")
+
+    assert done.returncode == 0, done.stderr
+    assert "re-indexed 152 message(s)" in done.stdout
+    # The progress bar (rich renders its final state once when the output is not a terminal).
+    assert "embedding" in done.stdout and "━" in done.stdout and "152/152" in done.stdout
+    for resource_id in resources:
+        assert_exact_vectors(stored_vectors(data / "chroma", resource_id), texts[resource_id], thread_of)
+
+
+# ------------------------------------------------------------------------------------------------ (c)
+@pytest.fixture
+async def chroma_index(chroma_server: str) -> AsyncIterator[ChromaIndex]:
+    index = ChromaIndex(url=chroma_server, model_name=MODEL, dimension=DIMENSION)
+    yield index
+    await index.aclose()
+
+
+@pytest.mark.slow
+async def test_drainer_converges_when_the_embedder_comes_back(
+    tmp_path: Path, chroma_server: str, chroma_index: ChromaIndex
+) -> None:
+    data = tmp_path / "data"
+    port = free_port()  # nothing listens here until the embedder "comes back"
+    resource = uid("r")
+    threads = [uid("t"), uid("t")]
+    messages = [
+        text_message(thread_id=threads[n % 2], id=f"{resource}-m{n}", text=text, created_at=at(n))
+        for n, text in enumerate(hash_texts(12, "outage"))
+    ]
+    assert_distinct([m["content"]["parts"][0]["text"] for m in messages])
+    env = {
+        **http_embedder_env(f"http://127.0.0.1:{port}"),
+        "RECALLQL_EMBEDDINGS_DIMENSION": str(DIMENSION),
+        "RECALLQL_CHROMA_URL": chroma_server,
+        "RECALLQL_VECTOR_DRAIN_INTERVAL": "0.2",
+    }
+    async with database("sqlite", tmp_path) as db_url:
+        env["RECALLQL_DATABASE_URL"] = db_url
+        with running_server(data, env) as srv:
+            api = Api(srv.url)
+            for thread_id in threads:
+                await api.execute(CREATE, input={"id": thread_id, "resourceId": resource})
+            # The embedder is down: the save still succeeds, and plain recall works.
+            saved = (await api.execute(SAVE, m=messages))["saveMessages"]["messages"]
+            assert [m["id"] for m in saved] == [m["id"] for m in messages]
+            for n, thread_id in enumerate(threads):
+                got = await recall(api, thread_id, perPage=False)
+                assert ids(got) == [m["id"] for m in messages[n::2]]
+            assert await chroma_index.count(resource) == 0
+
+            # The embedder comes back on the same address; from here on the test sends RecallQL nothing.
+            with embed_server_process(port):
+
+                async def indexed() -> bool:
+                    return await chroma_index.count(resource) == len(messages)
+
+                await eventually(indexed, timeout=45, what="the drainer to write every vector")
+                hits = await chroma_index.query(
+                    REF.embed(messages[5]["content"]["parts"][0]["text"]),
+                    resource_ids=[resource],
+                    thread_id=None,
+                    top_k=1,
+                )
+                assert [h.message_id for h in hits] == [messages[5]["id"]]
+                assert hits[0].score > 0.999
+                # Semantic recall sees them too.
+                found = await search(
+                    api,
+                    threads[0],
+                    "outage note",
+                    top_k=50,
+                    threshold=-1,
+                    scope="RESOURCE",
+                    resource_id=resource,
+                )
+                assert sorted(ids(found)) == sorted(m["id"] for m in messages)
