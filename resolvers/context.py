@@ -9,6 +9,7 @@ from typing import Any
 
 from models.records import MessageRecord, ResourceRecord, ThreadRecord
 from models.repository import Repository
+from resolvers.auth import OPEN, Principal
 from resolvers.events import EventBroker, InProcessBroker
 from resolvers.loaders import DataLoader
 from resolvers.messages import MessageService
@@ -92,6 +93,7 @@ class Services:
 class RequestContext:
     services: Services
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    principal: Principal = OPEN
     threads: DataLoader[str, ThreadRecord | None] = field(init=False)
     messages: DataLoader[str, MessageRecord | None] = field(init=False)
     resources: DataLoader[str, ResourceRecord | None] = field(init=False)
