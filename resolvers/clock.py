@@ -12,8 +12,18 @@ def now_ms() -> int:
 
 def to_iso(ms: int) -> str:
     """JavaScript's Date.toISOString(): millisecond precision, always Z."""
-    dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    # time.gmtime and %-formatting: several times faster than datetime.strftime, and this runs for
+    # every message of every page.
+    t = time.gmtime(ms // 1000)
+    return "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ" % (  # noqa: UP031
+        t.tm_year,
+        t.tm_mon,
+        t.tm_mday,
+        t.tm_hour,
+        t.tm_min,
+        t.tm_sec,
+        ms % 1000,
+    )
 
 
 def parse_iso(value: str) -> int:
