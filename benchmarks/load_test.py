@@ -193,6 +193,13 @@ async def seed(base_url: str, world: World, per_thread: int, rng: random.Random)
             world.known[thread_id] = [m["id"] for m in batch]
 
 
+def _load() -> str:
+    try:
+        return " ".join(f"{v:.1f}" for v in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
 def _iso(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
@@ -313,7 +320,8 @@ def report(args: argparse.Namespace, stats: Stats, elapsed: float, check: dict[s
         f"`python benchmarks/load_test.py {' '.join(sys.argv[1:])}`",
         "",
         f"- machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
-        "clients and server share it",
+        f"clients and server share it (load average before / after: {check['load_before']} / "
+        f"{check['load_after']})",
         f"- server: `recallql serve`, {args.workers} worker(s), database {database}",
         f"- traffic: {args.clients} concurrent clients (one httpx.AsyncClient each, keep-alive), "
         f"{elapsed:.1f} s; {len(args.thread_ids)} threads over {args.resources} resources, "
@@ -372,6 +380,7 @@ async def run(args: argparse.Namespace, base_url: str) -> int:
     print(f"seeding {args.threads} threads x {args.seed_messages} messages ...", flush=True)
     await seed(base_url, world, args.seed_messages, rng)
     before = await server_request_count(base_url)
+    load_before = _load()
     stats = Stats()
     print(
         f"running {args.clients} clients for {args.duration:.0f} s (at most {args.max_requests} requests)",
@@ -395,6 +404,8 @@ async def run(args: argparse.Namespace, base_url: str) -> int:
         "lost": lost,
         "server_count": (after - before) if before is not None and after is not None else None,
         "client_count": client_count,
+        "load_before": load_before,
+        "load_after": _load(),
     }
     text = report(args, stats, elapsed, check)
     print()

@@ -9,6 +9,8 @@ import orjson
 from sqlalchemy import Engine, event
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 
@@ -24,16 +26,64 @@ def _dumps(value: Any) -> str:
 
 
 def create_engine(
-    url: str, *, pool_size: int = 10, max_overflow: int = 10, echo: bool = False
+    url: str,
+    *,
+    pool_size: int = 10,
+    max_overflow: int = 10,
+    echo: bool = False,
+    connect_timeout: float | None = None,
 ) -> AsyncEngine:
+    """`connect_timeout` (PostgreSQL): seconds a new connection may take, so that requests fail fast
+    while the database is unreachable (asyncpg's own default is 60)."""
     json_options: dict[str, Any] = {"json_serializer": _dumps, "json_deserializer": orjson.loads}
     if is_sqlite(url):
         engine = create_async_engine(url, echo=echo, connect_args={"timeout": 30}, **json_options)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
+    connect_args = {"timeout": connect_timeout} if connect_timeout else {}
     return create_async_engine(
-        url, echo=echo, pool_size=pool_size, max_overflow=max_overflow, pool_pre_ping=True, **json_options
+        url,
+        echo=echo,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        pool_pre_ping=True,
+        connect_args=connect_args,
+        **json_options,
     )
+
+
+class DatabaseUnavailable(Exception):
+    """The database cannot be reached: connection refused or timed out, or lost mid-operation. The
+    driver's error is the __cause__. Callers report it as a temporary outage, not as a bug."""
+
+
+# SQLSTATE class 08 (connection exception), and 57P01-57P03 (shut down, crashed, starting up).
+_UNAVAILABLE_STATES = ("57P01", "57P02", "57P03")
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether an exception raised by a database call means "the database is unreachable"."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, DatabaseUnavailable | OSError | TimeoutError | PoolTimeout):
+            return True  # refused, reset, unresolvable, connect timeout; no free pooled connection
+        if isinstance(current, DBAPIError) and current.connection_invalidated:
+            return True
+        state = getattr(current, "sqlstate", None) or getattr(current, "pgcode", None)
+        if isinstance(state, str) and (state.startswith("08") or state in _UNAVAILABLE_STATES):
+            return True
+        if type(current).__name__ == "ConnectionDoesNotExistError" or any(
+            marker in str(current) for marker in _LOST_MARKERS
+        ):
+            return True
+        current = getattr(current, "orig", None) or current.__cause__
+    return False
+
+
+# asyncpg's wording for a connection that went away under an operation.
+_LOST_MARKERS = ("connection was closed in the middle of operation", "connection is closed")
 
 
 def create_read_engine(url: str) -> Engine | None:

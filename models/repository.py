@@ -6,8 +6,12 @@ It speaks in domain records (models.records) and plain values; callers never see
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import random
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -17,9 +21,11 @@ from sqlalchemy import (
     and_,
     bindparam,
     delete,
+    false,
     func,
     literal,
     literal_column,
+    or_,
     select,
     text,
     tuple_,
@@ -31,7 +37,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from models.db import create_read_engine
+from models.db import DatabaseUnavailable, create_read_engine, is_unavailable
 from models.records import (
     IncludeWindow,
     MessageQuery,
@@ -48,6 +54,10 @@ from models.tables import thread_resources_table as TR
 from models.tables import threads_table as T
 
 _T = TypeVar("_T")
+# thread_resources' key for messages stored without a resource.
+_NO_RESOURCE = ""
+_COUNT_CACHE_SIZE = 10_000
+_SQL_INT_MAX = 2**63 - 1
 _WRITE_ATTEMPTS = 5
 _MESSAGE_COLUMNS = (
     M.c.seq,
@@ -99,6 +109,9 @@ class Repository:
         self.engine = engine
         self.dialect = engine.dialect.name
         self._statements: dict[tuple[Any, ...], Select[Any]] = {}
+        # Filtered counts by (filter, thread version); reads run in several threads.
+        self._count_cache: OrderedDict[tuple[Any, ...], tuple[int, int]] = OrderedDict()
+        self._count_lock = threading.Lock()
         # SQLite: hot reads run on plain sqlite3 connections in a worker thread, one hop per read,
         # instead of one aiosqlite thread hop per statement and cursor operation.
         self.read_engine = read_engine or create_read_engine(engine.url.render_as_string(hide_password=False))
@@ -143,8 +156,8 @@ class Repository:
     async def get_threads(self, ids: Sequence[str]) -> dict[str, ThreadRecord]:
         if not ids:
             return {}
-        async with self.engine.connect() as conn:
-            rows = (await conn.execute(select(T).where(T.c.id.in_(set(ids))))).all()
+        stmt = select(T).where(T.c.id.in_(set(ids)))
+        rows = await self._read(lambda conn: conn.execute(stmt).all())
         return {row.id: _thread(row) for row in rows}
 
     async def insert_thread(self, thread: ThreadRecord) -> bool:
@@ -212,22 +225,33 @@ class Repository:
             where.append(self._json_equals(T.c.metadata, key, value))
         column = T.c.updated_at if order_field == "updatedAt" else T.c.created_at
         order = (column.desc(), T.c.id.desc()) if descending else (column.asc(), T.c.id.asc())
-        stmt = select(T).where(*where).order_by(*order).offset(offset)
+        stmt = select(T).where(*where).order_by(*order).offset(min(offset, _SQL_INT_MAX))
         if limit is not None:
-            stmt = stmt.limit(limit)
-        async with self.engine.connect() as conn:
-            total = (await conn.execute(select(func.count()).select_from(T).where(*where))).scalar_one()
-            rows = (await conn.execute(stmt)).all()
+            stmt = stmt.limit(min(limit, _SQL_INT_MAX))
+        count = select(func.count()).select_from(T).where(*where)
+
+        def read(conn: Connection) -> tuple[int, list[Any]]:
+            return conn.execute(count).scalar_one(), conn.execute(stmt).all()
+
+        total, rows = await self._read(read)
         return [_thread(r) for r in rows], total
 
     # ------------------------------------------------------------------ messages: write
     async def save_messages(
-        self, records: Sequence[MessageRecord], *, now: int, track_vectors: bool = False
+        self,
+        records: Sequence[MessageRecord],
+        *,
+        now: int,
+        track_vectors: bool = False,
+        owned_by: Collection[str] | None = None,
     ) -> list[MessageRecord]:
         """Upserts the batch in one transaction, in the given order.
 
         A re-saved id keeps its createdAt and insertion sequence; everything else is replaced.
         With track_vectors, the same transaction queues every message in the vector outbox.
+        With owned_by, only stored rows of those resources may be overwritten: a row of another
+        resource (or of none), even one another writer inserted a moment ago, is left alone by the
+        upsert and raises RowForbidden(id), and nothing is written.
         Returns the stored rows, in the order given.
         """
         if not records:
@@ -266,26 +290,34 @@ class Repository:
                     "legacy_reminder",
                 )
             },
+            # Plain comparisons: an expanding IN cannot be used in an executemany.
+            where=or_(false(), *(M.c.resource_id == literal(r) for r in sorted(owned_by)))
+            if owned_by is not None
+            else None,
         )
         ids = list(last)
         thread_ids = {rec.thread_id for rec in last.values()}
 
         async def write(conn: AsyncConnection) -> dict[str, MessageRecord]:
-            previous = await self._messages_by_id(conn, ids) if track_vectors else {}
+            previous = await self._messages_by_id(conn, ids)
             for start in range(0, len(rows), 500):
                 await conn.execute(stmt, rows[start : start + 500])
             await conn.execute(update(T).where(T.c.id.in_(thread_ids)).values(updated_at=now))
-            pairs = {(rec.thread_id, rec.resource_id) for rec in last.values() if rec.resource_id is not None}
-            if pairs:
-                await conn.execute(
-                    self._insert(TR).on_conflict_do_nothing(),
-                    [{"thread_id": t, "resource_id": r} for t, r in sorted(pairs)],
-                )
+            await self._bump_stats(
+                conn,
+                removed=[(m.thread_id, m.resource_id) for m in previous.values()],
+                added=[(m.thread_id, m.resource_id) for m in last.values()],
+            )
             if track_vectors:
                 await self._enqueue(
                     conn, [(i, previous[i].resource_id if i in previous else None) for i in ids], now
                 )
-            return await self._messages_by_id(conn, ids)
+            written = await self._messages_by_id(conn, ids)
+            if owned_by is not None:
+                for rec in written.values():
+                    if rec.resource_id not in owned_by:
+                        raise RowForbidden(rec.id)  # rolls the transaction back
+            return written
 
         stored = await self._write_transaction(write, lock_keys=thread_ids)
         return [stored[i] for i in ids if i in stored]
@@ -329,19 +361,42 @@ class Repository:
     async def get_messages(self, ids: Sequence[str]) -> dict[str, MessageRecord]:
         if not ids:
             return {}
-        async with self.engine.connect() as conn:
-            return await self._messages_by_id(conn, list(dict.fromkeys(ids)))
+        unique = list(dict.fromkeys(ids))
+
+        def read(conn: Connection) -> dict[str, MessageRecord]:
+            found: dict[str, MessageRecord] = {}
+            for start in range(0, len(unique), 500):
+                for row in conn.execute(
+                    select(*_MESSAGE_COLUMNS).where(M.c.id.in_(unique[start : start + 500]))
+                ):
+                    rec = _message(row)
+                    found[rec.id] = rec
+            return found
+
+        return await self._read(read)
 
     async def delete_messages(
-        self, ids: Sequence[str], *, now: int, track_vectors: bool = False
+        self,
+        ids: Sequence[str],
+        *,
+        now: int,
+        track_vectors: bool = False,
+        guard: Callable[[dict[str, MessageRecord]], None] | None = None,
     ) -> list[MessageRecord]:
+        """Deletes the messages that exist. `guard` sees them, locked, before anything is deleted; if
+        it raises, nothing is."""
         if not ids:
             return []
 
         async def body(conn: AsyncConnection) -> list[MessageRecord]:
             existing = await self._locked_messages(conn, list(dict.fromkeys(ids)))
+            if guard is not None:
+                guard(existing)
             if existing:
                 await conn.execute(delete(M).where(M.c.id.in_(list(existing))))
+                await self._bump_stats(
+                    conn, removed=[(m.thread_id, m.resource_id) for m in existing.values()]
+                )
                 threads = {m.thread_id for m in existing.values()}
                 await conn.execute(update(T).where(T.c.id.in_(threads)).values(updated_at=now))
                 if track_vectors:
@@ -349,6 +404,40 @@ class Repository:
             return list(existing.values())
 
         return await self._write_transaction(body)
+
+    # ------------------------------------------------------------------ thread statistics
+    async def _bump_stats(
+        self,
+        conn: AsyncConnection,
+        *,
+        removed: Iterable[tuple[str, str | None]] = (),
+        added: Iterable[tuple[str, str | None]] = (),
+    ) -> None:
+        """Applies a write's effect on the per-(thread, resource) message counts and bumps their
+        versions: `removed` are the (thread, resource) of rows as they were, `added` as they are now."""
+        delta: dict[tuple[str, str], int] = {}
+        for thread_id, resource_id in removed:
+            key = (thread_id, resource_id or _NO_RESOURCE)
+            delta[key] = delta.get(key, 0) - 1
+        for thread_id, resource_id in added:
+            key = (thread_id, resource_id or _NO_RESOURCE)
+            delta[key] = delta.get(key, 0) + 1
+        if not delta:
+            return
+        stmt = self._insert(TR)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["thread_id", "resource_id"],
+            set_={
+                "message_count": TR.c.message_count + stmt.excluded.message_count,
+                "version": TR.c.version + 1,
+            },
+        )
+        # Sorted: concurrent writers touch the rows in one order (no deadlocks).
+        rows = [
+            {"thread_id": t, "resource_id": r, "message_count": n, "version": 1}
+            for (t, r), n in sorted(delta.items())
+        ]
+        await conn.execute(stmt, rows)
 
     # ------------------------------------------------------------------ vector outbox
     async def _enqueue(
@@ -395,10 +484,11 @@ class Repository:
         async with self.engine.connect() as conn:
             return (await conn.execute(select(func.count()).select_from(O))).scalar_one()
 
-    async def thread_resource_ids(self, thread_id: str) -> list[str]:
-        async with self.engine.connect() as conn:
-            rows = await conn.execute(select(TR.c.resource_id).where(TR.c.thread_id == thread_id))
-            return [r[0] for r in rows]
+    async def thread_resource_ids(self, thread_id: str) -> list[str | None]:
+        """The resources whose messages a thread holds (None: messages without one)."""
+        stmt = select(TR.c.resource_id).where(TR.c.thread_id == thread_id, TR.c.message_count > 0)
+        rows = await self._read(lambda conn: conn.execute(stmt).all())
+        return [r[0] or None for r in rows]
 
     async def messages_in_order(
         self, *, after_seq: int, limit: int, resource_id: str | None = None
@@ -524,6 +614,40 @@ class Repository:
             self._statements[key] = stmt
         return stmt
 
+    def _count(
+        self, conn: Connection, q: MessageQuery, shape: tuple[Any, ...], params: dict[str, Any]
+    ) -> int:
+        """The page query's COUNT without scanning the thread: unfiltered counts are maintained in
+        thread_resources; filtered ones are cached under the thread's change counter, so a count is
+        recomputed only after the thread changed."""
+        stats_key = ("stats", bool(q.resource_id))
+        stats = self._statements.get(stats_key)
+        if stats is None:
+            stats = select(
+                func.coalesce(func.sum(TR.c.message_count), 0), func.coalesce(func.sum(TR.c.version), 0)
+            ).where(TR.c.thread_id == bindparam("thread_id"))
+            if q.resource_id:
+                stats = stats.where(TR.c.resource_id == bindparam("resource_id"))
+            self._statements[stats_key] = stats
+        values = {"thread_id": q.thread_id}
+        if q.resource_id:
+            values["resource_id"] = q.resource_id
+        maintained, version = conn.execute(stats, values).one()
+        if q.date_range is None and not q.metadata:
+            return int(maintained)
+        key = ("count", shape, tuple(params.items()))
+        with self._count_lock:
+            cached = self._count_cache.get(key)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        total = int(conn.execute(self._count_template(shape), params).scalar_one())
+        with self._count_lock:
+            self._count_cache[key] = (version, total)
+            self._count_cache.move_to_end(key)
+            if len(self._count_cache) > _COUNT_CACHE_SIZE:
+                self._count_cache.popitem(last=False)
+        return total
+
     def page_statement(self, q: MessageQuery, *, descending: bool, limit: int, offset: int) -> Select[Any]:
         """The page query with its values bound (for EXPLAIN in tests)."""
         shape, params = self._filter_params(q)
@@ -543,10 +667,12 @@ class Repository:
         windows: Sequence[IncludeWindow] = (),
         window_resource_id: str | None = None,
         with_thread: bool = False,
+        max_rows: int | None = None,
     ) -> PageRead:
         """Everything one recall reads, in one round trip to the reading thread: the thread (for the
         ownership check), the count and the page (limit None: every row; 0: neither) and the include
-        windows."""
+        windows. With `max_rows`, an every-row read that counts more rows than that reads none (the
+        caller refuses it on the total)."""
 
         def read(conn: Connection) -> PageRead:
             thread = None
@@ -556,9 +682,17 @@ class Repository:
             total, rows = 0, []
             if limit is None or limit > 0:
                 shape, params = self._filter_params(q)
-                total = conn.execute(self._count_template(shape), params).scalar_one()
-                page = {**params, "limit": limit if limit is not None else total, "offset": offset}
-                rows = [_message(row) for row in conn.execute(self._page_template(shape, descending), page)]
+                total = self._count(conn, q, shape, params)
+                # SQL integers are 64-bit; a larger page size or offset means "everything" / "past the end".
+                page = {
+                    **params,
+                    "limit": min(limit if limit is not None else total, _SQL_INT_MAX),
+                    "offset": min(offset, _SQL_INT_MAX),
+                }
+                if limit is not None or max_rows is None or total <= max_rows:
+                    rows = [
+                        _message(row) for row in conn.execute(self._page_template(shape, descending), page)
+                    ]
             return PageRead(thread, rows, total, self._windows(conn, windows, window_resource_id))
 
         return await self._read(read)
@@ -819,12 +953,13 @@ class Repository:
                 ]
                 for start in range(0, len(rows), 500):
                     await conn.execute(stmt, rows[start : start + 500])
-                pairs = sorted({(m.thread_id, m.resource_id) for m in write if m.resource_id is not None})
-                if pairs:
-                    await conn.execute(
-                        self._insert(TR).on_conflict_do_nothing(),
-                        [{"thread_id": t, "resource_id": r} for t, r in pairs],
-                    )
+                await self._bump_stats(
+                    conn,
+                    removed=[
+                        (stored[m.id].thread_id, stored[m.id].resource_id) for m in write if m.id in stored
+                    ],
+                    added=[(m.thread_id, m.resource_id) for m in write],
+                )
                 if track_vectors:
                     await self._enqueue(
                         conn,
@@ -917,10 +1052,16 @@ class Repository:
         return found
 
     async def delete_thread(
-        self, thread_id: str, *, now: int, track_vectors: bool = False
+        self,
+        thread_id: str,
+        *,
+        now: int,
+        track_vectors: bool = False,
+        guard: Callable[[ThreadRecord | None, list[MessageRecord]], None] | None = None,
     ) -> tuple[ThreadRecord | None, list[MessageRecord]]:
         """Deletes the thread and every message filed under its id, in one transaction; returns what
-        was deleted (the thread row may be missing while messages exist, and vice versa)."""
+        was deleted (the thread row may be missing while messages exist, and vice versa). `guard` sees
+        the thread and messages before anything is deleted; if it raises, nothing is."""
 
         async def body(conn: AsyncConnection) -> tuple[ThreadRecord | None, list[MessageRecord]]:
             row = (await conn.execute(self._lock(select(T).where(T.c.id == thread_id)))).first()
@@ -930,11 +1071,15 @@ class Repository:
                 .order_by(M.c.created_at.asc(), M.c.seq.asc())
             )
             messages = [_message(r) for r in await conn.execute(stmt)]
+            if guard is not None:
+                guard(_thread(row) if row is not None else None, messages)
             if messages:
                 await conn.execute(delete(M).where(M.c.thread_id == thread_id))
                 if track_vectors:
                     await self._enqueue(conn, [(m.id, m.resource_id) for m in messages], now)
-            await conn.execute(delete(TR).where(TR.c.thread_id == thread_id))
+            # Rows stay (counts 0, versions bumped): a thread recreated under this id must not meet
+            # count-cache entries of its predecessor.
+            await self._bump_stats(conn, removed=[(m.thread_id, m.resource_id) for m in messages])
             if row is not None:
                 await conn.execute(delete(T).where(T.c.id == thread_id))
             return (_thread(row) if row is not None else None), messages
@@ -1016,12 +1161,7 @@ class Repository:
                 # In chronological order, so the new insertion sequences keep the source's tie order.
                 for chunk in range(0, len(rows), 500):
                     await conn.execute(M.insert(), rows[chunk : chunk + 500])
-                pairs = sorted({(m.thread_id, m.resource_id) for m in copies if m.resource_id is not None})
-                if pairs:
-                    await conn.execute(
-                        self._insert(TR).on_conflict_do_nothing(),
-                        [{"thread_id": t, "resource_id": r} for t, r in pairs],
-                    )
+                await self._bump_stats(conn, added=[(m.thread_id, m.resource_id) for m in copies])
                 if track_vectors:
                     await self._enqueue(conn, [(m.id, None) for m in copies], now)
             if copy_resource_working_memory and thread.resource_id != source.resource_id:
@@ -1094,12 +1234,11 @@ class Repository:
                 )
                 threads = {m.thread_id for m in after} | {before[m.id].thread_id for m in after}
                 await conn.execute(update(T).where(T.c.id.in_(threads)).values(updated_at=now))
-                pairs = sorted({(m.thread_id, m.resource_id) for m in after if m.resource_id is not None})
-                if pairs:
-                    await conn.execute(
-                        self._insert(TR).on_conflict_do_nothing(),
-                        [{"thread_id": t, "resource_id": r} for t, r in pairs],
-                    )
+                await self._bump_stats(
+                    conn,
+                    removed=[(before[m.id].thread_id, before[m.id].resource_id) for m in after],
+                    added=[(m.thread_id, m.resource_id) for m in after],
+                )
                 if track_vectors:
                     await self._enqueue(conn, [(m.id, before[m.id].resource_id) for m in after], now)
             stored = await self._messages_by_id(conn, [m.id for m in after])
@@ -1162,8 +1301,8 @@ class Repository:
     async def get_resources(self, ids: Sequence[str]) -> dict[str, ResourceRecord]:
         if not ids:
             return {}
-        async with self.engine.connect() as conn:
-            rows = (await conn.execute(select(R).where(R.c.id.in_(set(ids))))).all()
+        stmt = select(R).where(R.c.id.in_(set(ids)))
+        rows = await self._read(lambda conn: conn.execute(stmt).all())
         return {row.id: _resource(row) for row in rows}
 
     async def first_messages(self, thread_id: str, limit: int) -> list[MessageRecord]:
@@ -1180,6 +1319,10 @@ class Repository:
 
 class RowConflict(Exception):
     """An insert met an existing primary key (the id is in args[0])."""
+
+
+class RowForbidden(Exception):
+    """A write met a row its caller may not change (the id is in args[0]); nothing was written."""
 
 
 def _resource(row: Any) -> ResourceRecord:
@@ -1210,3 +1353,25 @@ def _json_kind(value: Any) -> str:
 
 def _json_text(value: Any) -> str:
     return orjson.dumps(value).decode()
+
+
+def _reporting_outages(method: Callable[..., Awaitable[_T]]) -> Callable[..., Awaitable[_T]]:
+    @functools.wraps(method)
+    async def call(*args: Any, **kwargs: Any) -> _T:
+        try:
+            return await method(*args, **kwargs)
+        except DatabaseUnavailable:
+            raise
+        except Exception as exc:
+            if is_unavailable(exc):
+                raise DatabaseUnavailable(f"the database is unreachable: {exc!r}") from exc
+            raise
+
+    return call
+
+
+# Every public coroutine of the repository reports an unreachable database (refused, timed out, connection
+# lost) as models.db.DatabaseUnavailable, which the API reports as SERVICE_UNAVAILABLE, not as a bug.
+for _name, _method in list(vars(Repository).items()):
+    if not _name.startswith("_") and inspect.iscoroutinefunction(_method):
+        setattr(Repository, _name, _reporting_outages(_method))

@@ -86,12 +86,19 @@ messages_table = Message.__table__  # type: ignore[attr-defined]
 
 
 class ThreadResource(SQLModel, table=True):
-    """Which resources have messages in a thread: the vector collections a thread-scoped search reads."""
+    """Per thread and message resource: how many messages there are and a change counter.
+
+    Maintained in the same transaction as every message write, so recall counts a thread without
+    scanning it, and caches filtered counts keyed by the version. It also names the vector
+    collections a thread-scoped search reads. Rows with no resource use the key "".
+    """
 
     __tablename__ = "thread_resources"
 
     thread_id: str = Field(sa_column=Column(String, primary_key=True))
     resource_id: str = Field(sa_column=Column(String, primary_key=True))
+    message_count: int = Field(default=0, sa_column=Column(BigInteger, nullable=False, server_default="0"))
+    version: int = Field(default=0, sa_column=Column(BigInteger, nullable=False, server_default="0"))
 
 
 class VectorOutbox(SQLModel, table=True):

@@ -53,13 +53,22 @@ class Services:
         events: EventBroker | None = None,
         chat: Chat | None = None,
         title_timeout: float = 30.0,
+        max_per_page: int | None = None,
+        max_all_rows: int | None = None,
+        max_search_chars: int | None = None,
     ) -> Services:
         broker: EventBroker = events if events is not None else InProcessBroker()
         titles = TitleGenerator(repository, chat=chat, events=broker, timeout=title_timeout)
         return cls(
             repository=repository,
             recall=RecallEngine(
-                repository, defaults=memory_defaults, semantic=semantic, max_include_items=max_include_items
+                repository,
+                defaults=memory_defaults,
+                semantic=semantic,
+                max_include_items=max_include_items,
+                max_per_page=max_per_page,
+                max_all_rows=max_all_rows,
+                max_search_chars=max_search_chars,
             ),
             threads=ThreadService(
                 repository,
@@ -67,6 +76,7 @@ class Services:
                 vectors=semantic,
                 defaults=memory_defaults,
                 vector_sync_timeout=vector_sync_timeout,
+                max_per_page=max_per_page,
             ),
             messages=MessageService(
                 repository,
@@ -93,7 +103,11 @@ class Services:
 class RequestContext:
     services: Services
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # Who asks (resolvers.auth). The loaders below answer None for rows it may not see, so every field
+    # that loads through them (Message.thread, messages(ids), entity fetches) is limited to its grants.
     principal: Principal = OPEN
+    # graphql-transport-ws connection_init payload (set by Strawberry; web.auth reads the token in it).
+    connection_params: dict[str, Any] | None = None
     threads: DataLoader[str, ThreadRecord | None] = field(init=False)
     messages: DataLoader[str, MessageRecord | None] = field(init=False)
     resources: DataLoader[str, ResourceRecord | None] = field(init=False)
@@ -103,15 +117,15 @@ class RequestContext:
 
         async def load_threads(ids: Sequence[str]) -> list[ThreadRecord | None]:
             found = await repo.get_threads(ids)
-            return [found.get(i) for i in ids]
+            return [t if self.principal.sees_thread(t := found.get(i)) else None for i in ids]
 
         async def load_messages(ids: Sequence[str]) -> list[MessageRecord | None]:
             found = await repo.get_messages(ids)
-            return [found.get(i) for i in ids]
+            return [m if self.principal.sees_message(m := found.get(i)) else None for i in ids]
 
         async def load_resources(ids: Sequence[str]) -> list[ResourceRecord | None]:
             found = await repo.get_resources(ids)
-            return [found.get(i) for i in ids]
+            return [found.get(i) if self.principal.can_access(i) else None for i in ids]
 
         self.threads = DataLoader(load_threads)
         self.messages = DataLoader(load_messages)
@@ -120,3 +134,8 @@ class RequestContext:
     def clear_caches(self) -> None:
         """Forgets loaded rows (a subscription's context lives as long as its connection)."""
         self.__post_init__()
+
+    async def resource(self, resource_id: str) -> ResourceRecord | None:
+        """A resource by id (None when unknown); another resource than the principal's is FORBIDDEN."""
+        self.principal.require(resource_id)
+        return await self.resources.load(resource_id)

@@ -40,3 +40,32 @@ class Conflict(RecallQLError):
 
 class ServiceUnavailable(RecallQLError):
     code = "SERVICE_UNAVAILABLE"
+
+
+def outage(exc: BaseException) -> ServiceUnavailable | None:
+    """The ServiceUnavailable an infrastructure failure stands for (the database unreachable), or None
+    for anything else. The API layer reports these with their code instead of masking them as bugs."""
+    from models.db import DatabaseUnavailable
+
+    if isinstance(exc, ServiceUnavailable):
+        return exc
+    if isinstance(exc, DatabaseUnavailable):
+        return ServiceUnavailable("The database is unavailable; try again shortly.", service="database")
+    return None
+
+
+def unstorable_text(exc: BaseException) -> BadUserInput | None:
+    """The BadUserInput for text no database can store, found anywhere in an exception's chain: a lone
+    UTF-16 surrogate (not valid Unicode; it fails to encode) or U+0000 (PostgreSQL refuses it)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, UnicodeEncodeError):
+            return BadUserInput("Strings must be valid Unicode: a lone surrogate cannot be stored.")
+        # PostgreSQL: 22021 character_not_in_repertoire (U+0000), 22P05 untranslatable_character.
+        if getattr(current, "sqlstate", None) in ("22021", "22P05") or "0x00" in str(current):
+            return BadUserInput("Strings may not contain U+0000 (NUL).")
+        orig = getattr(current, "orig", None)
+        current = orig if isinstance(orig, BaseException) else (current.__cause__ or current.__context__)
+    return None

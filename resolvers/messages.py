@@ -9,15 +9,16 @@ import contextlib
 import logging
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
 
 from models.records import MessageRecord
-from models.repository import Repository
+from models.repository import Repository, RowForbidden
 from models.signals import is_legacy_reminder, is_transient_signal, signal_type
+from resolvers.auth import OPEN, Principal
 from resolvers.clock import now_ms
 from resolvers.config import BUILTIN_DEFAULTS, deep_merge
 from resolvers.errors import BadUserInput
@@ -28,7 +29,9 @@ from resolvers.events import (
     THREAD_UPDATED,
     EventBroker,
     Publication,
+    message_channel,
     message_event,
+    message_record,
     publish_quietly,
     thread_event,
 )
@@ -126,12 +129,22 @@ class MessageService:
             )
 
     async def save(
-        self, inputs: Sequence[MessageInput], memory_config: dict[str, Any] | None = None
+        self,
+        inputs: Sequence[MessageInput],
+        memory_config: dict[str, Any] | None = None,
+        *,
+        principal: Principal = OPEN,
     ) -> SaveResult:
+        """Upserts the batch. A restricted principal saves only into existing threads of granted
+        resources, with granted message resources, and never over a stored message of a resource it
+        was not granted (checked here, and again atomically in the write)."""
         self._check_batch("saveMessages", len(inputs))
         titles = title_options(deep_merge(self.defaults, memory_config))
         now = now_ms()
         owners = await self.repository.get_threads([m.thread_id for m in inputs if m.thread_id])
+        if principal.restricted:
+            stored = await self.repository.get_messages([m.id for m in inputs if m.id])
+            principal.require_messages(stored.values())
         records: list[MessageRecord] = []
         transient = 0
         last_generated = 0
@@ -145,6 +158,10 @@ class MessageService:
             if not m.role or not m.role.strip():
                 raise BadUserInput(f"{where}.role must be a non-empty string.")
             _check_content(m.content, where)
+            if principal.restricted:
+                principal.require_thread(owners.get(m.thread_id), m.thread_id)
+                if m.resource_id is not None:
+                    principal.require(m.resource_id)
             if is_transient_signal(m.role, m.content):
                 transient += 1
                 continue
@@ -174,7 +191,15 @@ class MessageService:
                     legacy_reminder=is_legacy_reminder(m.role, m.content),
                 )
             )
-        stored = await self.repository.save_messages(records, now=now, track_vectors=self.vectors is not None)
+        try:
+            stored = await self.repository.save_messages(
+                records,
+                now=now,
+                track_vectors=self.vectors is not None,
+                owned_by=principal.resources,
+            )
+        except RowForbidden as exc:  # a row of another resource appeared since the check above
+            raise principal.message_forbidden(exc.args[0]) from None
         await self._sync_vectors([m.id for m in stored])
         events = [message_event(MESSAGE_SAVED, m.thread_id, m) for m in stored]
         await publish_quietly(self.events, events + await self._thread_events({m.thread_id for m in stored}))
@@ -192,11 +217,17 @@ class MessageService:
         threads = await self.repository.get_threads(sorted(thread_ids))
         return [thread_event(THREAD_UPDATED, t) for t in threads.values()]
 
-    async def update(self, patches: Sequence[MessagePatch]) -> list[MessageRecord]:
+    async def update(
+        self, patches: Sequence[MessagePatch], *, principal: Principal = OPEN
+    ) -> list[MessageRecord]:
         """Mastra's updateMessages: unknown ids are skipped; content is shallow-merged (metadata one
         level deeper when both are objects; parts replaced); createdAt never changes. The signal
         classification is recomputed, vectors follow through the outbox, and the old and new threads'
-        updatedAt are bumped. One transaction: an invalid item writes nothing."""
+        updatedAt are bumped. One transaction: an invalid item writes nothing.
+
+        A restricted principal may change only messages of granted resources (checked on the locked
+        rows, in the write's transaction), move them only to existing threads of granted resources and
+        give them only granted resources; anything else is FORBIDDEN and writes nothing."""
         self._check_batch("updateMessages", len(patches))
         for n, p in enumerate(patches):
             where = f"messages[{n}]"
@@ -213,8 +244,16 @@ class MessageService:
             return []
         # A message moved to an existing thread takes that thread's resource unless one is given.
         owners = await self.repository.get_threads(sorted({p.thread_id for p in patches if p.thread_id}))
+        if principal.restricted:
+            for p in patches:
+                if p.thread_id is not None:
+                    principal.require_thread(owners.get(p.thread_id), p.thread_id)
+                if p.resource_id is not None:
+                    principal.require(p.resource_id)
 
         def apply(existing: dict[str, MessageRecord]) -> list[MessageRecord]:
+            if principal.restricted:
+                principal.require_messages(existing.values())
             changed: dict[str, MessageRecord] = {}
             for n, p in enumerate(patches):
                 current = changed.get(p.id) or existing.get(p.id)
@@ -270,19 +309,49 @@ class MessageService:
         await publish_quietly(self.events, events + await self._thread_events(threads))
         return after
 
-    async def delete(self, ids: Sequence[str]) -> list[MessageRecord]:
+    async def delete(self, ids: Sequence[str], *, principal: Principal = OPEN) -> list[MessageRecord]:
         """Mastra's deleteMessages: unknown ids are ignored, [] is a no-op; the affected threads'
-        updatedAt is bumped and the vectors go through the outbox. Returns the deleted messages."""
+        updatedAt is bumped and the vectors go through the outbox. Returns the deleted messages.
+        A restricted principal naming a message of a resource it was not granted gets FORBIDDEN and
+        nothing is deleted (checked on the locked rows, in the delete's transaction)."""
         self._check_batch("deleteMessages", len(ids))
         if any(not isinstance(i, str) or not i.strip() for i in ids):
             raise BadUserInput("All message IDs must be non-empty strings")
+
+        def guard(existing: dict[str, MessageRecord]) -> None:
+            principal.require_messages(existing.values())
+
         deleted = await self.repository.delete_messages(
-            ids, now=now_ms(), track_vectors=self.vectors is not None
+            ids,
+            now=now_ms(),
+            track_vectors=self.vectors is not None,
+            guard=guard if principal.restricted else None,
         )
         await self._sync_vectors([m.id for m in deleted])
         events = [message_event(MESSAGE_DELETED, m.thread_id, m) for m in deleted]
         await publish_quietly(self.events, events + await self._thread_events({m.thread_id for m in deleted}))
         return deleted
+
+    async def watch(
+        self, thread_id: str, *, principal: Principal = OPEN
+    ) -> AsyncIterator[tuple[dict[str, Any], MessageRecord]]:
+        """The message events of a thread from now on, as (payload, message). A restricted principal
+        needs the thread to exist and belong to a granted resource (checked here, before anything is
+        subscribed) and receives only messages of granted resources."""
+        if principal.restricted:
+            principal.require_thread(await self.repository.get_thread(thread_id), thread_id)
+        if self.events is None:
+            raise RuntimeError("MessageService.watch needs an event broker")
+        return self._watch(self.events, thread_id, principal)
+
+    @staticmethod
+    async def _watch(
+        events: EventBroker, thread_id: str, principal: Principal
+    ) -> AsyncIterator[tuple[dict[str, Any], MessageRecord]]:
+        async for payload in events.subscribe(message_channel(thread_id)):
+            record = message_record(payload.get("message"))
+            if record is not None and principal.sees_message(record):
+                yield payload, record
 
 
 def _check_content(content: Any, where: str) -> None:

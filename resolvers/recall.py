@@ -9,11 +9,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from models.records import DateRange, IncludeWindow, MessageQuery, MessageRecord, PageRead, ThreadRecord
 from models.repository import Repository
+from resolvers.auth import OPEN, Principal
 from resolvers.config import deep_merge
 from resolvers.errors import BadUserInput, Forbidden, NotFound
 
@@ -98,16 +99,28 @@ class RecallEngine:
         defaults: dict[str, Any],
         semantic: SemanticSearcher | None = None,
         max_include_items: int | None = None,
+        max_per_page: int | None = None,
+        max_all_rows: int | None = None,
+        max_search_chars: int | None = None,
     ) -> None:
         self.repository = repository
         self.defaults = defaults
         self.semantic = semantic
         self.max_include_items = max_include_items
+        # Abuse limits (None: unlimited): the page size, the rows of a `perPage: false` read, the
+        # length of a vector search text.
+        self.max_per_page = max_per_page
+        self.max_all_rows = max_all_rows
+        self.max_search_chars = max_search_chars
 
     def merged_config(self, thread_config: dict[str, Any] | None) -> dict[str, Any]:
         return deep_merge(self.defaults, thread_config)
 
-    async def recall(self, args: RecallArgs) -> RecallResult:
+    async def recall(self, args: RecallArgs, *, principal: Principal = OPEN) -> RecallResult:
+        self._check_search_text(args.vector_search_string)
+        # 0: who asks. A restricted credential always reads as one of its resources (see _scoped).
+        if principal.restricted:
+            args = await self._scoped(args, principal)
         # 1-2: configuration and message history.
         config = self.merged_config(args.thread_config)
         max_messages = _max_messages(config.get("lastMessages"))
@@ -138,7 +151,8 @@ class RecallEngine:
         usage: dict[str, int] | None = None
         if search_runs:
             if args.resource_id:
-                self._check_owner(args, await self.repository.get_thread(args.thread_id), resource_scope)
+                thread = await self.repository.get_thread(args.thread_id)
+                self._check_owner(args, thread, resource_scope, principal)
             if scope_error is not None:
                 raise scope_error
             # 8: semantic hits become include windows.
@@ -164,7 +178,7 @@ class RecallEngine:
         spec_error: BadUserInput | None = None
         try:
             windows[:0] = self._include_windows(args.include, default_context=2 if search_runs else 0)
-            spec = _page_spec(args, per_page)
+            spec = self._check_page_size(_page_spec(args, per_page), explicit=args.per_page is not None)
         except BadUserInput as exc:
             spec_error = exc
         check_owner = bool(args.resource_id) and not search_runs
@@ -178,30 +192,75 @@ class RecallEngine:
                 windows=windows,
                 window_resource_id=args.resource_id or None,
                 with_thread=check_owner,
+                # perPage false: counted first, and not read at all over the limit.
+                max_rows=self.max_all_rows if spec.limit is None else None,
             )
         if check_owner:
             thread = read.thread if read is not None else await self.repository.get_thread(args.thread_id)
-            self._check_owner(args, thread, resource_scope)
+            self._check_owner(args, thread, resource_scope, principal)
         if scope_error is not None:
             raise scope_error
         if spec_error is not None:
             raise spec_error
         assert spec is not None and read is not None
+        if spec.limit is None and self.max_all_rows is not None and read.total > self.max_all_rows:
+            raise BadUserInput(
+                f"perPage: false may return at most {self.max_all_rows} messages; this read matches "
+                f"{read.total}. Page through them with a numeric perPage.",
+                limit="maxAllRows",
+                max=self.max_all_rows,
+                total=read.total,
+            )
         result = _page_result(args, spec, read)
         result.usage = usage
         # 10: signal filtering, after pagination: totals describe the unfiltered page.
         result.messages = filter_signals(result.messages, args.hide_signals, args.include_system_reminders)
         return result
 
+    async def _scoped(self, args: RecallArgs, principal: Principal) -> RecallArgs:
+        """The call as a restricted principal makes it: resourceId is always set to a granted resource
+        (the one given, which must be granted; else the credential's only one; else the thread's owner
+        when granted), so the ownership check runs and every row read (page, include windows, semantic
+        hits) is limited to that resource."""
+        resource_id = principal.effective_resource(args.resource_id or None)
+        if resource_id is None:
+            found = await self.repository.get_thread(args.thread_id)
+            thread = principal.require_thread(found, args.thread_id)
+            resource_id = thread.resource_id
+        return replace(args, resource_id=resource_id)
+
     @staticmethod
-    def _check_owner(args: RecallArgs, thread: ThreadRecord | None, resource_scope: bool) -> None:
+    def _check_owner(
+        args: RecallArgs, thread: ThreadRecord | None, resource_scope: bool, principal: Principal = OPEN
+    ) -> None:
         if thread is None and not resource_scope:
             raise NotFound(f"No thread found with id {args.thread_id}")
+        if thread is not None and not principal.can_access(thread.resource_id):
+            raise principal.thread_forbidden(args.thread_id)  # names no resource the caller may not see
         if thread is not None and thread.resource_id != args.resource_id:
             raise Forbidden(
                 f"Thread with id {args.thread_id} is for resource with id {thread.resource_id} "
                 f"but resource {args.resource_id} was queried."
             )
+
+    def _check_search_text(self, text: str | None) -> None:
+        if text and self.max_search_chars is not None and len(text) > self.max_search_chars:
+            raise BadUserInput(
+                f"vectorSearchString may be at most {self.max_search_chars} characters, got {len(text)}.",
+                limit="maxSearchChars",
+                max=self.max_search_chars,
+            )
+
+    def _check_page_size(self, spec: _PageSpec, *, explicit: bool) -> _PageSpec:
+        """The page size limit, on perPage or (when perPage is omitted) the lastMessages it defaults to."""
+        if spec.limit is not None and self.max_per_page is not None and spec.limit > self.max_per_page:
+            name = "perPage" if explicit else "lastMessages"
+            raise BadUserInput(
+                f"{name} may be at most {self.max_per_page}, got {spec.limit}.",
+                limit="maxPerPage",
+                max=self.max_per_page,
+            )
+        return spec
 
     def _include_windows(
         self, items: Sequence[IncludeItem] | None, *, default_context: int
@@ -336,7 +395,13 @@ def validate_metadata_filter(metadata: Any) -> dict[str, Any] | None:
                 f'Invalid metadata filter value for key "{key}". '
                 "Values must be string, finite number, boolean, or null."
             )
-    return metadata or None
+    # Filter values are JavaScript numbers in Mastra: integers beyond 2^53 are doubles there (and would
+    # not fit SQL's 64-bit integers here).
+    return {k: float(v) if _huge_int(v) else v for k, v in metadata.items()} or None
+
+
+def _huge_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**53
 
 
 def _is_scalar(value: Any) -> bool:

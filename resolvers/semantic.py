@@ -15,11 +15,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from models.embedders import Embedder, Embedding, chunk_text, embedding_text
+from models.embedders import Embedder, Embedding, EmbeddingError, chunk_text, embedding_text
 from models.records import MessageRecord
 from models.repository import Repository
-from models.vector_index import VectorHit, VectorItem
+from models.vector_index import VectorHit, VectorIndexError, VectorItem
 from resolvers.clock import now_ms
+from resolvers.errors import ServiceUnavailable
 from resolvers.recall import SemanticHit, SemanticResult
 
 log = logging.getLogger("recallql.semantic")
@@ -86,8 +87,16 @@ class SemanticMemory:
     async def search(
         self, text: str, *, thread_id: str, resource_id: str | None, resource_scope: bool, top_k: int
     ) -> SemanticResult:
-        embedding = await self._embed_query(text)
-        index = await self.index()
+        """An embedder or vector index that cannot answer is an outage (SERVICE_UNAVAILABLE) of the
+        search only: saves queue their vector work in the outbox, and reads without a search go on."""
+        try:
+            embedding = await self._embed_query(text)
+            index = await self.index()
+        except EmbeddingError as exc:
+            log.warning("semantic search: the embedder failed: %s", exc)
+            raise ServiceUnavailable(
+                "Semantic search is unavailable: the embedder cannot be reached.", service="embedder"
+            ) from exc
         resource_ids: Sequence[str | None]
         if resource_scope:
             resource_ids = [resource_id]
@@ -95,12 +104,18 @@ class SemanticMemory:
             resource_ids = await self.repository.thread_resource_ids(thread_id)
         hits: list[SemanticHit] = []
         for vector in embedding.vectors:  # one query per chunk of a (very long) query text, as Mastra does
-            found = await index.query(
-                vector,
-                resource_ids=resource_ids,
-                thread_id=None if resource_scope else thread_id,
-                top_k=top_k,
-            )
+            try:
+                found = await index.query(
+                    vector,
+                    resource_ids=resource_ids,
+                    thread_id=None if resource_scope else thread_id,
+                    top_k=top_k,
+                )
+            except VectorIndexError as exc:
+                log.warning("semantic search: the vector index failed: %s", exc)
+                raise ServiceUnavailable(
+                    "Semantic search is unavailable: the vector index cannot be reached.", service="vectors"
+                ) from exc
             hits.extend(SemanticHit(h.message_id, h.thread_id, h.score) for h in found)
         usage = {"tokens": embedding.tokens} if embedding.tokens is not None else None
         return SemanticResult(hits=hits, usage=usage)

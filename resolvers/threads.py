@@ -4,12 +4,13 @@ divergences). Every change is announced on the event broker after it has committ
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from models.records import MessageRecord, ThreadRecord
 from models.repository import Repository, RowConflict
+from resolvers.auth import OPEN, Principal
 from resolvers.clock import now_ms, to_iso
 from resolvers.config import deep_merge
 from resolvers.errors import BadUserInput, Conflict, Forbidden, NotFound
@@ -22,7 +23,9 @@ from resolvers.events import (
     EventBroker,
     message_event,
     publish_quietly,
+    thread_channel,
     thread_event,
+    thread_record,
 )
 from resolvers.messages import VectorSync, sync_vectors
 from resolvers.recall import validate_metadata_filter
@@ -64,18 +67,23 @@ class ThreadService:
         vectors: VectorSync | None = None,
         defaults: dict[str, Any] | None = None,
         vector_sync_timeout: float = 10.0,
+        max_per_page: int | None = None,
     ) -> None:
         self.repository = repository
         self.events = events
         self.vectors = vectors
         self.defaults = defaults or {}
         self.vector_sync_timeout = vector_sync_timeout
+        self.max_per_page = max_per_page  # threads' perPage limit (None: unlimited)
 
-    async def get(self, thread_id: str, resource_id: str | None = None) -> ThreadRecord | None:
+    async def get(
+        self, thread_id: str, resource_id: str | None = None, *, principal: Principal = OPEN
+    ) -> ThreadRecord | None:
+        """The thread; None when unknown, not of `resource_id`, or not accessible to the principal."""
         thread = await self.repository.get_thread(thread_id)
         if thread is None or (resource_id and thread.resource_id != resource_id):
             return None
-        return thread
+        return thread if principal.sees_thread(thread) else None
 
     async def create(
         self,
@@ -85,9 +93,11 @@ class ThreadService:
         title: str | None = None,
         metadata: dict[str, Any] | None = None,
         created_at: int | None = None,
+        principal: Principal = OPEN,
     ) -> ThreadRecord:
         if not resource_id or not resource_id.strip():
             raise BadUserInput("resourceId must be a non-empty string.")
+        principal.require(resource_id)
         if thread_id is not None and not thread_id.strip():
             raise BadUserInput("id must be a non-empty string when given.")
         _check_metadata(metadata)
@@ -107,9 +117,20 @@ class ThreadService:
         return thread
 
     async def update(
-        self, thread_id: str, *, title: str | None = None, metadata: dict[str, Any] | None = None
+        self,
+        thread_id: str,
+        *,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        principal: Principal = OPEN,
     ) -> ThreadRecord:
         _check_metadata(metadata)
+        if principal.restricted:
+            # A thread never changes resource, so checking before the write is enough.
+            existing = await self.repository.get_thread(thread_id)
+            if existing is None:
+                raise NotFound(f"Thread {thread_id} not found")
+            principal.require_thread(existing, thread_id)
         thread = await self.repository.update_thread(thread_id, title=title, metadata=metadata, now=now_ms())
         if thread is None:
             raise NotFound(f"Thread {thread_id} not found")
@@ -125,11 +146,19 @@ class ThreadService:
         order_field: str = "createdAt",
         descending: bool = True,
         metadata: Any = None,
+        principal: Principal = OPEN,
     ) -> ThreadPage:
+        principal.require(resource_id)
         if page < 0:
             raise BadUserInput("page must be >= 0")
         if per_page is not False and per_page < 0:
             raise BadUserInput("perPage must be >= 0")
+        if per_page is not False and self.max_per_page is not None and per_page > self.max_per_page:
+            raise BadUserInput(
+                f"perPage may be at most {self.max_per_page}, got {per_page}.",
+                limit="maxPerPage",
+                max=self.max_per_page,
+            )
         if per_page is False and page != 0:
             raise BadUserInput("page must be 0 when perPage is false")
         filters = validate_metadata_filter(metadata)
@@ -146,20 +175,38 @@ class ThreadService:
         has_more = per_page is not False and offset + per_page < total
         return ThreadPage(threads, total, page, per_page, has_more)
 
-    async def delete(self, thread_id: str, resource_id: str | None = None) -> bool:
+    async def delete(
+        self, thread_id: str, resource_id: str | None = None, *, principal: Principal = OPEN
+    ) -> bool:
         """Deletes the thread, its messages and (through the outbox) their vectors. An unknown id is a
-        no-op answering false, as in Mastra; with resourceId, another resource's thread is FORBIDDEN."""
+        no-op answering false, as in Mastra; with resourceId, another resource's thread is FORBIDDEN.
+        A restricted principal may delete only a thread of a granted resource (all its messages go with
+        it) or, under an unknown thread id, only messages of granted resources."""
         if not thread_id or not thread_id.strip():
             raise BadUserInput("id must be a non-empty string.")
         if resource_id:
+            principal.require(resource_id)
             existing = await self.repository.get_thread(thread_id)
+            if existing is not None and not principal.can_access(existing.resource_id):
+                raise principal.thread_forbidden(thread_id)
             if existing is not None and existing.resource_id != resource_id:
                 raise Forbidden(
                     f"Thread with id {thread_id} is for resource with id {existing.resource_id} "
                     f"but resource {resource_id} was queried."
                 )
+
+        def guard(found: ThreadRecord | None, filed: list[MessageRecord]) -> None:
+            # In the delete's transaction: what is deleted is exactly what was checked.
+            if found is not None:
+                principal.require_thread(found, thread_id)
+            else:
+                principal.require_messages(filed)
+
         thread, messages = await self.repository.delete_thread(
-            thread_id, now=now_ms(), track_vectors=self.vectors is not None
+            thread_id,
+            now=now_ms(),
+            track_vectors=self.vectors is not None,
+            guard=guard if principal.restricted else None,
         )
         await sync_vectors(self.vectors, [m.id for m in messages], self.vector_sync_timeout)
         events = [message_event(MESSAGE_DELETED, thread_id, m) for m in messages]
@@ -178,6 +225,7 @@ class ThreadService:
         metadata: dict[str, Any] | None = None,
         options: CloneOptions | None = None,
         memory_config: dict[str, Any] | None = None,
+        principal: Principal = OPEN,
     ) -> CloneResult:
         """Mastra's cloneThread: a new thread (new id, metadata.clone = {sourceThreadId, clonedAt,
         lastMessageId}) holding copies of the selected messages (new ids, same createdAt and order).
@@ -185,7 +233,10 @@ class ThreadService:
         The clone's metadata is the source's, merged with `metadata`, plus `clone` (Mastra's docs; its
         code drops the source's metadata). The title defaults to "Clone of <title>" ("" for an untitled
         source). Working memory follows Mastra: thread scope travels with the metadata; resource scope
-        is copied to a different target resource (when enabled and set)."""
+        is copied to a different target resource (when enabled and set).
+
+        A restricted principal needs the source's resource and the target resource granted; messages
+        in the source of resources it was not granted are not copied."""
         opts = options or CloneOptions()
         if not source_thread_id or not source_thread_id.strip():
             raise BadUserInput("sourceThreadId must be a non-empty string.")
@@ -193,6 +244,8 @@ class ThreadService:
             raise BadUserInput("newThreadId must be a non-empty string when given.")
         if resource_id is not None and not resource_id.strip():
             raise BadUserInput("resourceId must be a non-empty string when given.")
+        if resource_id is not None:
+            principal.require(resource_id)
         _check_metadata(metadata)
         if opts.message_limit is not None and opts.message_limit < 0:
             raise BadUserInput("options.messageLimit must be >= 0")
@@ -209,6 +262,9 @@ class ThreadService:
             source: ThreadRecord, selected: list[MessageRecord]
         ) -> tuple[ThreadRecord, list[MessageRecord]]:
             id_map.clear()  # a retried transaction builds again
+            if principal.restricted:  # in the clone's transaction: the source as it is copied
+                principal.require_thread(source, source.id)
+                selected = [m for m in selected if principal.sees_message(m)]
             clone_info: dict[str, Any] = {"sourceThreadId": source.id, "clonedAt": to_iso(now)}
             if selected:
                 clone_info["lastMessageId"] = selected[-1].id
@@ -250,6 +306,25 @@ class ThreadService:
         events.extend(message_event(MESSAGE_SAVED, thread.id, m) for m in copies)
         await publish_quietly(self.events, events)
         return CloneResult(thread, copies, id_map)
+
+    def watch(
+        self, resource_id: str, *, principal: Principal = OPEN
+    ) -> AsyncIterator[tuple[dict[str, Any], ThreadRecord]]:
+        """The thread events of a resource from now on, as (payload, thread). The resource must be
+        granted (FORBIDDEN here, before anything is subscribed); each event is checked again."""
+        principal.require(resource_id)
+        if self.events is None:
+            raise RuntimeError("ThreadService.watch needs an event broker")
+        return self._watch(self.events, resource_id, principal)
+
+    @staticmethod
+    async def _watch(
+        events: EventBroker, resource_id: str, principal: Principal
+    ) -> AsyncIterator[tuple[dict[str, Any], ThreadRecord]]:
+        async for payload in events.subscribe(thread_channel(resource_id)):
+            record = thread_record(payload.get("thread"))
+            if record is not None and principal.sees_thread(record):
+                yield payload, record
 
 
 def _check_metadata(metadata: Any) -> None:

@@ -21,6 +21,7 @@ from jsonschema import validators
 
 from models.records import ResourceRecord, ThreadRecord
 from models.repository import Repository
+from resolvers.auth import OPEN, Principal
 from resolvers.clock import now_ms
 from resolvers.config import DEFAULT_WORKING_MEMORY_TEMPLATE, deep_merge
 from resolvers.errors import BadUserInput, Forbidden, NotFound
@@ -133,9 +134,18 @@ class WorkingMemoryService:
         return WorkingMemoryTemplate("markdown", (cfg.template or DEFAULT_WORKING_MEMORY_TEMPLATE).strip())
 
     async def get(
-        self, thread_id: str, resource_id: str | None, memory_config: dict[str, Any] | None
+        self,
+        thread_id: str,
+        resource_id: str | None,
+        memory_config: dict[str, Any] | None,
+        *,
+        principal: Principal = OPEN,
     ) -> str | None:
-        """getWorkingMemory: null when disabled or empty; resource scope needs a resourceId."""
+        """getWorkingMemory: null when disabled or empty; resource scope needs a resourceId. A
+        restricted principal reads as a granted resource (resourceId defaults to its only one; another
+        is FORBIDDEN) and only threads of granted resources (FORBIDDEN otherwise)."""
+        if principal.restricted:
+            resource_id = principal.effective_resource(resource_id)
         cfg = self.config(memory_config)
         if not cfg.enabled:
             return None
@@ -147,7 +157,7 @@ class WorkingMemoryService:
         thread = await self.repository.get_thread(thread_id)
         if thread is None:
             return None
-        _check_owner(thread, resource_id)
+        _check_owner(thread, resource_id, principal)
         return _thread_working_memory(thread)
 
     @staticmethod
@@ -176,9 +186,13 @@ class WorkingMemoryService:
         memory_config: dict[str, Any] | None,
         *,
         mode: str = REPLACE,
+        principal: Principal = OPEN,
     ) -> WorkingMemoryState:
         """updateWorkingMemory, with Mastra's checks and messages, plus schema validation and the
-        APPEND (Markdown) and MERGE (JSON) modes. One scope's updates are serialised."""
+        APPEND (Markdown) and MERGE (JSON) modes. One scope's updates are serialised. A restricted
+        principal writes as a granted resource, as `get` reads."""
+        if principal.restricted:
+            resource_id = principal.effective_resource(resource_id)
         cfg = self.config(memory_config)
         if not cfg.enabled:
             raise BadUserInput(DISABLED_ERROR)
@@ -219,7 +233,7 @@ class WorkingMemoryService:
         existing = await self.repository.get_thread(thread_id)
         if existing is None:
             raise NotFound(f"Thread {thread_id} not found")
-        _check_owner(existing, resource_id)
+        _check_owner(existing, resource_id, principal)
         thread = await self.repository.modify_thread_working_memory(thread_id, change, now=now)
         if thread is None:  # deleted in between
             raise NotFound(f"Thread {thread_id} not found")
@@ -256,7 +270,9 @@ def _thread_working_memory(thread: ThreadRecord) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _check_owner(thread: ThreadRecord, resource_id: str | None) -> None:
+def _check_owner(thread: ThreadRecord, resource_id: str | None, principal: Principal = OPEN) -> None:
+    if not principal.can_access(thread.resource_id):
+        raise principal.thread_forbidden(thread.id)  # names no resource the caller may not see
     if resource_id and thread.resource_id != resource_id:
         raise Forbidden(
             f"Thread with id {thread.id} is for resource with id {thread.resource_id} "

@@ -9,8 +9,10 @@ from typing import Any
 
 import strawberry
 from graphql import GraphQLError, ValidationContext, ValidationRule
+from graphql.validation import NoSchemaIntrospectionCustomRule
 from strawberry.extensions import (
     AddValidationRules,
+    DisableIntrospection,
     MaxTokensLimiter,
     ParserCache,
     SchemaExtension,
@@ -21,13 +23,15 @@ from strawberry.extensions.query_depth_limiter import create_validator as depth_
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types.execution import ExecutionContext
 
-from resolvers.errors import RecallQLError
+from resolvers.errors import RecallQLError, outage, unstorable_text
 from schema.fastpath import FastPath
+from schema.federation import FEDERATION_VERSION, FederatedSchema, public_sdl, subgraph_sdl
 from schema.memory import Subscription
 from schema.root import Mutation, Query
 from schema.scalars import SCALAR_MAP
 
-SDL_PATH = Path(__file__).with_name("schema.graphql")
+SDL_PATH = Path(__file__).with_name("schema.graphql")  # the public API (no federation machinery)
+SUBGRAPH_SDL_PATH = Path(__file__).with_name("subgraph.graphql")  # `_service { sdl }`
 MASKED_MESSAGE = "Internal server error."
 log = logging.getLogger("recallql.errors")
 # graphql-core's wording for a value that does not fit its type (as opposed to a malformed query).
@@ -45,6 +49,30 @@ def _is_internal(error: GraphQLError) -> bool:
     validation, variable coercion) have no path and are always the client's to see."""
     original = error.original_error
     return original is not None and error.path is not None and not isinstance(original, RecallQLError)
+
+
+# The query limits' errors (depth, aliases: validation rules; tokens: the parser), by their wording.
+_LIMIT_MARKERS = (
+    ("exceeds maximum operation depth of", "maxQueryDepth"),
+    ("aliases found. Allowed:", "maxAliases"),
+    ("Document contains more than", "maxQueryTokens"),
+)
+
+
+def _limit(error: GraphQLError) -> str | None:
+    return next((limit for marker, limit in _LIMIT_MARKERS if marker in error.message), None)
+
+
+def _classify(extensions: dict[str, Any], error: GraphQLError) -> None:
+    """Fills in the code (and, for a query over a limit, which limit) of an error that has none."""
+    if "code" in extensions:
+        return
+    limit = _limit(error)
+    if limit is not None:
+        extensions["code"] = "QUERY_TOO_COMPLEX"
+        extensions.setdefault("limit", limit)
+        return
+    extensions["code"] = _code(error)
 
 
 def _code(error: GraphQLError) -> str:
@@ -72,14 +100,25 @@ class ErrorPolicy(SchemaExtension):
 
     def _shape(self, error: GraphQLError, request_id: str | None) -> GraphQLError:
         extensions: dict[str, Any] = dict(error.extensions or {})
-        if _is_internal(error):
+        unavailable = outage(error.original_error) if _is_internal(error) else None
+        bad_text = unstorable_text(error.original_error) if _is_internal(error) else None
+        if bad_text is not None:  # input no database can store: the client's error, and nothing was written
+            error = GraphQLError(bad_text.message, nodes=error.nodes, path=error.path)
+            extensions = dict(bad_text.extensions)
+        elif unavailable is not None:  # an outage (database unreachable): not a bug, and said so
+            log.warning(
+                "service unavailable in %s (request %s): %s", error.path, request_id, error.original_error
+            )
+            error = GraphQLError(unavailable.message, nodes=error.nodes, path=error.path)
+            extensions = dict(unavailable.extensions)
+        elif _is_internal(error):
             log.error(
                 "internal error in %s (request %s)", error.path, request_id, exc_info=error.original_error
             )
             extensions = {"code": "INTERNAL_SERVER_ERROR"}
             if self.mask:
                 error = GraphQLError(MASKED_MESSAGE, nodes=error.nodes, path=error.path)
-        extensions.setdefault("code", _code(error))
+        _classify(extensions, error)
         if request_id:
             extensions["requestId"] = request_id
         error.extensions = extensions
@@ -90,7 +129,7 @@ class ErrorPolicy(SchemaExtension):
 FAST_ROOT_FIELDS = frozenset({"recall", "thread", "threads", "messages"})
 
 
-class RecallQLSchema(strawberry.Schema):
+class RecallQLSchema(FederatedSchema):
     fast_path: FastPath
 
     def process_errors(
@@ -109,7 +148,7 @@ class RecallQLSchema(strawberry.Schema):
                 log.error("internal error (request %s)", request_id, exc_info=original)
                 error = errors[n] = GraphQLError(MASKED_MESSAGE)
                 extensions = {"code": "INTERNAL_SERVER_ERROR"}
-            extensions.setdefault("code", _code(error))
+            _classify(extensions, error)
             if request_id:
                 extensions["requestId"] = request_id
             error.extensions = extensions
@@ -137,22 +176,26 @@ def build_schema(
     max_tokens: int = 5000,
     max_aliases: int = 30,
     mask_errors: bool = True,
+    introspection: bool = True,
     extensions: Sequence[Callable[[], SchemaExtension]] = (),
 ) -> strawberry.Schema:
     """`extensions`: extra extension factories (metrics, tracing), run outside the error policy so that
-    they see the errors as clients will."""
+    they see the errors as clients will. `introspection=False` rejects `__schema` and `__type`
+    (GRAPHQL_VALIDATION_FAILED); `__typename` stays allowed."""
     limit_rules = [_depth_rule(max_depth), alias_validator(max_aliases)]
     schema = RecallQLSchema(
         query=Query,
         mutation=Mutation,
         subscription=Subscription,
         config=StrawberryConfig(scalar_map=SCALAR_MAP),
+        federation_version=FEDERATION_VERSION,
         # Factories: Strawberry builds fresh extension instances for every request.
         extensions=[
             *extensions,
             # The limit rules are built once: ValidationCache keys on the rule classes, so per-request
             # classes (what QueryDepthLimiter(...) would make) would never hit the cache.
             lambda: AddValidationRules(limit_rules),
+            *([] if introspection else [DisableIntrospection]),
             lambda: MaxTokensLimiter(max_token_count=max_tokens),
             lambda: ErrorPolicy(mask=mask_errors),
             # Clients send the same few documents over and over: parse and validate each once.
@@ -160,11 +203,20 @@ def build_schema(
             lambda: ValidationCache(maxsize=1024),
         ],
     )
+    # The compiled path only ever answers FAST_ROOT_FIELDS (never __schema / __type); it validates with
+    # the same rules all the same.
+    fast_rules = (*limit_rules, *([] if introspection else [NoSchemaIntrospectionCustomRule]))
     schema.fast_path = FastPath(
-        schema, root_fields=FAST_ROOT_FIELDS, max_tokens=max_tokens, extra_rules=tuple(limit_rules)
+        schema, root_fields=FAST_ROOT_FIELDS, max_tokens=max_tokens, extra_rules=fast_rules
     )
     return schema
 
 
 def export_sdl() -> str:
-    return build_schema().as_str() + "\n"
+    """The public SDL (schema/schema.graphql): what clients of RecallQL or of a gateway can query."""
+    return public_sdl(export_subgraph_sdl())
+
+
+def export_subgraph_sdl() -> str:
+    """The subgraph SDL (schema/subgraph.graphql): what `_service { sdl }` gives a gateway."""
+    return subgraph_sdl(build_schema())

@@ -330,7 +330,14 @@ def _serialize_object(obj: Any, plan: list[_Field]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for field in plan:
         value = field.getter(obj)
-        out[field.key] = _complete(value, field, field.list_depth) if value is not None else _null(field)
+        if value is None:
+            if not field.nullable:
+                raise _NullInNonNull(field.key)
+            out[field.key] = None
+        elif field.leaf is not None and not field.list_depth:  # the common case, kept inline
+            out[field.key] = field.leaf(value)
+        else:
+            out[field.key] = _complete(value, field, field.list_depth)
     return out
 
 
@@ -356,10 +363,21 @@ def _complete(value: Any, field: _Field, depth: int) -> Any:
     if field.plan is not None:
         return _serialize_object(value, field.plan)
     assert field.union is not None
-    definition = get_object_definition(type(value))
-    if definition is None or definition.name not in field.union:
-        raise _Unsupported
-    return _serialize_object(value, field.union[definition.name])
+    return _serialize_object(value, field.union[_type_name(type(value))])
+
+
+_TYPE_NAMES: dict[type, str] = {}
+
+
+def _type_name(cls: type) -> str:
+    """The GraphQL name of a union member's Python class (looked up once per class)."""
+    name = _TYPE_NAMES.get(cls)
+    if name is None:
+        definition = get_object_definition(cls)
+        if definition is None:
+            raise _Unsupported
+        name = _TYPE_NAMES[cls] = definition.name
+    return name
 
 
 def _identity(value: Any) -> Any:

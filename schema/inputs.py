@@ -21,25 +21,27 @@ def given(value: Any) -> Any:
 
 @strawberry.enum(description="The field messages are ordered by.")
 class MessageOrderField(Enum):
-    CREATED_AT = "createdAt"
+    CREATED_AT = strawberry.enum_value("createdAt", description="Creation time, then insertion order.")
 
 
 @strawberry.enum(description="Where a semantic search looks: the thread, or every thread of the resource.")
 class RecallScope(Enum):
-    THREAD = "thread"
-    RESOURCE = "resource"
+    THREAD = strawberry.enum_value("thread", description="Only the thread being recalled.")
+    RESOURCE = strawberry.enum_value("resource", description="Every thread of the thread's resource.")
 
 
 @strawberry.enum(description="Where working memory lives: on the resource (default) or on the thread.")
 class WorkingMemoryScope(Enum):
-    THREAD = "thread"
-    RESOURCE = "resource"
+    THREAD = strawberry.enum_value("thread", description="In the thread's metadata.workingMemory.")
+    RESOURCE = strawberry.enum_value("resource", description="On the resource, shared by its threads.")
 
 
 @strawberry.enum(description="The field threads are ordered by.")
 class ThreadOrderField(Enum):
-    CREATED_AT = "createdAt"
-    UPDATED_AT = "updatedAt"
+    CREATED_AT = strawberry.enum_value("createdAt", description="When the thread was created.")
+    UPDATED_AT = strawberry.enum_value(
+        "updatedAt", description="When the thread or its messages last changed."
+    )
 
 
 @strawberry.input(description="Which window of the thread is read. Output is always chronological.")

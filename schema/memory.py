@@ -14,9 +14,9 @@ from strawberry.types import Info
 from models.records import ResourceRecord
 from resolvers.context import RequestContext
 from resolvers.errors import BadUserInput
-from resolvers.events import message_channel, message_record, thread_channel, thread_record
 from resolvers.messages import MessagePatch
 from resolvers.threads import CloneOptions
+from schema.federation import ENTITY_TAG, resource_reference
 from schema.inputs import MemoryConfigInput, ThreadOrderBy, WorkingMemoryScope, given
 from schema.scalars import JSON, DateTime, PerPage
 from schema.types import Message, Thread, ThreadPage
@@ -44,8 +44,8 @@ def _per_page(value: object) -> int | bool:
 # ---------------------------------------------------------------------------------------------- types
 @strawberry.enum(description="How working memory is stored: a Markdown template or a JSON Schema.")
 class WorkingMemoryFormat(Enum):
-    MARKDOWN = "markdown"
-    JSON = "json"
+    MARKDOWN = strawberry.enum_value("markdown", description="A Markdown template.")
+    JSON = strawberry.enum_value("json", description="A JSON Schema (working memory is a JSON document).")
 
 
 @strawberry.type(description="The working-memory template of a memory config (getWorkingMemoryTemplate).")
@@ -59,9 +59,19 @@ class WorkingMemoryTemplate:
     )
 
 
-@strawberry.type(description="A resource (an end user): owns threads and, in resource scope, working memory.")
+@strawberry.federation.type(
+    keys=["id"],
+    tags=[ENTITY_TAG],
+    description="A resource (an end user): owns threads and, in resource scope, working memory.",
+)
 class Resource:
     _record: strawberry.Private[ResourceRecord]
+
+    @classmethod
+    async def resolve_reference(cls, info: Ctx, **representation: Any) -> Resource | None:
+        """Federation: a Resource entity by id (batched; null when unknown or not accessible)."""
+        record = await resource_reference(info.context, representation)
+        return cls(_record=record) if record else None
 
     @strawberry.field(description="The resource id.")
     def id(self) -> str:
@@ -110,6 +120,7 @@ class Resource:
             order_field=order.field.value if order else "createdAt",
             descending=order.direction.value == "DESC" if order else True,
             metadata=given(metadata),
+            principal=info.context.principal,
         )
         return ThreadPage(
             threads=[Thread(_record=t) for t in result.threads],
@@ -152,17 +163,21 @@ class DeleteMessagesPayload:
 
 @strawberry.enum(description="What happened to a message.")
 class MessageEventKind(Enum):
-    SAVED = "SAVED"
-    UPDATED = "UPDATED"
-    DELETED = "DELETED"
+    SAVED = strawberry.enum_value("SAVED", description="Stored by saveMessages, or copied in by cloneThread.")
+    UPDATED = strawberry.enum_value("UPDATED", description="Changed by updateMessages.")
+    DELETED = strawberry.enum_value("DELETED", description="Deleted (deleteMessages or deleteThread).")
 
 
 @strawberry.enum(description="What happened to a thread.")
 class ThreadEventKind(Enum):
-    CREATED = "CREATED"
-    UPDATED = "UPDATED"
-    DELETED = "DELETED"
-    TITLE_GENERATED = "TITLE_GENERATED"
+    CREATED = strawberry.enum_value("CREATED", description="A new thread (createThread, cloneThread).")
+    UPDATED = strawberry.enum_value(
+        "UPDATED", description="Its title, metadata or working memory, or its messages, changed."
+    )
+    DELETED = strawberry.enum_value("DELETED", description="Deleted by deleteThread.")
+    TITLE_GENERATED = strawberry.enum_value(
+        "TITLE_GENERATED", description="Title generation gave the thread a title."
+    )
 
 
 @strawberry.type(description="A change to a message of the subscribed thread.")
@@ -195,9 +210,11 @@ class ThreadEvent:
 # ---------------------------------------------------------------------------------------------- inputs
 @strawberry.enum(description="How updateWorkingMemory combines the new value with the stored one.")
 class WorkingMemoryUpdateMode(Enum):
-    REPLACE = "replace"
-    APPEND = "append"
-    MERGE = "merge"
+    REPLACE = strawberry.enum_value("replace", description="The new value replaces the stored one.")
+    APPEND = strawberry.enum_value("append", description="Adds a line to Markdown working memory.")
+    MERGE = strawberry.enum_value(
+        "merge", description="Deep-merges a JSON object into JSON working memory (null deletes a key)."
+    )
 
 
 @strawberry.input(description="Which messages cloneThread copies (all given conditions apply).")
@@ -271,9 +288,11 @@ class UpdateMessageInput:
 # ---------------------------------------------------------------------------------------------- roots
 @strawberry.type
 class MemoryQuery:
-    @strawberry.field(description="A resource by id (null when unknown).")
+    @strawberry.field(
+        description="A resource by id (null when unknown; FORBIDDEN when the credential does not grant it)."
+    )
     async def resource(self, info: Ctx, id: Annotated[str, _arg("The resource id.")]) -> Resource | None:
-        record = await info.context.resources.load(id)
+        record = await info.context.resource(id)
         return Resource(_record=record) if record else None
 
     @strawberry.field(
@@ -293,7 +312,7 @@ class MemoryQuery:
         ] = UNSET,
     ) -> str | None:
         return await info.context.services.working_memory.get(
-            str(thread_id), given(resource_id), _config(memory_config)
+            str(thread_id), given(resource_id), _config(memory_config), principal=info.context.principal
         )
 
     @strawberry.field(
@@ -325,7 +344,9 @@ class MemoryMutation:
         id: Annotated[strawberry.ID, _arg("The thread id.")],
         resource_id: Annotated[str | None, _arg("When given, the thread must belong to it.")] = UNSET,
     ) -> bool:
-        return await info.context.services.threads.delete(str(id), given(resource_id))
+        return await info.context.services.threads.delete(
+            str(id), given(resource_id), principal=info.context.principal
+        )
 
     @strawberry.mutation(
         description="Mastra's cloneThread: a new thread with copies of (a selection of) the source's "
@@ -357,6 +378,7 @@ class MemoryMutation:
                 message_ids=[str(i) for i in ids] if ids is not None else None,
             ),
             memory_config=_config(memory_config),
+            principal=info.context.principal,
         )
         return CloneThreadPayload(
             thread=Thread(_record=result.thread),
@@ -376,7 +398,9 @@ class MemoryMutation:
         info: Ctx,
         messages: Annotated[list[UpdateMessageInput], _arg("The changes, applied in order.")],
     ) -> list[Message]:
-        updated = await info.context.services.messages.update([m.to_patch() for m in messages])
+        updated = await info.context.services.messages.update(
+            [m.to_patch() for m in messages], principal=info.context.principal
+        )
         return [Message(_record=m) for m in updated]
 
     @strawberry.mutation(
@@ -386,7 +410,9 @@ class MemoryMutation:
     async def delete_messages(
         self, info: Ctx, ids: Annotated[list[strawberry.ID], _arg("The message ids.")]
     ) -> DeleteMessagesPayload:
-        deleted = await info.context.services.messages.delete([str(i) for i in ids])
+        deleted = await info.context.services.messages.delete(
+            [str(i) for i in ids], principal=info.context.principal
+        )
         return DeleteMessagesPayload(deleted=len(deleted), ids=[strawberry.ID(m.id) for m in deleted])
 
     @strawberry.mutation(
@@ -414,7 +440,12 @@ class MemoryMutation:
         ] = WorkingMemoryUpdateMode.REPLACE,
     ) -> WorkingMemoryPayload:
         state = await info.context.services.working_memory.update(
-            str(thread_id), given(resource_id), working_memory, _config(memory_config), mode=mode.value
+            str(thread_id),
+            given(resource_id),
+            working_memory,
+            _config(memory_config),
+            mode=mode.value,
+            principal=info.context.principal,
         )
         return WorkingMemoryPayload(
             scope=WorkingMemoryScope(state.scope),
@@ -434,10 +465,8 @@ class Subscription:
     async def message_saved(
         self, info: Ctx, thread_id: Annotated[strawberry.ID, _arg("The thread to watch.")]
     ) -> AsyncGenerator[MessageEvent, None]:
-        async for payload in info.context.services.events.subscribe(message_channel(str(thread_id))):
-            record = message_record(payload.get("message"))
-            if record is None:
-                continue
+        events = await info.context.services.messages.watch(str(thread_id), principal=info.context.principal)
+        async for payload, record in events:
             info.context.clear_caches()
             yield MessageEvent(
                 kind=MessageEventKind(payload["kind"]),
@@ -453,10 +482,8 @@ class Subscription:
     async def thread_updated(
         self, info: Ctx, resource_id: Annotated[str, _arg("The resource whose threads to watch.")]
     ) -> AsyncGenerator[ThreadEvent, None]:
-        async for payload in info.context.services.events.subscribe(thread_channel(resource_id)):
-            record = thread_record(payload.get("thread"))
-            if record is None:
-                continue
+        events = info.context.services.threads.watch(resource_id, principal=info.context.principal)
+        async for payload, record in events:
             info.context.clear_caches()
             yield ThreadEvent(
                 kind=ThreadEventKind(payload["kind"]),

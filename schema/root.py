@@ -34,7 +34,7 @@ def _arg(description: str, **kwargs: object) -> object:
     return strawberry.argument(description=description, **kwargs)  # type: ignore[arg-type]
 
 
-@strawberry.type
+@strawberry.type(description="Reads: recall, threads, messages, resources and working memory.")
 class Query(MemoryQuery):
     @strawberry.field(
         description="Mastra's Memory.recall(): the messages of a thread an agent or a UI needs."
@@ -103,7 +103,8 @@ class Query(MemoryQuery):
                 include_system_reminders=given(include_system_reminders),
                 thread_config=config.to_value() if config else None,
                 vector_search_string=given(vector_search_string),
-            )
+            ),
+            principal=info.context.principal,
         )
         return RecallResult(
             messages=[Message(_record=m) for m in result.messages],
@@ -121,7 +122,9 @@ class Query(MemoryQuery):
         id: Annotated[strawberry.ID, _arg("The thread id.")],
         resource_id: Annotated[str | None, _arg("When given, the thread must belong to it.")] = UNSET,
     ) -> Thread | None:
-        record = await info.context.services.threads.get(str(id), given(resource_id))
+        record = await info.context.services.threads.get(
+            str(id), given(resource_id), principal=info.context.principal
+        )
         return Thread(_record=record) if record else None
 
     @strawberry.field(description="A resource's threads, newest first by default.")
@@ -142,6 +145,7 @@ class Query(MemoryQuery):
             order_field=order.field.value if order else "createdAt",
             descending=order.direction.value == "DESC" if order else True,
             metadata=given(metadata),
+            principal=info.context.principal,
         )
         return ThreadPage(
             threads=[Thread(_record=t) for t in result.threads],
@@ -169,23 +173,31 @@ def _page_size(value: object) -> int | bool:
     return value
 
 
-@strawberry.type
+@strawberry.type(description="Writes: threads, messages and working memory.")
 class Mutation(MemoryMutation):
     @strawberry.mutation(description="Creates a thread; an existing id is a CONFLICT.")
-    async def create_thread(self, info: Ctx, input: CreateThreadInput) -> Thread:
+    async def create_thread(
+        self, info: Ctx, input: Annotated[CreateThreadInput, _arg("The thread to create.")]
+    ) -> Thread:
         record = await info.context.services.threads.create(
             resource_id=input.resource_id,
             thread_id=str(input.id) if given(input.id) is not None else None,
             title=given(input.title),
             metadata=given(input.metadata),
             created_at=given(input.created_at),
+            principal=info.context.principal,
         )
         return Thread(_record=record)
 
     @strawberry.mutation(description="Updates a thread's title and shallow-merges its metadata.")
-    async def update_thread(self, info: Ctx, input: UpdateThreadInput) -> Thread:
+    async def update_thread(
+        self, info: Ctx, input: Annotated[UpdateThreadInput, _arg("The thread and its changes.")]
+    ) -> Thread:
         record = await info.context.services.threads.update(
-            str(input.id), title=given(input.title), metadata=given(input.metadata)
+            str(input.id),
+            title=given(input.title),
+            metadata=given(input.metadata),
+            principal=info.context.principal,
         )
         return Thread(_record=record)
 
@@ -217,6 +229,7 @@ class Mutation(MemoryMutation):
                 for m in messages
             ],
             config.to_value() if config else None,
+            principal=info.context.principal,
         )
         return SaveMessagesPayload(
             messages=[Message(_record=r) for r in result.messages], acknowledged=result.acknowledged

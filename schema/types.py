@@ -10,6 +10,7 @@ from strawberry.types import Info
 
 from models.records import MessageRecord, ThreadRecord
 from resolvers.context import RequestContext
+from schema.federation import ENTITY_TAG, message_reference, thread_reference
 from schema.scalars import JSON, DateTime, PerPage
 
 if TYPE_CHECKING:
@@ -18,12 +19,17 @@ if TYPE_CHECKING:
 
 @strawberry.enum(description="The six stored signal types (exact strings, no aliasing).")
 class SignalType(Enum):
-    USER = "user"
-    STATE = "state"
-    REACTIVE = "reactive"
-    NOTIFICATION = "notification"
-    USER_MESSAGE = "user-message"
-    SYSTEM_REMINDER = "system-reminder"
+    USER = strawberry.enum_value("user", description="Signals of type `user`.")
+    STATE = strawberry.enum_value("state", description="Signals of type `state`.")
+    REACTIVE = strawberry.enum_value("reactive", description="Signals of type `reactive`.")
+    NOTIFICATION = strawberry.enum_value("notification", description="Signals of type `notification`.")
+    USER_MESSAGE = strawberry.enum_value(
+        "user-message", description="Signals of type `user-message` (such as a `data-user-message` part)."
+    )
+    SYSTEM_REMINDER = strawberry.enum_value(
+        "system-reminder",
+        description="Signals of type `system-reminder`; also legacy system reminders of no other type.",
+    )
 
 
 SIGNAL_TYPES_BY_VALUE = {member.value: member for member in SignalType}
@@ -31,25 +37,25 @@ SIGNAL_TYPES_BY_VALUE = {member.value: member for member in SignalType}
 
 @strawberry.enum(description="Sort direction.")
 class SortDirection(Enum):
-    ASC = "ASC"
-    DESC = "DESC"
+    ASC = strawberry.enum_value("ASC", description="Ascending: oldest (smallest) first.")
+    DESC = strawberry.enum_value("DESC", description="Descending: newest (largest) first.")
 
 
 # ---------------------------------------------------------------------------------------------- parts
-@strawberry.type(description="Plain text.")
+@strawberry.federation.type(shareable=True, description="Plain text.")
 class TextPart:
     type: str = strawberry.field(description="Always `text`.")
     text: str = strawberry.field(description="The text.")
 
 
-@strawberry.type(description="Model reasoning.")
+@strawberry.federation.type(shareable=True, description="Model reasoning.")
 class ReasoningPart:
     type: str = strawberry.field(description="Always `reasoning`.")
     reasoning: str | None = strawberry.field(description="The reasoning text, when given as one string.")
     details: JSON | None = strawberry.field(description="Structured reasoning details, as stored.")
 
 
-@strawberry.type(description="A tool call and, once known, its result.")
+@strawberry.federation.type(shareable=True, description="A tool call and, once known, its result.")
 class ToolInvocation:
     state: str | None = strawberry.field(description="call, partial-call or result.")
     tool_call_id: str | None = strawberry.field(description="The call id that links call and result.")
@@ -59,13 +65,13 @@ class ToolInvocation:
     step: int | None = strawberry.field(description="The agent step the call belongs to.")
 
 
-@strawberry.type(description="A tool invocation part.")
+@strawberry.federation.type(shareable=True, description="A tool invocation part.")
 class ToolInvocationPart:
     type: str = strawberry.field(description="Always `tool-invocation`.")
     tool_invocation: ToolInvocation = strawberry.field(description="The invocation.")
 
 
-@strawberry.type(description="A file (inline data or a URL).")
+@strawberry.federation.type(shareable=True, description="A file (inline data or a URL).")
 class FilePart:
     type: str = strawberry.field(description="Always `file`.")
     mime_type: str | None = strawberry.field(description="The file's media type.")
@@ -73,18 +79,20 @@ class FilePart:
     filename: str | None = strawberry.field(description="The file name, when known.")
 
 
-@strawberry.type(description="A cited source.")
+@strawberry.federation.type(shareable=True, description="A cited source.")
 class SourcePart:
     type: str = strawberry.field(description="Always `source`.")
     source: JSON | None = strawberry.field(description="The source object, as stored.")
 
 
-@strawberry.type(description="The start of an agent step.")
+@strawberry.federation.type(shareable=True, description="The start of an agent step.")
 class StepStartPart:
     type: str = strawberry.field(description="Always `step-start`.")
 
 
-@strawberry.type(description="A custom data part (`data-<name>`), including signals (`data-signal`).")
+@strawberry.federation.type(
+    shareable=True, description="A custom data part (`data-<name>`), including signals (`data-signal`)."
+)
 class DataPart:
     type: str = strawberry.field(description="`data-` followed by the name.")
     name: str = strawberry.field(description="The part's name: its type without the `data-` prefix.")
@@ -92,7 +100,9 @@ class DataPart:
     data: JSON | None = strawberry.field(description="The part's data, as stored.")
 
 
-@strawberry.type(description="A part of a type this schema does not model; `raw` holds it as stored.")
+@strawberry.federation.type(
+    shareable=True, description="A part of a type this schema does not model; `raw` holds it as stored."
+)
 class UnknownPart:
     type: str = strawberry.field(description="The stored type string.")
     raw: JSON = strawberry.field(description="The part as stored.")
@@ -182,9 +192,17 @@ class MessageContent:
         return self._raw
 
 
-@strawberry.type(description="A stored message.")
+@strawberry.federation.type(keys=["id"], tags=[ENTITY_TAG], description="A stored message.")
 class Message:
     _record: strawberry.Private[MessageRecord]
+
+    @classmethod
+    async def resolve_reference(
+        cls, info: Info[RequestContext, None], **representation: Any
+    ) -> Message | None:
+        """Federation: a Message entity by its key (batched; null when unknown or not accessible)."""
+        record = await message_reference(info.context, representation)
+        return cls(_record=record) if record else None
 
     @strawberry.field(description="The message id.")
     def id(self) -> strawberry.ID:
@@ -228,8 +246,17 @@ class Message:
         record = await info.context.threads.load(self._record.thread_id)
         return Thread(_record=record) if record else None
 
+    @strawberry.federation.field(
+        inaccessible=True,
+        description="The resource that owns the message's thread (batched), for other subgraphs' "
+        "@requires; @inaccessible: not in the public API, where thread { resourceId } gives it.",
+    )
+    async def thread_resource_id(self, info: Info[RequestContext, None]) -> str | None:
+        record = await info.context.threads.load(self._record.thread_id)
+        return record.resource_id if record else None
 
-@strawberry.type(description="Embedding usage of a call that embedded text.")
+
+@strawberry.federation.type(shareable=True, description="Embedding usage of a call that embedded text.")
 class EmbeddingUsage:
     tokens: int = strawberry.field(description="Tokens the embedder reported.")
 
@@ -250,9 +277,19 @@ class RecallResult:
 
 
 # ---------------------------------------------------------------------------------------------- threads
-@strawberry.type(description="A conversation thread, owned by one resource.")
+@strawberry.federation.type(
+    keys=["id"], tags=[ENTITY_TAG], description="A conversation thread, owned by one resource."
+)
 class Thread:
     _record: strawberry.Private[ThreadRecord]
+
+    @classmethod
+    async def resolve_reference(
+        cls, info: Info[RequestContext, None], **representation: Any
+    ) -> Thread | None:
+        """Federation: a Thread entity by its key (batched; null when unknown or not accessible)."""
+        record = await thread_reference(info.context, representation)
+        return cls(_record=record) if record else None
 
     @strawberry.field(description="The thread id.")
     def id(self) -> strawberry.ID:

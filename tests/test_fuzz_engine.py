@@ -21,14 +21,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from models.records import DateRange, MessageRecord
 from models.signals import SIGNAL_TYPES
 from resolvers.context import Services
-from resolvers.errors import RecallQLError
+from resolvers.errors import RecallQLError, unstorable_text
 from resolvers.messages import MessageInput
 from resolvers.recall import IncludeItem, OrderBy, RecallArgs, RecallResult
 from tests.support import uid
@@ -520,9 +519,9 @@ async def test_paging_walks_every_row_once(
 
 
 async def test_nul_character_never_fails_internally(services: Services) -> None:
-    """U+0000 in a message, a thread title or a filter value: stored (SQLite) or rejected as bad input,
-    never a database error. Known bug on PostgreSQL (text and jsonb cannot hold U+0000): the save fails
-    with a DBAPIError, which the API reports as INTERNAL_SERVER_ERROR."""
+    """U+0000 in a message, a thread title or a filter value: stored (SQLite) or rejected as bad input.
+    PostgreSQL's text and jsonb cannot hold it: there the database refuses the write (nothing is stored)
+    and the API reports that error as BAD_USER_INPUT (resolvers.errors.unstorable_text)."""
     prefix = uid("nul")
     await services.threads.create(resource_id=f"{prefix}-r", thread_id=f"{prefix}-t")
     attempts = {
@@ -548,7 +547,6 @@ async def test_nul_character_never_fails_internally(services: Services) -> None:
         except RecallQLError:
             pass
         except Exception as error:
-            failures.append(f"{what}: {type(error).__name__}: {str(error).splitlines()[0]}")
-    if failures and services.repository.is_postgres:
-        pytest.xfail("known bug, U+0000 on PostgreSQL: " + "; ".join(failures))
+            if unstorable_text(error) is None:
+                failures.append(f"{what}: {type(error).__name__}: {str(error).splitlines()[0]}")
     assert not failures

@@ -14,15 +14,27 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
+from strawberry import UNSET
 from strawberry.asgi import GraphQL
+from strawberry.exceptions import ConnectionRejectionError
 
 from models.db import create_engine, is_sqlite
 from models.migrate import upgrade
 from models.repository import Repository
 from resolvers.context import RequestContext, Services
 from schema import build_schema
+from web.auth import (
+    PRINCIPAL_KEY,
+    Authenticator,
+    BearerAuth,
+    Unauthenticated,
+    on_connect,
+    websocket_principal,
+)
 from web.compiled import GraphQLFront
 from web.frontend import frontend_routes, graphiql_response
+from web.health import readiness
+from web.limits import LegacyWSHandler, TransportWSHandler
 from web.observability import Observability, observe_compiled_operation, request_id_of
 from web.settings import Settings, get_settings
 from web.wiring import build_chat, build_events, build_semantic
@@ -31,11 +43,32 @@ log = logging.getLogger("recallql")
 
 
 class RecallQLGraphQL(GraphQL[RequestContext, None]):
+    # The per-connection operation limit's refusal carries a code like every other error (web/limits.py).
+    graphql_transport_ws_handler_class = TransportWSHandler
+    graphql_ws_handler_class = LegacyWSHandler
+
+    authenticator: Authenticator  # set by create_app (web/auth.py)
+
     async def get_context(self, request: Any, response: Any = None) -> RequestContext:
-        context = RequestContext(services=request.app.state.services)
+        # Who asks: BearerAuth put the principal of an HTTP request in its scope (the compiled read
+        # path passes the same scope); a WebSocket's comes from its upgrade header, then connection_init.
+        principal = request.scope.get(PRINCIPAL_KEY)
+        if principal is None:
+            if request.scope["type"] == "websocket":
+                principal = await websocket_principal(self.authenticator, request.scope)
+            else:
+                principal = self.authenticator.default_principal
+        context = RequestContext(services=request.app.state.services, principal=principal)
         # The X-Request-ID of this request (web.observability), so errors' requestId matches it.
         context.request_id = request_id_of(request) or context.request_id
         return context
+
+    async def on_ws_connect(self, context: RequestContext) -> Any:
+        try:
+            await on_connect(self.authenticator, context)
+        except Unauthenticated as exc:
+            raise ConnectionRejectionError({"message": exc.message, "code": exc.code}) from None
+        return UNSET
 
     async def render_graphql_ide(self, request: Any) -> Response:
         return graphiql_response(self.graphql_ide_html)
@@ -95,6 +128,9 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     settings = settings or get_settings()
     # Logging is configured for a served app; an app given its services (tests) leaves it alone.
     observability = Observability(settings, configure_logging_now=services is None)
+    # Bearer tokens to principals (web/auth.py); a bad RECALLQL_API_KEYS / JWKS file stops startup here.
+    authenticator = Authenticator(settings)
+    authenticator.log_startup()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -105,7 +141,10 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         built = services
         if built is None:
             engine = create_engine(
-                url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
+                url,
+                pool_size=settings.db_pool_size,
+                max_overflow=settings.db_max_overflow,
+                connect_timeout=settings.db_connect_timeout,
             )
             if settings.auto_migrate:
                 await upgrade(engine)
@@ -120,6 +159,9 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
                 events=build_events(settings),
                 chat=build_chat(settings),
                 title_timeout=settings.chat_timeout,
+                max_per_page=settings.max_per_page,
+                max_all_rows=settings.max_all_rows,
+                max_search_chars=settings.max_search_chars,
             )
         app.state.services = built
         observability.instrument(built)
@@ -153,10 +195,13 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
             max_tokens=settings.max_query_tokens,
             max_aliases=settings.max_aliases,
             mask_errors=not settings.debug,
+            introspection=settings.introspection,
             extensions=observability.graphql_extensions(),
         ),
         graphql_ide="graphiql",
+        max_subscriptions_per_connection=settings.max_subscriptions_per_connection,
     )
+    graphql_app.authenticator = authenticator
     schema = graphql_app.schema
     graphql_endpoint = GraphQLFront(
         graphql_app,
@@ -172,18 +217,15 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         return PlainTextResponse("ok")
 
     async def readyz(request: Request) -> Response:
-        try:
-            await request.app.state.services.repository.ping()
-        except Exception as exc:  # readiness reports any failure; it must not raise
-            log.warning("readyz: database unreachable: %s", exc)
-            return JSONResponse({"ready": False, "database": "unreachable"}, status_code=503)
-        return JSONResponse({"ready": True, "database": "ok"})
+        status, report = await readiness(request.app.state.services, settings)  # web/health.py
+        return JSONResponse(report, status_code=status)
 
     return Starlette(
         routes=[
             Route("/healthz", healthz),
             Route("/readyz", readyz),
-            Route("/graphql", graphql_endpoint, methods=["GET", "POST"]),
+            # Authentication first (401 before anything parses the request), then the compiled front.
+            Route("/graphql", BearerAuth(graphql_endpoint, authenticator), methods=["GET", "POST"]),
             # Subscriptions: graphql-transport-ws (and the legacy graphql-ws) on the same path.
             WebSocketRoute("/graphql", graphql_app),
             *observability.routes(),

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -82,16 +83,27 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     return 0
 
 
+def _exit_cleanly(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     settings = _apply_overrides(args)
     host = args.host or settings.host
+    # The workers decide whether authentication is on from the bind host (RECALLQL_AUTH=auto).
+    os.environ["RECALLQL_HOST"] = host
     port = args.port if args.port is not None else settings.port
     workers = args.workers or settings.workers
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    from web.observability import configure_logging
+
+    configure_logging(settings.log_level, settings.log_format, access_log_enabled=settings.access_log)
+    multiprocess_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if multiprocess_dir:
+        # prometheus-client's multiprocess files must not outlive the processes that wrote them.
+        for stale in Path(multiprocess_dir).glob("*.db"):
+            stale.unlink()
     log = logging.getLogger("recallql")
     if settings.auto_migrate and not args.no_migrate:
         applied = asyncio.run(_migrate(settings))
@@ -99,6 +111,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             log.info("applied migrations: %s", ", ".join(applied))
     # Migrations ran once, here; the workers must not race each other doing it again.
     os.environ["RECALLQL_AUTO_MIGRATE"] = "false"
+    get_settings.cache_clear()  # a single worker runs in this process: it must see the variables above
     log.info(
         "RecallQL on http://%s:%s/graphql (database %s, %s worker(s))",
         host,
@@ -106,6 +119,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         _redact(settings.resolved_database_url),
         workers,
     )
+    if workers == 1:
+        # Once its graceful shutdown is done (in-flight requests finished, the lifespan closed), uvicorn
+        # re-raises the signal that stopped it. A SIGTERM-requested shutdown is a clean exit (status 0),
+        # as it is under uvicorn's multi-worker supervisor.
+        signal.signal(signal.SIGTERM, _exit_cleanly)
     uvicorn.run(
         "web.app:create_app",
         factory=True,
@@ -263,6 +281,27 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_keys_new(args: argparse.Namespace) -> int:
+    """A fresh key (shown once) and the entry to add to RECALLQL_API_KEYS (which holds only its hash)."""
+    import json
+
+    from web.auth import key_entry, new_key
+
+    key = new_key()
+    try:
+        entry = key_entry(args.name, key, resources=args.resources or (), admin=args.admin)
+    except ValueError as exc:
+        raise SystemExit(f"keys new: {exc}") from exc
+    print(f"key:   {key}")  # noqa: T201
+    print(f"entry: {json.dumps(entry)}")  # noqa: T201
+    print(  # noqa: T201
+        "The key is shown once: give it to the client (Authorization: Bearer <key>). Add the entry to the "
+        "RECALLQL_API_KEYS JSON list; the server stores only its SHA-256.",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def _redact(url: str) -> str:
     from sqlalchemy.engine import make_url
 
@@ -313,6 +352,17 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("--data-dir", type=Path)
     export.add_argument("--database-url")
     export.set_defaults(func=cmd_export)
+
+    keys = sub.add_parser("keys", help="API keys for RECALLQL_API_KEYS")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    new = keys_sub.add_parser("new", help="print a new random API key and its RECALLQL_API_KEYS entry")
+    new.add_argument("--name", required=True, help="a name for the key (logs, error messages)")
+    grant = new.add_mutually_exclusive_group(required=True)
+    grant.add_argument(
+        "--resource", action="append", dest="resources", help="a resource it may access (repeatable)"
+    )
+    grant.add_argument("--admin", action="store_true", help="it may access every resource")
+    new.set_defaults(func=cmd_keys_new)
 
     args = parser.parse_args(argv)
     return int(args.func(args))

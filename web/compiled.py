@@ -19,17 +19,10 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from schema.fastpath import FastPath
+from web.observability import current_request_id
 
 # GraphQL's \u0000 escape in a query text (not an escaped backslash followed by "u0000").
 _GRAPHQL_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
-_NUL_ERROR = orjson.dumps(
-    {
-        "data": None,
-        "errors": [
-            {"message": "Strings may not contain U+0000 (NUL).", "extensions": {"code": "BAD_USER_INPUT"}}
-        ],
-    }
-)
 
 
 class GraphQLFront:
@@ -52,7 +45,7 @@ class GraphQLFront:
         if scope["method"] != "POST":
             params = parse_qs(scope.get("query_string", b"").decode("latin-1"))
             if any(_has_nul(value) for values in params.values() for value in values):
-                await _respond(send, _NUL_ERROR)
+                await _respond(send, _nul_error())
                 return
             await self.app(scope, receive, send)
             return
@@ -64,7 +57,7 @@ class GraphQLFront:
             except orjson.JSONDecodeError:
                 payload = None
         if _has_nul(payload):
-            await _respond(send, _NUL_ERROR)
+            await _respond(send, _nul_error())
             return
         answer = await self._answer(scope, payload) if self.fast_path is not None else None
         if answer is None:
@@ -107,6 +100,15 @@ def _has_nul(value: Any) -> bool:
     if isinstance(value, list):
         return any(_has_nul(v) for v in value)
     return False
+
+
+def _nul_error() -> bytes:
+    extensions: dict[str, Any] = {"code": "BAD_USER_INPUT"}
+    request_id = current_request_id()
+    if request_id:
+        extensions["requestId"] = request_id
+    message = "Strings may not contain U+0000 (NUL)."
+    return orjson.dumps({"data": None, "errors": [{"message": message, "extensions": extensions}]})
 
 
 async def _respond(send: Send, body: bytes) -> None:

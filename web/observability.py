@@ -194,7 +194,10 @@ class TextFormatter(logging.Formatter):
         request_id = getattr(record, "request_id", None) or _request_id.get()
         record.rid = f" [{request_id}]" if request_id else ""
         extras = {k: v for k, v in _extras(record).items() if k not in ("rid", "fields")}
-        record.fields = "".join(f" {k}={v}" for k, v in extras.items())
+        # An access line says it all in its message already; its fields are for the JSON format.
+        record.fields = (
+            "" if record.name == access_log.name else "".join(f" {k}={v}" for k, v in extras.items())
+        )
         return super().format(record)
 
 

@@ -26,6 +26,8 @@ class Settings(BaseSettings):
     )
     db_pool_size: int = 10
     db_max_overflow: int = 10
+    # PostgreSQL: seconds a new connection may take before the request fails with SERVICE_UNAVAILABLE.
+    db_connect_timeout: float = 5.0
     auto_migrate: bool = True
 
     host: str = "127.0.0.1"
@@ -72,6 +74,19 @@ class Settings(BaseSettings):
     # Answer supported read queries through the compiled path (identical results, less CPU).
     compiled_reads: bool = True
 
+    # Authentication (web/auth.py; README "Authentication"): "auto" is off on a loopback host and
+    # required otherwise. Bearer tokens are API keys (stored as sha256 hex) or JWTs.
+    auth: Literal["auto", "required", "off"] = "auto"
+    api_keys: list[dict[str, Any]] = Field(default_factory=list)  # [{name, sha256, resources | admin}]
+    jwt_secret: str | None = None  # HS256
+    jwt_jwks_file: Path | None = None  # RS256, keys from a JWKS file
+    jwt_jwks_url: str | None = None  # RS256, keys from a JWKS endpoint (cached)
+    jwt_issuer: str | None = None
+    jwt_audience: str | None = None
+    jwt_resource_claim: str = "sub"
+    jwt_admin_claim: str | None = None
+    jwt_leeway: float = 0.0  # seconds of clock skew allowed on exp / nbf / iat
+
     # Limits.
     max_query_depth: int = 12
     max_query_tokens: int = 5000
@@ -79,6 +94,11 @@ class Settings(BaseSettings):
     max_include_items: int = 100
     max_save_batch: int = 1000
     max_body_bytes: int = 8 * 1024 * 1024
+    max_per_page: int = 1000  # recall / threads perPage (and lastMessages as a page size)
+    max_all_rows: int = 10_000  # rows a `perPage: false` recall may return
+    max_search_chars: int = 16_384 * 4  # vectorSearchString length
+    max_subscriptions_per_connection: int = 16  # operations at once on one WebSocket
+    introspection: bool = True  # __schema / __type (GraphiQL needs them)
 
     @field_validator("last_messages", mode="before")
     @classmethod

@@ -69,6 +69,8 @@ def upgrade() -> None:
         "thread_resources",
         sa.Column("thread_id", sa.String(), nullable=False),
         sa.Column("resource_id", sa.String(), nullable=False),
+        sa.Column("message_count", sa.BigInteger(), server_default="0", nullable=False),
+        sa.Column("version", sa.BigInteger(), server_default="0", nullable=False),
         sa.PrimaryKeyConstraint("thread_id", "resource_id"),
     )
     op.create_table(

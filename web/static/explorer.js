@@ -36,16 +36,32 @@
     }
   }
 
-  async function gql(query, variables = {}) {
+  // With authentication on (README "Authentication"), the token the user types, kept for this tab only.
+  const TOKEN_KEY = 'recallql.explorer.token';
+
+  async function gql(query, variables = {}, retried = false) {
     let response;
+    const token = sessionStorage.getItem(TOKEN_KEY);
     try {
       response = await fetch(ENDPOINT, {
         method: 'POST',
-        headers: { 'Content-Type': 'application/json', Accept: 'application/json' },
+        headers: {
+          'Content-Type': 'application/json',
+          Accept: 'application/json',
+          ...(token ? { Authorization: `Bearer ${token}` } : {}),
+        },
         body: JSON.stringify({ query, variables }),
       });
     } catch (err) {
       throw new ApiError([{ message: `The server did not answer (${err.message}).` }]);
+    }
+    if (response.status === 401 && !retried) {
+      // Ask once (concurrent requests that failed meanwhile retry with the token just typed).
+      if (sessionStorage.getItem(TOKEN_KEY) === token) {
+        const typed = window.prompt('This server requires a token (an API key or a JWT):', '');
+        if (typed && typed.trim()) sessionStorage.setItem(TOKEN_KEY, typed.trim());
+      }
+      if (sessionStorage.getItem(TOKEN_KEY) !== token) return gql(query, variables, true);
     }
     let body;
     try {

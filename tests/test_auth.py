@@ -1,0 +1,774 @@
+"""Authentication (web/auth.py): the mode decision, API keys, JWTs (HS256, RS256 from a JWKS file or URL),
+401s over real HTTP, WebSocket authentication for subscriptions, the keys CLI, and the principal reaching
+the compiled read path. Tenant isolation itself is tests/test_tenant_isolation.py."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import hmac
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jwt
+import pytest
+import websockets
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from resolvers.auth import NOBODY, OPEN, Principal
+from resolvers.context import RequestContext, Services
+from schema import build_schema
+from tests.factories import msg, seed
+from tests.support import REPO, ServerProcess, free_port, require, running_server, text_message, uid
+from web.auth import (
+    KEY_PREFIX,
+    OFF_WARNING,
+    Authenticator,
+    Unauthenticated,
+    auth_required,
+    hash_key,
+    is_loopback,
+    key_entry,
+    new_key,
+    parse_api_keys,
+)
+from web.cli import main as cli_main
+from web.settings import Settings
+
+SECRET = "test-secret-" + "x" * 40
+ISSUER = "https://issuer.test"
+AUDIENCE = "recallql"
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def rsa_key() -> rsa.RSAPrivateKey:
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def jwks(*keys: tuple[str, rsa.RSAPrivateKey]) -> dict[str, Any]:
+    out = []
+    for kid, key in keys:
+        jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+        out.append({**jwk, "kid": kid, "use": "sig", "alg": "RS256"})
+    return {"keys": out}
+
+
+def forge_hs256(payload: dict[str, Any], key: bytes, kid: str) -> str:
+    """An HS256 token made by hand (PyJWT refuses to use a public key as an HMAC secret)."""
+
+    def b64(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    signing_input = f"{b64(json.dumps({'alg': 'HS256', 'typ': 'JWT', 'kid': kid}).encode())}." + b64(
+        json.dumps(payload).encode()
+    )
+    signature = hmac.new(key, signing_input.encode(), hashlib.sha256).digest()
+    return f"{signing_input}.{b64(signature)}"
+
+
+def hs256(claims: dict[str, Any], secret: str = SECRET) -> str:
+    return jwt.encode(claims, secret, algorithm="HS256")
+
+
+def rs256(claims: dict[str, Any], key: rsa.RSAPrivateKey, kid: str | None = "k1") -> str:
+    return jwt.encode(claims, key, algorithm="RS256", headers={"kid": kid} if kid else None)
+
+
+def claims(**extra: Any) -> dict[str, Any]:
+    now = int(time.time())
+    return {"iss": ISSUER, "aud": AUDIENCE, "iat": now, "exp": now + 600, **extra}
+
+
+def settings(**values: Any) -> Settings:
+    return Settings(**{"auth": "required", **values})
+
+
+async def rejected(authenticator: Authenticator, authorization: str | None) -> Unauthenticated:
+    with pytest.raises(Unauthenticated) as caught:
+        await authenticator.authenticate(authorization)
+    return caught.value
+
+
+class WsSession:
+    """graphql-transport-ws spoken directly, so close codes and error payloads can be checked."""
+
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+        self.next_id = 0
+
+    async def subscribe(self, query: str, **variables: Any) -> str:
+        self.next_id += 1
+        op = str(self.next_id)
+        await self.ws.send(
+            json.dumps({"id": op, "type": "subscribe", "payload": {"query": query, "variables": variables}})
+        )
+        return op
+
+    async def receive(self, timeout: float = 5.0) -> dict[str, Any]:
+        return json.loads(await asyncio.wait_for(self.ws.recv(), timeout))
+
+    async def receive_for(self, op: str, timeout: float = 5.0) -> dict[str, Any]:
+        while True:
+            message = await self.receive(timeout)
+            if message.get("id") == op:
+                return message
+
+
+@contextlib.asynccontextmanager
+async def ws_session(
+    base_url: str, *, init_payload: dict[str, Any] | None = None, headers: dict[str, str] | None = None
+) -> AsyncIterator[WsSession]:
+    """A connection that sent connection_init and got connection_ack (raises ConnectionClosed if the
+    server refused it)."""
+    url = base_url.replace("http://", "ws://", 1) + "/graphql"
+    async with websockets.connect(
+        url, subprotocols=["graphql-transport-ws"], additional_headers=headers or {}
+    ) as ws:
+        await ws.send(json.dumps({"type": "connection_init", "payload": init_payload or {}}))
+        ack = json.loads(await asyncio.wait_for(ws.recv(), 5))
+        assert ack["type"] == "connection_ack", ack
+        yield WsSession(ws)
+
+
+async def ws_refused(base_url: str, **kwargs: Any) -> int:
+    """The close code of a connection the server refuses at connection_init."""
+    with pytest.raises(websockets.ConnectionClosed) as closed:
+        async with ws_session(base_url, **kwargs):
+            pass
+    assert closed.value.rcvd is not None
+    return closed.value.rcvd.code
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def gql(
+    url: str, query: str, token: str | None = None, **variables: Any
+) -> tuple[int, dict[str, Any], httpx.Headers]:
+    async with httpx.AsyncClient(timeout=30) as client:
+        response = await client.post(
+            f"{url}/graphql",
+            json={"query": query, "variables": variables},
+            headers=bearer(token) if token else {},
+        )
+    return response.status_code, response.json(), response.headers
+
+
+def codes(body: dict[str, Any]) -> list[str]:
+    return [e["extensions"]["code"] for e in body.get("errors") or []]
+
+
+# ---------------------------------------------------------------------------------------------- mode
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.0.0.2", True),
+        ("localhost", True),
+        ("LOCALHOST", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("192.168.1.10", False),
+        ("10.0.0.1", False),
+        ("example.com", False),
+        ("", False),
+    ],
+)
+def test_auto_mode_is_open_only_on_loopback(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+    assert auth_required("auto", host) is (not loopback)
+    assert auth_required("required", host) is True
+    assert auth_required("off", host) is False
+
+
+def test_unknown_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="RECALLQL_AUTH"):
+        auth_required("maybe", "127.0.0.1")
+    with pytest.raises(ValueError):
+        Settings(auth="maybe")  # type: ignore[arg-type]
+
+
+async def test_off_means_open_and_nobody_is_refused_everything() -> None:
+    off = Authenticator(Settings(auth="off", host="0.0.0.0"))
+    assert not off.enabled and off.default_principal is OPEN
+    assert await off.authenticate(None) is OPEN
+    assert await off.authenticate("Bearer whatever") is OPEN
+    on = Authenticator(settings())
+    assert on.enabled and on.default_principal is NOBODY
+    assert not NOBODY.can_access("anything") and NOBODY.restricted
+
+
+# ---------------------------------------------------------------------------------------------- API keys
+def test_api_key_entries_are_validated() -> None:
+    digest = hash_key("k")
+    good = parse_api_keys(
+        [
+            {"name": "web", "sha256": digest, "resources": ["a", "b"]},
+            {"name": "ops", "sha256": "0" * 64, "admin": True},
+        ]
+    )
+    assert good[0].resources == frozenset({"a", "b"}) and good[1].resources is None
+    bad: list[tuple[Any, str]] = [
+        ([{"sha256": digest, "resources": ["a"]}], "name"),
+        ([{"name": "x", "sha256": "abc", "resources": ["a"]}], "64 hex"),
+        ([{"name": "x", "sha256": digest}], "resources"),
+        ([{"name": "x", "sha256": digest, "resources": []}], "resources"),
+        ([{"name": "x", "sha256": digest, "resources": [""]}], "resources"),
+        ([{"name": "x", "sha256": digest, "admin": True, "resources": ["a"]}], "admin key"),
+        ([{"name": "x", "sha256": digest, "admin": "yes"}], "admin"),
+        ([{"name": "x", "sha256": digest, "resources": ["a"], "scopes": []}], "unknown"),
+        (
+            [
+                {"name": "x", "sha256": digest, "resources": ["a"]},
+                {"name": "x", "sha256": "1" * 64, "resources": ["a"]},
+            ],
+            "twice",
+        ),
+        (
+            [
+                {"name": "x", "sha256": digest, "resources": ["a"]},
+                {"name": "y", "sha256": digest.upper(), "resources": ["b"]},
+            ],
+            "twice",
+        ),
+        (["nope"], "object"),
+    ]
+    for entries, message in bad:
+        with pytest.raises(ValueError, match=message):
+            parse_api_keys(entries)
+
+
+def test_api_keys_setting_reads_json_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    entry = {"name": "web", "sha256": hash_key("k"), "resources": ["alice"]}
+    monkeypatch.setenv("RECALLQL_API_KEYS", json.dumps([entry]))
+    monkeypatch.setenv("RECALLQL_AUTH", "required")
+    loaded = Settings(_env_file=None)
+    assert loaded.auth == "required" and loaded.api_keys == [entry]
+
+
+async def test_api_keys_valid_invalid_missing_admin() -> None:
+    alice, ops = new_key(), new_key()
+    auth = Authenticator(
+        settings(
+            api_keys=[
+                key_entry("web", alice, resources=["alice", "alice2"]),
+                key_entry("ops", ops, admin=True),
+            ]
+        )
+    )
+    assert alice.startswith(KEY_PREFIX) and len(alice) > 40 and alice != ops
+    principal = await auth.authenticate(f"Bearer {alice}")
+    assert principal == Principal("key:web", frozenset({"alice", "alice2"}))
+    assert (await auth.authenticate(f"bearer   {alice}  ")).name == "key:web"  # scheme case, spaces
+    admin = await auth.authenticate(f"Bearer {ops}")
+    assert admin.admin and admin.name == "key:ops"
+
+    missing = await rejected(auth, None)
+    assert missing.status == 401 and not missing.invalid_token
+    assert json.loads(missing.body()) == {
+        "errors": [{"message": missing.message, "extensions": {"code": "UNAUTHENTICATED"}}]
+    }
+    assert missing.headers() == [(b"www-authenticate", b'Bearer realm="recallql"')]
+    for value in ("", "Bearer", "Bearer ", f"Basic {alice}", alice, f"Bearer {alice}x", "Bearer rql_nope"):
+        error = await rejected(auth, value)
+        assert error.code == "UNAUTHENTICATED"
+    wrong = await rejected(auth, f"Bearer {alice[:-1]}")
+    assert wrong.invalid_token and (
+        b"www-authenticate",
+        b'Bearer realm="recallql", error="invalid_token"',
+    ) in (wrong.headers())
+
+
+# ---------------------------------------------------------------------------------------------- JWT
+async def test_jwt_hs256() -> None:
+    auth = Authenticator(settings(jwt_secret=SECRET, jwt_issuer=ISSUER, jwt_audience=AUDIENCE))
+    assert (await auth.authenticate(f"Bearer {hs256(claims(sub='alice'))}")) == Principal(
+        "jwt:alice", frozenset({"alice"})
+    )
+    now = int(time.time())
+    for token, reason in [
+        (hs256(claims(sub="alice", exp=now - 10)), "expired"),
+        (hs256(claims(sub="alice", aud="someone-else")), "audience"),
+        (hs256({k: v for k, v in claims(sub="alice").items() if k != "aud"}), "aud"),
+        (hs256(claims(sub="alice", iss="https://evil.test")), "issuer"),
+        (hs256({k: v for k, v in claims(sub="alice").items() if k != "iss"}), "iss"),
+        (hs256(claims(sub="alice"), secret="another-secret-" + "y" * 40), "Signature verification failed"),
+        (hs256(claims(sub="alice", nbf=now + 3600)), "not yet valid"),
+        (hs256(claims()), "'sub' claim"),  # no resource claim
+        (hs256(claims(sub=""), secret=SECRET), "'sub' claim"),
+        (jwt.encode(claims(sub="alice"), None, algorithm="none"), "algorithm 'none'"),
+        (rs256(claims(sub="alice"), rsa_key()), "algorithm 'RS256'"),  # no JWKS configured
+        ("aaa.bbb.ccc", "Invalid token"),
+    ]:
+        error = await rejected(auth, f"Bearer {token}")
+        assert error.code == "UNAUTHENTICATED" and error.invalid_token
+        assert reason.lower() in error.message.lower(), (reason, error.message)
+
+
+async def test_jwt_resource_claim_as_list_and_admin_claim() -> None:
+    auth = Authenticator(
+        settings(jwt_secret=SECRET, jwt_resource_claim="recallql_resources", jwt_admin_claim="recallql_admin")
+    )
+    listed = await auth.authenticate(f"Bearer {hs256({'sub': 'u1', 'recallql_resources': ['a', 'b']})}")
+    assert listed == Principal("jwt:u1", frozenset({"a", "b"}))
+    single = await auth.authenticate(f"Bearer {hs256({'sub': 'u1', 'recallql_resources': 'a'})}")
+    assert single.resources == frozenset({"a"}) and single.only_resource() == "a"
+    admin = await auth.authenticate(f"Bearer {hs256({'sub': 'ops', 'recallql_admin': True})}")
+    assert admin.admin
+    # Only the boolean true makes an admin; the sub claim is not a resource here.
+    for payload in (
+        {"sub": "u1", "recallql_admin": "true"},
+        {"sub": "u1"},
+        {"sub": "u1", "recallql_resources": []},
+        {"sub": "u1", "recallql_resources": ["a", 3]},
+        {"sub": "u1", "recallql_resources": {"a": 1}},
+    ):
+        error = await rejected(auth, f"Bearer {hs256(payload)}")
+        assert "recallql_resources" in error.message
+    # Without issuer/audience settings, tokens without them verify; a token with an `aud` then does not
+    # (set RECALLQL_JWT_AUDIENCE when tokens carry one).
+    await rejected(auth, f"Bearer {hs256({'sub': 'u1', 'recallql_resources': 'a', 'aud': 'x'})}")
+
+
+def test_short_jwt_secret_is_refused() -> None:
+    with pytest.raises(ValueError, match="32 bytes"):
+        Authenticator(settings(jwt_secret="short"))
+
+
+async def test_jwt_rs256_from_a_jwks_file(tmp_path: Path) -> None:
+    key1, key2, stranger = rsa_key(), rsa_key(), rsa_key()
+    path = tmp_path / "jwks.json"
+    path.write_text(json.dumps(jwks(("k1", key1))))
+    auth = Authenticator(settings(jwt_jwks_file=path, jwt_issuer=ISSUER, jwt_audience=AUDIENCE))
+    assert (await auth.authenticate(f"Bearer {rs256(claims(sub='alice'), key1)}")).resources == {"alice"}
+    # A single key also serves tokens without a kid.
+    assert (
+        await auth.authenticate(f"Bearer {rs256(claims(sub='alice'), key1, kid=None)}")
+    ).name == "jwt:alice"
+    assert "kid" in (await rejected(auth, f"Bearer {rs256(claims(sub='a'), key2, kid='k2')}")).message
+    assert "signature" in (await rejected(auth, f"Bearer {rs256(claims(sub='a'), stranger)}")).message.lower()
+    expired = rs256(claims(sub="a", exp=int(time.time()) - 5), key1)
+    assert "expired" in (await rejected(auth, f"Bearer {expired}")).message
+    # HS256 "signed" with the public key (algorithm confusion): no HS256 secret is configured, so refused.
+    public_pem = key1.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    confused = forge_hs256(claims(sub="alice"), public_pem, kid="k1")
+    assert "algorithm 'HS256'" in (await rejected(auth, f"Bearer {confused}")).message
+    # Key rotation: a new kid in the file is picked up without a restart.
+    path.write_text(json.dumps(jwks(("k1", key1), ("k2", key2))))
+    os.utime(path, (time.time() + 5, time.time() + 5))
+    assert (await auth.authenticate(f"Bearer {rs256(claims(sub='bob'), key2, kid='k2')}")).name == "jwt:bob"
+    # A broken file stops startup with its name.
+    (tmp_path / "bad.json").write_text("{nope")
+    with pytest.raises(ValueError, match=r"bad\.json"):
+        Authenticator(settings(jwt_jwks_file=tmp_path / "bad.json"))
+
+
+@contextlib.contextmanager
+def jwks_server(document: dict[str, Any]) -> Iterator[str]:
+    body = json.dumps(document).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/.well-known/jwks.json"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+async def test_jwt_rs256_from_a_jwks_url() -> None:
+    key = rsa_key()
+    with jwks_server(jwks(("k1", key))) as url:
+        auth = Authenticator(settings(jwt_jwks_url=url, jwt_resource_claim="tenants"))
+        principal = await auth.authenticate(f"Bearer {rs256({'sub': 'u', 'tenants': ['a', 'b']}, key)}")
+        assert principal.resources == frozenset({"a", "b"})
+        error = await rejected(auth, f"Bearer {rs256({'sub': 'u', 'tenants': 'a'}, rsa_key())}")
+        assert error.code == "UNAUTHENTICATED"
+    unreachable = Authenticator(settings(jwt_jwks_url=f"http://127.0.0.1:{free_port()}/jwks"))
+    error = await rejected(unreachable, f"Bearer {rs256({'sub': 'a'}, key)}")
+    assert error.status == 503 and error.code == "SERVICE_UNAVAILABLE"
+
+
+# ------------------------------------------------------------------------------------ the compiled path
+async def test_the_compiled_read_path_applies_the_principal(services: Services) -> None:
+    await seed(services, msg("m1"), msg("o1", thread="t2", resource="r2"), threads={"t1": "r1", "t2": "r2"})
+    schema = build_schema()
+    r1 = Principal("key:r1", frozenset({"r1"}))
+
+    async def run(query: str, principal: Principal) -> tuple[Any, Any]:
+        plan = schema.fast_path.plan(query, None)
+        assert plan is not None, "the compiled path should handle this query"
+        fast = await schema.fast_path.execute(
+            plan, None, RequestContext(services=services, principal=principal)
+        )
+        normal = await schema.execute(
+            query, context_value=RequestContext(services=services, principal=principal)
+        )
+        return fast, normal
+
+    fast, normal = await run('{ a: thread(id: "t1") { id } b: thread(id: "t2") { id } }', r1)
+    assert fast == {"data": {"a": {"id": "t1"}, "b": None}} and normal.data == fast["data"]
+    fast, normal = await run('{ messages(ids: ["m1", "o1"]) { id } }', r1)
+    assert fast == {"data": {"messages": [{"id": "m1"}, None]}} and normal.data == fast["data"]
+    fast, normal = await run('{ recall(threadId: "t1", include: [{id: "o1"}]) { messages { id } } }', r1)
+    assert fast == {"data": {"recall": {"messages": [{"id": "m1"}]}}}
+    # Refusals leave the compiled path (None), and the normal path reports them.
+    for query in ('{ recall(threadId: "t2") { total } }', '{ threads(resourceId: "r2") { total } }'):
+        fast, normal = await run(query, r1)
+        assert fast is None and normal.errors and normal.errors[0].extensions["code"] == "FORBIDDEN"
+    # Unrestricted, everything as before.
+    fast, _ = await run('{ messages(ids: ["m1", "o1"]) { id } }', OPEN)
+    assert fast == {"data": {"messages": [{"id": "m1"}, {"id": "o1"}]}}
+
+
+# ---------------------------------------------------------------------------------------------- over HTTP
+ALICE, BOB, CAROL = uid("alice"), uid("bob"), uid("carol")
+KEYS = {"alice": new_key(), "bob": new_key(), "multi": new_key(), "admin": new_key()}
+JWT_KEY = rsa_key()
+
+
+@pytest.fixture(scope="module")
+def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    tmp = tmp_path_factory.mktemp("auth-server")
+    (tmp / "jwks.json").write_text(json.dumps(jwks(("k1", JWT_KEY))))
+    env = {
+        "RECALLQL_AUTH": "required",
+        "RECALLQL_API_KEYS": json.dumps(
+            [
+                key_entry("alice-web", KEYS["alice"], resources=[ALICE]),
+                key_entry("bob-web", KEYS["bob"], resources=[BOB]),
+                key_entry("multi", KEYS["multi"], resources=[ALICE, CAROL]),
+                key_entry("ops", KEYS["admin"], admin=True),
+            ]
+        ),
+        "RECALLQL_JWT_SECRET": SECRET,
+        "RECALLQL_JWT_JWKS_FILE": str(tmp / "jwks.json"),
+        "RECALLQL_JWT_ISSUER": ISSUER,
+        "RECALLQL_JWT_AUDIENCE": AUDIENCE,
+        "RECALLQL_JWT_RESOURCE_CLAIM": "resources",
+        "RECALLQL_JWT_ADMIN_CLAIM": "recallql_admin",
+        "RECALLQL_DATABASE_URL": f"sqlite+aiosqlite:///{tmp / 'auth.db'}",
+    }
+    with running_server(tmp / "data", env) as server:
+        yield server
+
+
+CREATE = "mutation($i: CreateThreadInput!) { createThread(input: $i) { id resourceId } }"
+SAVE = "mutation($m: [MessageInput!]!) { saveMessages(messages: $m) { messages { id } } }"
+THREAD = "query($id: ID!) { thread(id: $id) { id title } }"
+THREADS = "query($r: String!) { threads(resourceId: $r) { total threads { id } } }"
+MESSAGE_EVENTS = "subscription($t: ID!) { messageSaved(threadId: $t) { kind messageId message { id } } }"
+THREAD_EVENTS = "subscription($r: String!) { threadUpdated(resourceId: $r) { kind threadId } }"
+
+
+async def test_missing_and_invalid_tokens_are_401(auth_server: ServerProcess) -> None:
+    url = auth_server.url
+    status, body, headers = await gql(url, "{ __typename }")
+    assert status == 401
+    assert body == {
+        "errors": [{"message": body["errors"][0]["message"], "extensions": {"code": "UNAUTHENTICATED"}}]
+    }
+    assert "Authorization: Bearer" in body["errors"][0]["message"]
+    assert headers["www-authenticate"] == 'Bearer realm="recallql"'
+    now = int(time.time())
+    for token in (
+        "rql_not-a-key",
+        KEYS["alice"] + "x",
+        hs256(claims(resources=ALICE, exp=now - 30)),  # expired
+        hs256(claims(resources=ALICE, aud="other")),  # wrong audience
+        hs256(claims(resources=ALICE, iss="https://evil.test")),  # wrong issuer
+        hs256(claims(resources=ALICE), secret="z" * 40),  # wrong signature
+        rs256(claims(resources=ALICE), rsa_key()),  # signed by a key not in the JWKS
+    ):
+        status, body, headers = await gql(url, "{ __typename }", token)
+        assert status == 401, body
+        assert codes(body) == ["UNAUTHENTICATED"] and body["errors"][0]["message"].startswith("Invalid")
+        assert headers["www-authenticate"] == 'Bearer realm="recallql", error="invalid_token"'
+    async with httpx.AsyncClient() as client:
+        # GET queries need the token too; the Authorization scheme must be Bearer.
+        response = await client.get(f"{url}/graphql", params={"query": "{ __typename }"})
+        assert response.status_code == 401
+        response = await client.post(
+            f"{url}/graphql",
+            json={"query": "{ __typename }"},
+            headers={"Authorization": f"Basic {KEYS['alice']}"},
+        )
+        assert response.status_code == 401
+
+
+async def test_open_endpoints_stay_open(auth_server: ServerProcess) -> None:
+    async with httpx.AsyncClient() as client:
+        for path in ("/healthz", "/readyz", "/metrics"):
+            response = await client.get(f"{auth_server.url}{path}")
+            assert response.status_code == 200, path
+        ide = await client.get(f"{auth_server.url}/graphql", headers={"Accept": "text/html"})
+        assert ide.status_code == 200 and "<html" in ide.text.lower()
+        explorer = await client.get(f"{auth_server.url}/", headers={"Accept": "text/html"})
+        assert explorer.status_code == 200
+
+
+async def test_api_keys_over_http(auth_server: ServerProcess) -> None:
+    url = auth_server.url
+    mine, theirs = uid("t"), uid("t")
+    status, body, _ = await gql(url, CREATE, KEYS["alice"], i={"id": mine, "resourceId": ALICE})
+    assert status == 200 and body["data"]["createThread"] == {"id": mine, "resourceId": ALICE}
+    _, body, _ = await gql(url, CREATE, KEYS["bob"], i={"id": theirs, "resourceId": BOB})
+    assert body["data"]["createThread"]["id"] == theirs
+    _, body, _ = await gql(url, CREATE, KEYS["alice"], i={"id": uid("t"), "resourceId": BOB})
+    assert codes(body) == ["FORBIDDEN"] and body["data"] is None
+    # Another resource's thread is null; its list FORBIDDEN.
+    _, body, _ = await gql(url, THREAD, KEYS["alice"], id=theirs)
+    assert body == {"data": {"thread": None}}
+    _, body, _ = await gql(url, THREADS, KEYS["alice"], r=BOB)
+    assert codes(body) == ["FORBIDDEN"] and BOB in body["errors"][0]["message"]
+    _, body, _ = await gql(url, THREADS, KEYS["alice"], r=ALICE)
+    assert [t["id"] for t in body["data"]["threads"]["threads"]] == [mine]
+    # A two-resource key sees both of its resources, and still not bob's.
+    carol_thread = uid("t")
+    _, body, _ = await gql(url, CREATE, KEYS["multi"], i={"id": carol_thread, "resourceId": CAROL})
+    assert body["data"]["createThread"]["resourceId"] == CAROL
+    _, body, _ = await gql(url, THREAD, KEYS["multi"], id=mine)
+    assert body["data"]["thread"]["id"] == mine
+    _, body, _ = await gql(url, THREAD, KEYS["multi"], id=theirs)
+    assert body["data"]["thread"] is None
+    # Recall without resourceId: one-resource keys read as their resource, multi-resource keys as the
+    # thread's owner when they hold it.
+    await gql(url, SAVE, KEYS["alice"], m=[text_message(thread_id=mine, id=uid("m"), text="hi")])
+    recall = "query($t: ID!) { recall(threadId: $t) { total } }"
+    assert (await gql(url, recall, KEYS["alice"], t=mine))[1]["data"]["recall"]["total"] == 1
+    assert (await gql(url, recall, KEYS["multi"], t=mine))[1]["data"]["recall"]["total"] == 1
+    assert codes((await gql(url, recall, KEYS["multi"], t=theirs))[1]) == ["FORBIDDEN"]
+    # The admin key reads everything.
+    _, body, _ = await gql(url, THREAD, KEYS["admin"], id=theirs)
+    assert body["data"]["thread"]["id"] == theirs
+    _, body, _ = await gql(url, THREADS, KEYS["admin"], r=ALICE)
+    assert body["data"]["threads"]["total"] == 1
+
+
+async def test_jwts_over_http(auth_server: ServerProcess) -> None:
+    url = auth_server.url
+    alice_hs = hs256(claims(sub="u1", resources=[ALICE]))
+    alice_rs = rs256(claims(sub="u2", resources=ALICE), JWT_KEY)
+    ops = hs256(claims(sub="ops", recallql_admin=True))
+    thread = uid("t")
+    _, body, _ = await gql(url, CREATE, alice_hs, i={"id": thread, "resourceId": ALICE})
+    assert body["data"]["createThread"]["id"] == thread
+    _, body, _ = await gql(url, THREAD, alice_rs, id=thread)
+    assert body["data"]["thread"]["id"] == thread
+    _, body, _ = await gql(url, CREATE, alice_rs, i={"id": uid("t"), "resourceId": BOB})
+    assert codes(body) == ["FORBIDDEN"] and "jwt:u2" in body["errors"][0]["message"]
+    _, body, _ = await gql(url, THREADS, ops, r=ALICE)
+    assert thread in [t["id"] for t in body["data"]["threads"]["threads"]]
+
+
+async def test_websocket_authentication_for_subscriptions(auth_server: ServerProcess) -> None:
+    url = auth_server.url
+    mine, theirs = uid("t"), uid("t")
+    await gql(url, CREATE, KEYS["alice"], i={"id": mine, "resourceId": ALICE})
+    await gql(url, CREATE, KEYS["bob"], i={"id": theirs, "resourceId": BOB})
+    # No token, a bad token, a bad upgrade header: refused at connection_init (4403).
+    assert await ws_refused(url) == 4403
+    assert await ws_refused(url, init_payload={"Authorization": "Bearer rql_wrong"}) == 4403
+    assert await ws_refused(url, headers={"Authorization": "Bearer rql_wrong"}) == 4403
+    expired = hs256(claims(resources=ALICE, exp=int(time.time()) - 30))
+    assert await ws_refused(url, init_payload={"Authorization": f"Bearer {expired}"}) == 4403
+
+    async def receives_own_events(session: WsSession) -> None:
+        op = await session.subscribe(MESSAGE_EVENTS, t=mine)
+        message_id = uid("m")
+        deadline = time.monotonic() + 20
+        while True:  # the subscription is live a moment after it was sent
+            await gql(url, SAVE, KEYS["alice"], m=[text_message(thread_id=mine, id=message_id, text="x")])
+            try:
+                event = await session.receive_for(op, timeout=0.5)
+                break
+            except TimeoutError:
+                assert time.monotonic() < deadline, "no event"
+        assert event["type"] == "next" and event["payload"]["data"]["messageSaved"]["messageId"] == message_id
+
+    # The token in connection_init, or in the upgrade request.
+    async with ws_session(url, init_payload=bearer(KEYS["alice"])) as session:
+        await receives_own_events(session)
+        # Another resource's thread or resource: FORBIDDEN when subscribing.
+        for query, variables in ((MESSAGE_EVENTS, {"t": theirs}), (THREAD_EVENTS, {"r": BOB})):
+            op = await session.subscribe(query, **variables)
+            answer = await session.receive_for(op)
+            assert answer["type"] in ("error", "next"), answer
+            errors = answer["payload"] if answer["type"] == "error" else answer["payload"]["errors"]
+            assert [e["extensions"]["code"] for e in errors] == ["FORBIDDEN"], answer
+    async with ws_session(url, headers=bearer(KEYS["alice"])) as session:
+        await receives_own_events(session)
+    rs = rs256(claims(sub="u", resources=[ALICE]), JWT_KEY)
+    async with ws_session(url, init_payload={"authorization": f"Bearer {rs}"}) as session:
+        await receives_own_events(session)
+    # A valid connection_init token wins over a bad upgrade header.
+    async with ws_session(
+        url, init_payload=bearer(KEYS["alice"]), headers={"Authorization": "Bearer rql_wrong"}
+    ) as session:
+        await receives_own_events(session)
+
+
+# ---------------------------------------------------------------------------------------------- keys CLI
+def test_keys_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["keys", "new", "--name", "web", "--resource", "alice", "--resource", "bob"]) == 0
+    out = capsys.readouterr()
+    lines = dict(line.split(":", 1) for line in out.out.strip().splitlines())
+    key, entry = lines["key"].strip(), json.loads(lines["entry"])
+    assert key.startswith(KEY_PREFIX) and len(key) >= 40
+    assert entry == {
+        "name": "web",
+        "sha256": hashlib.sha256(key.encode()).hexdigest(),
+        "resources": ["alice", "bob"],
+    }
+    assert "shown once" in out.err
+    assert parse_api_keys([entry])[0].resources == frozenset({"alice", "bob"})
+
+    assert cli_main(["keys", "new", "--name", "ops", "--admin"]) == 0
+    admin = json.loads(dict(line.split(":", 1) for line in capsys.readouterr().out.splitlines())["entry"])
+    assert admin["admin"] is True and "resources" not in admin
+    for argv in (
+        ["keys", "new", "--name", "x"],
+        ["keys", "new", "--name", "x", "--admin", "--resource", "a"],
+    ):
+        with pytest.raises(SystemExit) as exited:
+            cli_main(argv)
+        assert exited.value.code == 2
+    capsys.readouterr()
+    # Two runs never give the same key.
+    assert new_key() != new_key()
+
+
+def test_keys_cli_entry_works_against_a_server(tmp_path: Path) -> None:
+    """The printed entry, pasted into RECALLQL_API_KEYS, authenticates the printed key."""
+    out = subprocess.run(
+        [sys.executable, "-m", "web.cli", "keys", "new", "--name", "cli", "--resource", "r-cli"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    fields = dict(line.split(":", 1) for line in out.strip().splitlines())
+    key, entry = fields["key"].strip(), fields["entry"].strip()
+    env = {"RECALLQL_AUTH": "required", "RECALLQL_API_KEYS": f"[{entry}]"}
+    with running_server(tmp_path / "data", env) as server:
+        ok = httpx.post(
+            f"{server.url}/graphql",
+            json={"query": '{ threads(resourceId: "r-cli") { total } }'},
+            headers=bearer(key),
+        )
+        assert ok.status_code == 200 and ok.json() == {"data": {"threads": {"total": 0}}}
+        assert httpx.post(f"{server.url}/graphql", json={"query": "{ __typename }"}).status_code == 401
+
+
+# ------------------------------------------------------------------------------------ auto mode, served
+def test_auto_mode_on_loopback_is_open_and_warns(tmp_path: Path) -> None:
+    with running_server(tmp_path / "data", {"RECALLQL_AUTH": "auto"}) as server:
+        response = httpx.post(
+            f"{server.url}/graphql", json={"query": '{ threads(resourceId: "x") { total } }'}
+        )
+        assert response.status_code == 200 and response.json() == {"data": {"threads": {"total": 0}}}
+        assert OFF_WARNING in server.log_path.read_text()
+
+
+def test_serve_on_a_public_host_requires_authentication(tmp_path: Path) -> None:
+    """`recallql serve --host 0.0.0.0` passes the host to the workers: auto mode turns authentication on."""
+    port = free_port()
+    log_path = tmp_path / "server.log"
+    env = {**os.environ, "RECALLQL_DATA_DIR": str(tmp_path / "data"), "RECALLQL_AUTH": "auto"}
+    env.pop("RECALLQL_HOST", None)
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "web.cli", "serve", "--host", "0.0.0.0", "--port", str(port)],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, log_path.read_text()
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                    break
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.1)
+        response = httpx.post(f"http://127.0.0.1:{port}/graphql", json={"query": "{ __typename }"})
+        assert response.status_code == 401
+        assert response.json()["errors"][0]["extensions"]["code"] == "UNAUTHENTICATED"
+        text = log_path.read_text()
+        assert OFF_WARNING not in text and "every GraphQL request will be refused" in text
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def test_explorer_asks_for_a_token(auth_server: ServerProcess) -> None:
+    """The explorer page loads without a token; its first API call is answered 401, it asks for a token
+    once (a browser prompt), and sends it from then on."""
+    chromium = Path("/usr/bin/chromium")
+    require(importlib.util.find_spec("playwright") is not None, "the playwright package is not installed")
+    require(chromium.exists(), f"{chromium} is missing (apt-get install chromium)")
+    from playwright.async_api import async_playwright
+
+    thread = uid("t")
+    await gql(auth_server.url, CREATE, KEYS["alice"], i={"id": thread, "resourceId": ALICE, "title": "Mine"})
+    prompts: list[str] = []
+
+    async def answer(dialog: Any) -> None:
+        prompts.append(dialog.message)
+        await dialog.accept(KEYS["alice"])
+
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(
+            executable_path=str(chromium), args=["--headless", "--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            page = await browser.new_page()
+            page.set_default_timeout(30_000)
+            page.on("dialog", answer)
+            await page.goto(f"{auth_server.url}/")
+            await page.get_by_label("Resource id").fill(ALICE)
+            await page.get_by_label("Resource id").press("Enter")
+            await page.locator(f'#threads button[data-thread-id="{thread}"]').wait_for()
+            await page.get_by_label("Resource id").fill(BOB)
+            await page.get_by_label("Resource id").press("Enter")
+            await page.locator("#errors", has_text="FORBIDDEN").wait_for()
+        finally:
+            await browser.close()
+    assert len(prompts) == 1 and "token" in prompts[0]

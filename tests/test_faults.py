@@ -1,0 +1,705 @@
+"""Fault tolerance (issue 7, part 3), with real processes and bounded waits:
+
+1. kill -9 of the server during a large concurrent ingest, several times, on SQLite and PostgreSQL: every
+   acknowledged message is there after the restart, no batch is half-written, and the vector index
+   converges to complete (semantic recall on, the hash-64 embeddings server, a Chroma server).
+2. A database outage (PostgreSQL behind tests/tcp_proxy.py): /readyz answers 503, requests fail fast with
+   SERVICE_UNAVAILABLE, and service resumes by itself when the database is back.
+3. A Chroma outage (the `chroma run` process stopped, then started again on the same port and path):
+   /readyz reports it, vector searches fail fast with SERVICE_UNAVAILABLE, saves and plain recalls go on,
+   and the drainer completes the vectors once Chroma is back, without restarting RecallQL.
+4. Graceful shutdown: SIGTERM lets an in-flight request finish, and the process exits with code 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from sqlalchemy import text
+
+from models.db import DatabaseUnavailable, create_engine, is_unavailable
+from models.migrate import upgrade
+from models.repository import Repository
+from models.vector_index import ChromaIndex
+from tests.support import (
+    Api,
+    ServerProcess,
+    at,
+    chroma_binary,
+    database,
+    engines,
+    free_port,
+    require,
+    running_server,
+    text_message,
+    uid,
+)
+from tests.tcp_proxy import TcpProxy
+from tests.test_semantic import (
+    CREATE,
+    DIMENSION,
+    MODEL,
+    REF,
+    SAVE,
+    embed_server_process,
+    http_embedder_env,
+    ids,
+    recall,
+    search,
+)
+
+T = TypeVar("T")
+
+
+async def eventually(
+    check: Callable[[], Awaitable[T]], *, timeout: float, what: str, every: float = 0.2
+) -> T:
+    """Polls `check` until it returns something truthy; fails with its last value after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {value!r})")
+        await asyncio.sleep(every)
+
+
+async def gql(
+    client: httpx.AsyncClient, url: str, query: str, **variables: Any
+) -> tuple[dict[str, Any], float]:
+    """One GraphQL POST: (the response body, seconds it took)."""
+    started = time.monotonic()
+    response = await client.post(f"{url}/graphql", json={"query": query, "variables": variables})
+    assert response.status_code == 200, response.text
+    return response.json(), time.monotonic() - started
+
+
+def codes(body: dict[str, Any]) -> list[str]:
+    return [e["extensions"]["code"] for e in body.get("errors") or []]
+
+
+# -------------------------------------------------------------------------------------- 2. database outage
+RECALL_PAGE = "query($t: ID!) { recall(threadId: $t, perPage: 50) { total messages { id } } }"
+THREAD = "query($t: ID!) { thread(id: $t) { id title } }"
+
+
+def through_proxy(url: str, port: int) -> str:
+    """The same database URL, pointing at 127.0.0.1:port."""
+    parts = urlsplit(url)
+    user = parts.netloc.rsplit("@", 1)[0] + "@" if "@" in parts.netloc else ""
+    return parts._replace(netloc=f"{user}127.0.0.1:{port}").geturl()
+
+
+async def test_repository_reports_an_unreachable_database(tmp_path: Path) -> None:
+    """Refused, timed out or lost connections leave the repository as DatabaseUnavailable (the API's
+    SERVICE_UNAVAILABLE), never as a driver error."""
+    async with database("postgres", tmp_path) as url:
+        parts = urlsplit(url)
+        with TcpProxy(parts.hostname or "127.0.0.1", parts.port or 5432) as proxy:
+            engine = create_engine(through_proxy(url, proxy.port), connect_timeout=1)
+            repository = Repository(engine)
+            try:
+                await upgrade(engine)
+                proxy.refuse()
+                with pytest.raises(DatabaseUnavailable):
+                    await repository.get_thread("t")
+                proxy.blackhole()
+                started = time.monotonic()
+                with pytest.raises(DatabaseUnavailable):
+                    await repository.get_thread("t")
+                assert time.monotonic() - started < 3
+                proxy.forward()
+                assert await repository.get_thread("t") is None
+
+                async def cut_mid_statement() -> None:
+                    async with engine.connect() as conn:
+                        await conn.execute(text("SELECT pg_sleep(5)"))
+
+                # A connection lost under a running statement (through the repository's own calls too).
+                sleeper = asyncio.create_task(cut_mid_statement())
+                await asyncio.sleep(0.5)
+                proxy.cut()
+                with pytest.raises(Exception) as lost:
+                    await sleeper
+                assert is_unavailable(lost.value), repr(lost.value)
+            finally:
+                await engine.dispose()
+
+
+async def test_database_outage_fails_fast_and_service_resumes(tmp_path: Path) -> None:
+    async with database("postgres", tmp_path) as url:
+        parts = urlsplit(url)
+        with TcpProxy(parts.hostname or "127.0.0.1", parts.port or 5432) as proxy:
+            env = {
+                "RECALLQL_DATABASE_URL": through_proxy(url, proxy.port),
+                "RECALLQL_DB_CONNECT_TIMEOUT": "2",
+            }
+            with running_server(tmp_path / "data", env) as srv:
+                api = Api(srv.url)
+                thread, resource = uid("t"), uid("r")
+                await api.execute(CREATE, input={"id": thread, "resourceId": resource})
+                saved = [
+                    text_message(thread_id=thread, id=f"{thread}-m{n}", created_at=at(n)) for n in range(5)
+                ]
+                await api.execute(SAVE, m=saved)
+                async with httpx.AsyncClient(timeout=60) as client:
+
+                    async def ready() -> tuple[int, dict[str, Any], float]:
+                        started = time.monotonic()
+                        response = await client.get(f"{srv.url}/readyz")
+                        return response.status_code, response.json(), time.monotonic() - started
+
+                    status, report, _ = await ready()
+                    # (with RECALLQL_EMBEDDING_MODEL_DIR set, as scripts/test sets it, also "chroma")
+                    assert (status, report["ready"], report["database"]) == (200, True, "ok"), report
+
+                    # The database goes away: refused connections, open ones cut.
+                    for outage in (proxy.refuse, proxy.blackhole):
+                        outage()
+                        status, report, took = await ready()
+                        assert (status, report["ready"], report["database"]) == (503, False, "unreachable")
+                        assert took < 4, f"readyz took {took:.1f}s"
+                        # Every kind of request: a compiled read, a plain read, writes.
+                        for query, variables in (
+                            (RECALL_PAGE, {"t": thread}),
+                            (THREAD, {"t": thread}),
+                            (SAVE, {"m": [text_message(thread_id=thread, text="lost")]}),
+                            (CREATE, {"input": {"id": uid("t"), "resourceId": resource}}),
+                        ):
+                            body, took = await gql(client, srv.url, query, **variables)
+                            assert codes(body) == ["SERVICE_UNAVAILABLE"], (outage.__name__, body)
+                            error = body["errors"][0]
+                            assert error["message"] == "The database is unavailable; try again shortly."
+                            assert error["extensions"]["service"] == "database"
+                            assert error["extensions"]["requestId"]
+                            # Refused: at once. Black hole: the connect timeout (2 s), twice at most for a
+                            # read the compiled path tried first.
+                            limit = 1.5 if outage is proxy.refuse else 6.0
+                            assert took < limit, f"{outage.__name__}: {query[:30]} took {took:.1f}s"
+                        assert (await client.get(f"{srv.url}/healthz")).status_code == 200
+
+                    # Back: readiness and service resume by themselves.
+                    proxy.forward()
+
+                    async def is_ready() -> bool:
+                        return (await ready())[0] == 200
+
+                    await eventually(is_ready, timeout=20, what="readyz to answer 200 again")
+                    body, _ = await gql(client, srv.url, RECALL_PAGE, t=thread)
+                    assert [m["id"] for m in body["data"]["recall"]["messages"]] == [m["id"] for m in saved]
+                    await api.execute(SAVE, m=[text_message(thread_id=thread, id=f"{thread}-after")])
+                    # Connections cut under a healthy database are replaced transparently (pre-ping).
+                    proxy.cut()
+                    body, _ = await gql(client, srv.url, RECALL_PAGE, t=thread)
+                    assert body["data"]["recall"]["total"] == 6, body
+            log = srv.log_path.read_text()
+            assert "internal error" not in log, log[-3000:]
+            assert "service unavailable" in log
+
+
+# ---------------------------------------------------------------------------------------- 3. Chroma outage
+class ChromaProcess:
+    """`chroma run` on a fixed port and path, which the test stops and starts again."""
+
+    def __init__(self, path: Path, port: int) -> None:
+        binary = chroma_binary()
+        require(binary is not None, "the `chroma` executable (from chromadb) is not installed")
+        assert binary is not None
+        self.binary, self.path, self.port = binary, path, port
+        self.url = f"http://127.0.0.1:{port}"
+        self.process: subprocess.Popen[bytes] | None = None
+        path.mkdir(parents=True, exist_ok=True)
+
+    def start(self) -> None:
+        env = {**os.environ, "ANONYMIZED_TELEMETRY": "False"}
+        with open(self.path / "chroma.log", "ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    self.binary,
+                    "run",
+                    "--path",
+                    str(self.path / "db"),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{self.url}/api/v2/heartbeat", timeout=1).status_code == 200:
+                    return
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                output = (self.path / "chroma.log").read_text(errors="replace")[-3000:]
+                pytest.fail(f"chroma run did not come up (exit code {self.process.poll()}):\n{output}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(15)
+        self.process = None
+
+
+@contextlib.contextmanager
+def chroma_process(path: Path) -> Iterator[ChromaProcess]:
+    chroma = ChromaProcess(path, free_port())
+    chroma.start()
+    try:
+        yield chroma
+    finally:
+        chroma.stop()
+
+
+def texts(count: int, prefix: str) -> list[str]:
+    """Texts with tokens of their own, so that each is its own best hit under hash-64."""
+    subjects = ["invoice", "flight", "garden", "guitar", "deploy", "recipe", "budget", "puppy", "marathon"]
+    return [
+        f"{prefix} note {prefix}{n}: the {subjects[n % len(subjects)]} item {prefix}x{n * 7 + 3}, "
+        f"filed under {prefix}y{n * 13 + 5} and {prefix}z{n * 31 + 1}"
+        for n in range(count)
+    ]
+
+
+SEARCH = """query($t: ID!, $r: String, $s: String, $c: MemoryConfigInput) {
+  recall(threadId: $t, resourceId: $r, vectorSearchString: $s, threadConfig: $c, perPage: 0) { total } }"""
+
+
+async def test_chroma_outage_degrades_search_only_and_recovers(tmp_path: Path) -> None:
+    resource, thread = uid("r"), uid("t")
+    before = [
+        text_message(thread_id=thread, id=f"{thread}-a{n}", text=t, created_at=at(n))
+        for n, t in enumerate(texts(6, "before"))
+    ]
+    during = [
+        text_message(thread_id=thread, id=f"{thread}-b{n}", text=t, created_at=at(100 + n))
+        for n, t in enumerate(texts(6, "during"))
+    ]
+
+    async def found(api: Api) -> list[str]:
+        hits = await search(
+            api, thread, "note", top_k=50, threshold=-1, scope="RESOURCE", resource_id=resource
+        )
+        return sorted(ids(hits))
+
+    async with database("sqlite", tmp_path) as db_url:
+        with embed_server_process() as embed_url, chroma_process(tmp_path / "chroma") as chroma:
+            env = {
+                **http_embedder_env(embed_url),
+                "RECALLQL_EMBEDDINGS_DIMENSION": str(DIMENSION),
+                "RECALLQL_CHROMA_URL": chroma.url,
+                "RECALLQL_DATABASE_URL": db_url,
+                "RECALLQL_VECTOR_DRAIN_INTERVAL": "0.2",
+            }
+            with running_server(tmp_path / "data", env) as srv:
+                api = Api(srv.url)
+                await api.execute(CREATE, input={"id": thread, "resourceId": resource})
+                await api.execute(SAVE, m=before)
+                assert await found(api) == sorted(m["id"] for m in before)
+                async with httpx.AsyncClient(timeout=60) as client:
+                    ready = await client.get(f"{srv.url}/readyz")
+                    assert (ready.status_code, ready.json()) == (
+                        200,
+                        {"ready": True, "database": "ok", "chroma": "ok"},
+                    )
+
+                    chroma.stop()
+                    started = time.monotonic()
+                    ready = await client.get(f"{srv.url}/readyz")
+                    assert time.monotonic() - started < 4
+                    # Still ready (the database answers), with Chroma reported unreachable.
+                    assert (ready.status_code, ready.json()) == (
+                        200,
+                        {"ready": True, "database": "ok", "chroma": "unreachable"},
+                    )
+                    body, took = await gql(
+                        client,
+                        srv.url,
+                        SEARCH,
+                        t=thread,
+                        r=resource,
+                        s="note",
+                        c={"semanticRecall": {"options": {"topK": 3}}},
+                    )
+                    assert codes(body) == ["SERVICE_UNAVAILABLE"], body
+                    error = body["errors"][0]
+                    assert error["extensions"]["service"] == "vectors" and error["extensions"]["requestId"]
+                    assert "vector index" in error["message"]
+                    assert took < 3, f"the search took {took:.1f}s to fail"
+
+                    # Saves and reads without a search go on; the outbox keeps the vector work.
+                    started = time.monotonic()
+                    await api.execute(SAVE, m=during)
+                    assert time.monotonic() - started < 5
+                    everything = await recall(api, thread, perPage=False)
+                    assert ids(everything) == [m["id"] for m in before + during]
+
+                    # Chroma comes back on the same port and path; RecallQL is not restarted.
+                    chroma.start()
+                    expected = sorted(m["id"] for m in before + during)
+
+                    async def complete() -> bool:
+                        with contextlib.suppress(Exception):
+                            return await found(api) == expected
+                        return False
+
+                    await eventually(
+                        complete, timeout=60, what="the drainer to index what was saved meanwhile"
+                    )
+                    index = ChromaIndex(url=chroma.url, model_name=MODEL, dimension=DIMENSION)
+                    try:
+                        assert await index.count(resource) == len(expected)
+                    finally:
+                        await index.aclose()
+                    ready = await client.get(f"{srv.url}/readyz")
+                    assert ready.json() == {"ready": True, "database": "ok", "chroma": "ok"}
+                    # Each text is its own best hit again.
+                    probe = during[3]["content"]["parts"][0]["text"]
+                    best = await search(api, thread, probe, top_k=1, scope="RESOURCE", resource_id=resource)
+                    assert ids(best) == [during[3]["id"]]
+            log = srv.log_path.read_text()
+            assert "internal error" not in log, log[-3000:]
+
+
+# ------------------------------------------------------------------------------------- 4. graceful shutdown
+class SlowEmbedder:
+    """embed_server.py's endpoint in this process; while `delay` is set, each embeddings request waits that
+    long before answering (`arrived` is set when one comes in)."""
+
+    def __init__(self) -> None:
+        self.delay = 0.0
+        self.arrived = threading.Event()
+        owner = self
+
+        class Handler(REF.Handler):  # type: ignore[misc, name-defined]
+            def do_POST(self) -> None:
+                delay = owner.delay
+                owner.arrived.set()
+                time.sleep(delay)
+                super().do_POST()
+
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
+async def test_sigterm_finishes_in_flight_requests_and_exits_cleanly(tmp_path: Path) -> None:
+    embedder = SlowEmbedder()
+    try:
+        async with database("sqlite", tmp_path) as db_url:
+            env = {
+                **http_embedder_env(embedder.url),
+                "RECALLQL_EMBEDDINGS_DIMENSION": str(DIMENSION),
+                "RECALLQL_DATABASE_URL": db_url,
+                "RECALLQL_VECTOR_SYNC_TIMEOUT": "30",  # the save waits for its (slow) vector write
+            }
+            thread, resource = uid("t"), uid("r")
+            messages = [
+                text_message(thread_id=thread, id=f"{thread}-m{n}", text=t, created_at=at(n))
+                for n, t in enumerate(texts(5, "shutdown"))
+            ]
+            server = ServerProcess(tmp_path / "data", env)
+            try:
+                server.wait_ready()
+                api = Api(server.url)
+                await api.execute(CREATE, input={"id": thread, "resourceId": resource})
+                embedder.delay = 3.0
+                embedder.arrived.clear()
+                async with httpx.AsyncClient(timeout=60) as client:
+                    saving = asyncio.create_task(
+                        client.post(
+                            f"{server.url}/graphql", json={"query": SAVE, "variables": {"m": messages}}
+                        )
+                    )
+                    # In flight: committed, and waiting for the embedder.
+                    assert await asyncio.to_thread(embedder.arrived.wait, 20), (
+                        "the save never reached the embedder"
+                    )
+                    server.proc.send_signal(signal.SIGTERM)
+                    await asyncio.sleep(0.5)
+                    # Shutting down: no new connections, while the in-flight request goes on.
+                    with pytest.raises(httpx.TransportError):
+                        await client.get(f"{server.url}/healthz", timeout=2)
+                    assert not saving.done()
+                    response = await saving
+                assert response.status_code == 200, response.text
+                body = response.json()
+                assert "errors" not in body, body
+                assert [m["id"] for m in body["data"]["saveMessages"]["messages"]] == [
+                    m["id"] for m in messages
+                ]
+                assert await asyncio.to_thread(server.proc.wait, 30) == 0
+                log = server.log_path.read_text()
+                assert "Waiting for connections to close" in log or "Shutting down" in log, log[-2000:]
+            finally:
+                server.stop()
+            # What it answered is there after a restart, vectors included.
+            embedder.delay = 0.0
+            with running_server(tmp_path / "data", env) as srv:
+                api = Api(srv.url)
+                assert ids(await recall(api, thread, perPage=False)) == [m["id"] for m in messages]
+                probe = messages[2]["content"]["parts"][0]["text"]
+                best = await search(api, thread, probe, top_k=1)
+                assert ids(best) == [messages[2]["id"]]
+    finally:
+        embedder.close()
+
+
+# ---------------------------------------------------------------------------------- 1. kill -9 under ingest
+CLIENTS = 16
+BATCH = 50
+THREADS_PER_CLIENT = 8
+RESOURCES = 4
+KILLS = 4
+# Each round is killed at a random moment once this many messages (at random, between the two) were
+# acknowledged in it, or at its deadline.
+ROUND_TARGET = (2_500, 4_500)
+ROUND_DEADLINE = 45.0
+
+
+@dataclass
+class Ingest:
+    run: str
+    acknowledged: dict[str, str] = field(default_factory=dict)  # message id -> thread id
+    unanswered: list[list[str]] = field(default_factory=list)  # batches whose answer never came
+    failures: list[str] = field(default_factory=list)
+    sent: int = 0
+
+    def resource(self, client: int) -> str:
+        return f"{self.run}-r{client % RESOURCES}"
+
+    def thread(self, client: int, n: int) -> str:
+        return f"{self.run}-c{client}-t{n % THREADS_PER_CLIENT}"
+
+
+async def ingest_client(url: str, state: Ingest, client: int, round_no: int) -> None:
+    """Saves batches until the server dies; each batch goes to one of the client's threads."""
+    rng = random.Random(f"{state.run}-{client}-{round_no}")
+    async with httpx.AsyncClient(timeout=60) as http:
+        for seq in range(1_000_000):
+            thread = state.thread(client, rng.randrange(THREADS_PER_CLIENT))
+            prefix = f"{state.run}-k{round_no}c{client}s{seq}"
+            batch = [
+                text_message(
+                    thread_id=thread,
+                    id=f"{prefix}m{n}",
+                    role="user" if n % 2 == 0 else "assistant",
+                    text=f"round {round_no} client {client} batch {seq} message {n}: {prefix}w{n}",
+                )
+                for n in range(BATCH)
+            ]
+            state.sent += BATCH
+            try:
+                response = await http.post(f"{url}/graphql", json={"query": SAVE, "variables": {"m": batch}})
+            except httpx.TransportError:
+                state.unanswered.append([m["id"] for m in batch])
+                return
+            body = response.json() if response.status_code == 200 else {"status": response.status_code}
+            saved = (body.get("data") or {}).get("saveMessages")
+            if not saved or body.get("errors"):
+                state.failures.append(f"client {client}: {str(body)[:300]}")
+                return
+            assert [m["id"] for m in saved["messages"]] == [m["id"] for m in batch]
+            state.acknowledged.update((m["id"], thread) for m in batch)
+
+
+async def ingest_and_kill(data: Path, env: dict[str, str], state: Ingest, round_no: int) -> int:
+    """One round: a server, CLIENTS clients saving at once, kill -9 at a random moment. Returns how many
+    messages this round acknowledged."""
+    rng = random.Random(f"{state.run}-kill-{round_no}")
+    server = ServerProcess(data, env)
+    try:
+        await asyncio.to_thread(server.wait_ready)
+        if round_no == 0:
+            async with httpx.AsyncClient(timeout=60) as http:
+                for c in range(CLIENTS):
+                    created = await asyncio.gather(
+                        *(
+                            gql(
+                                http,
+                                server.url,
+                                CREATE,
+                                input={"id": state.thread(c, n), "resourceId": state.resource(c)},
+                            )
+                            for n in range(THREADS_PER_CLIENT)
+                        )
+                    )
+                    assert all("errors" not in body for body, _ in created), created
+        before = len(state.acknowledged)
+        target = rng.randint(*ROUND_TARGET)
+        clients = [asyncio.create_task(ingest_client(server.url, state, c, round_no)) for c in range(CLIENTS)]
+        deadline = time.monotonic() + ROUND_DEADLINE
+        while (
+            len(state.acknowledged) - before < target and time.monotonic() < deadline and not state.failures
+        ):
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(rng.uniform(0, 0.3))  # somewhere in the middle of the next batches
+        server.proc.send_signal(signal.SIGKILL)
+        assert await asyncio.to_thread(server.proc.wait, 10) == -signal.SIGKILL
+        await asyncio.wait_for(asyncio.gather(*clients), 60)
+        assert not state.failures, state.failures[:3]
+        return len(state.acknowledged) - before
+    finally:
+        server.stop()
+
+
+ALL_IDS = "query($t: ID!) { recall(threadId: $t, perPage: false) { total messages { id } } }"
+
+
+async def stored_ids(url: str, state: Ingest) -> dict[str, list[str]]:
+    """Thread id -> the ids recall returns (perPage: false), for every thread of the run."""
+    threads = sorted({state.thread(c, n) for c in range(CLIENTS) for n in range(THREADS_PER_CLIENT)})
+    found: dict[str, list[str]] = {}
+    async with httpx.AsyncClient(timeout=60) as http:
+        for start in range(0, len(threads), 16):
+            chunk = threads[start : start + 16]
+            results = await asyncio.gather(*(gql(http, url, ALL_IDS, t=t) for t in chunk))
+            for t, (body, _) in zip(chunk, results, strict=True):
+                assert "errors" not in body, body
+                found[t] = [m["id"] for m in body["data"]["recall"]["messages"]]
+    return found
+
+
+def chroma_ids(url: str, resources: list[str]) -> dict[str, set[str]]:
+    """Resource -> the vector ids of its hash-64 collection on a Chroma server."""
+    import chromadb
+    from chromadb.config import Settings
+    from chromadb.errors import NotFoundError
+
+    from models.vector_index import collection_name
+
+    parts = urlsplit(url)
+    client = chromadb.HttpClient(
+        host=parts.hostname or "127.0.0.1",
+        port=parts.port or 80,
+        settings=Settings(anonymized_telemetry=False),
+    )
+    found: dict[str, set[str]] = {}
+    try:
+        for resource in resources:
+            found[resource] = set()
+            try:
+                collection = client.get_collection(collection_name(resource, MODEL, DIMENSION))
+            except NotFoundError:
+                continue
+            offset = 0
+            while batch := collection.get(include=[], limit=5000, offset=offset)["ids"]:
+                found[resource].update(batch)
+                offset += len(batch)
+    finally:
+        client.close()  # type: ignore[attr-defined]
+        # As in ChromaIndex.aclose: chromadb's HTTP client leaves its httpx sessions open.
+        for owner in (client, getattr(client, "_admin_client", None)):
+            session = getattr(getattr(owner, "_server", None), "_session", None)
+            if session is not None:
+                session.close()
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", engines())
+async def test_kill_9_during_concurrent_ingest_loses_no_acknowledged_message(
+    engine: str, tmp_path: Path, chroma_server: str
+) -> None:
+    state = Ingest(run=uid("ing"))
+    data = tmp_path / "data"
+    started = time.monotonic()
+    async with database(engine, tmp_path) as db_url:
+        with embed_server_process() as embed_url:
+            env = {
+                **http_embedder_env(embed_url),
+                "RECALLQL_EMBEDDINGS_DIMENSION": str(DIMENSION),
+                "RECALLQL_CHROMA_URL": chroma_server,
+                "RECALLQL_DATABASE_URL": db_url,
+                "RECALLQL_VECTOR_DRAIN_INTERVAL": "0.5",
+                "RECALLQL_ACCESS_LOG": "false",
+            }
+            rounds = [await ingest_and_kill(data, env, state, n) for n in range(KILLS)]
+            ingest_seconds = time.monotonic() - started
+
+            with running_server(data, env) as srv:
+                stored = await stored_ids(srv.url, state)
+                present = {m for ms in stored.values() for m in ms}
+                # Every acknowledged message, in its thread; nothing twice; nothing that was never sent.
+                lost = [m for m, t in state.acknowledged.items() if m not in stored[t]]
+                assert not lost, f"{len(lost)} acknowledged messages lost, e.g. {lost[:5]}"
+                assert sum(len(ms) for ms in stored.values()) == len(present)
+                unanswered = {m for batch in state.unanswered for m in batch}
+                assert present <= state.acknowledged.keys() | unanswered
+                # A batch the server died under is all there or not there at all (one transaction).
+                for batch in state.unanswered:
+                    assert sum(m in present for m in batch) in (0, len(batch)), batch[:3]
+
+                # The vector index converges to complete: the outbox drains and every message (all have
+                # text) has its vector, what a crash interrupted included.
+                engine_ = create_engine(db_url)
+                repository = Repository(engine_)
+                index = ChromaIndex(url=chroma_server, model_name=MODEL, dimension=DIMENSION)
+                resources = [state.resource(c) for c in range(RESOURCES)]
+                try:
+                    deadline = time.monotonic() + 90
+                    while True:
+                        backlog = await repository.outbox_backlog()
+                        counts = [
+                            (await index.count(r), await repository.count_all_messages(r)) for r in resources
+                        ]
+                        if backlog == 0 and all(a == b for a, b in counts):
+                            break
+                        assert time.monotonic() < deadline, f"no convergence: backlog {backlog}, {counts}"
+                        await asyncio.sleep(0.5)
+                    converge_seconds = time.monotonic() - started - ingest_seconds
+                    vectors = await asyncio.to_thread(chroma_ids, chroma_server, resources)
+                    for resource in resources:
+                        sql = {
+                            m
+                            for c in range(CLIENTS)
+                            if state.resource(c) == resource
+                            for n in range(THREADS_PER_CLIENT)
+                            for m in stored[state.thread(c, n)]
+                        }
+                        assert vectors[resource] == {f"{m}:0" for m in sql}
+                finally:
+                    await index.aclose()
+                    repository.close()
+                    await engine_.dispose()
+    total = time.monotonic() - started
+    print(
+        f"\n{engine}: {len(state.acknowledged)} acknowledged ({rounds} per round), {len(present)} stored, "
+        f"{len(state.unanswered)} batches unanswered; ingest {ingest_seconds:.0f}s, "
+        f"converged after {converge_seconds:.0f}s more, total {total:.0f}s"
+    )
+    assert len(state.acknowledged) >= KILLS * ROUND_TARGET[0] * 0.5, rounds

@@ -1,0 +1,347 @@
+"""Abuse limits (issue 7, part 2): each is a RECALLQL_* setting, refuses with a clear error and its code,
+and is checked here over real HTTP (and WebSocket) against a `recallql serve` process with small limits.
+
+    depth / tokens / aliases      QUERY_TOO_COMPLEX, limit maxQueryDepth | maxQueryTokens | maxAliases
+    perPage (recall, threads)     BAD_USER_INPUT, limit maxPerPage
+    perPage: false over many rows BAD_USER_INPUT, limit maxAllRows (counted, never read)
+    request body                  413 PAYLOAD_TOO_LARGE
+    include items                 BAD_USER_INPUT, limit maxIncludeItems
+    vectorSearchString length     BAD_USER_INPUT, limit maxSearchChars
+    operations per WebSocket      TOO_MANY_SUBSCRIPTIONS, limit maxSubscriptionsPerConnection
+    introspection off             GRAPHQL_VALIDATION_FAILED (also through the compiled read path)
+    internal errors               INTERNAL_SERVER_ERROR, masked, logged under the requestId the client sees
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+import websockets
+
+from models.records import MessageQuery
+from models.repository import Repository
+from resolvers.config import BUILTIN_DEFAULTS
+from resolvers.context import Services
+from tests.support import Api, ServerProcess, at, database, running_server, text_message, uid
+from web.app import create_app
+from web.settings import Settings
+
+LIMITS = {
+    "RECALLQL_MAX_QUERY_DEPTH": "3",
+    "RECALLQL_MAX_QUERY_TOKENS": "300",
+    "RECALLQL_MAX_ALIASES": "3",
+    "RECALLQL_MAX_PER_PAGE": "50",
+    "RECALLQL_MAX_ALL_ROWS": "30",
+    "RECALLQL_MAX_INCLUDE_ITEMS": "3",
+    "RECALLQL_MAX_SEARCH_CHARS": "100",
+    "RECALLQL_MAX_BODY_BYTES": "20000",
+    "RECALLQL_MAX_SUBSCRIPTIONS_PER_CONNECTION": "2",
+    "RECALLQL_INTROSPECTION": "false",
+}
+CREATE = "mutation($i: CreateThreadInput!) { createThread(input: $i) { id } }"
+SAVE = "mutation($m: [MessageInput!]!) { saveMessages(messages: $m) { messages { id } } }"
+RECALL = """query($t: ID!, $r: String, $p: PerPage, $i: [IncludeInput!], $f: RecallFilter,
+                  $c: MemoryConfigInput, $s: String) {
+  recall(threadId: $t, resourceId: $r, perPage: $p, include: $i, filter: $f, threadConfig: $c,
+         vectorSearchString: $s) { total perPage messages { id } } }"""
+THREADS = "query($r: String!, $p: PerPage) { threads(resourceId: $r, perPage: $p) { total threads { id } } }"
+MESSAGE_EVENTS = "subscription($t: ID!) { messageSaved(threadId: $t) { kind messageId } }"
+
+
+@pytest.fixture(scope="module")
+async def limited(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ServerProcess]:
+    tmp = tmp_path_factory.mktemp("limits")
+    async with database("sqlite", tmp) as url:
+        with running_server(tmp / "data", {"RECALLQL_DATABASE_URL": url, **LIMITS}) as server:
+            yield server
+
+
+@pytest.fixture
+def api(limited: ServerProcess) -> Api:
+    return Api(limited.url)
+
+
+async def post(url: str, query: str, **variables: Any) -> dict[str, Any]:
+    async with httpx.AsyncClient(timeout=30) as client:
+        response = await client.post(f"{url}/graphql", json={"query": query, "variables": variables})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+async def only_error(url: str, query: str, **variables: Any) -> dict[str, Any]:
+    body = await post(url, query, **variables)
+    assert body.get("errors") and len(body["errors"]) == 1, body
+    return body["errors"][0]
+
+
+async def thread_with(api: Api, count: int, *, resource: str | None = None) -> tuple[str, str]:
+    thread, resource = uid("t"), resource or uid("r")
+    await api.execute(CREATE, i={"id": thread, "resourceId": resource})
+    messages = [
+        text_message(thread_id=thread, id=f"{thread}-m{n}", created_at=at(n), metadata={"even": n % 2 == 0})
+        for n in range(count)
+    ]
+    for start in range(0, count, 50):
+        await api.execute(SAVE, m=messages[start : start + 50])
+    return thread, resource
+
+
+# ---------------------------------------------------------------------------------------------- query shape
+async def test_depth_limit(limited: ServerProcess) -> None:
+    # Depth counts from 0 at the root field: id is at depth 3, the limit.
+    ok = await post(limited.url, '{ recall(threadId: "t") { messages { thread { id } } } }')
+    assert "errors" not in ok, ok
+    deep = '{ recall(threadId: "t") { messages { content { parts { ... on TextPart { text } } } } } }'
+    error = await only_error(limited.url, deep)
+    assert error["extensions"]["code"] == "QUERY_TOO_COMPLEX"
+    assert error["extensions"]["limit"] == "maxQueryDepth"
+    assert "exceeds maximum operation depth of 3" in error["message"]
+    assert error["extensions"]["requestId"]
+
+
+async def test_token_limit(limited: ServerProcess) -> None:
+    error = await only_error(limited.url, "{ " + " ".join("__typename" for _ in range(301)) + " }")
+    assert error["extensions"]["code"] == "QUERY_TOO_COMPLEX"
+    assert error["extensions"]["limit"] == "maxQueryTokens"
+    assert "more than 300 tokens" in error["message"]
+
+
+async def test_alias_limit(limited: ServerProcess) -> None:
+    ok = await post(limited.url, "{ a: __typename b: __typename c: __typename }")
+    assert ok == {"data": {"a": "Query", "b": "Query", "c": "Query"}}
+    error = await only_error(limited.url, "{ a: __typename b: __typename c: __typename d: __typename }")
+    assert error["extensions"]["code"] == "QUERY_TOO_COMPLEX"
+    assert error["extensions"]["limit"] == "maxAliases"
+    assert error["message"] == "4 aliases found. Allowed: 3"
+
+
+# ---------------------------------------------------------------------------------------------- page sizes
+async def test_per_page_limit(api: Api, limited: ServerProcess) -> None:
+    thread, resource = await thread_with(api, 3)
+    assert (await api.execute(RECALL, t=thread, p=50))["recall"]["perPage"] == 50
+    for query, variables in ((RECALL, {"t": thread, "p": 51}), (THREADS, {"r": resource, "p": 51})):
+        error = await only_error(limited.url, query, **variables)
+        assert error["message"] == "perPage may be at most 50, got 51."
+        assert error["extensions"]["code"] == "BAD_USER_INPUT"
+        assert (error["extensions"]["limit"], error["extensions"]["max"]) == ("maxPerPage", 50)
+    assert (await api.execute(THREADS, r=resource, p=50))["threads"]["total"] == 1
+    # Without perPage the page size is lastMessages: the same limit, named after what set it.
+    error = await only_error(limited.url, RECALL, t=thread, c={"lastMessages": 51})
+    assert error["message"] == "lastMessages may be at most 50, got 51."
+    assert error["extensions"]["limit"] == "maxPerPage"
+
+
+async def test_all_rows_limit(api: Api, limited: ServerProcess) -> None:
+    small, _ = await thread_with(api, 30)
+    assert (await api.execute(RECALL, t=small, p=False))["recall"]["total"] == 30
+    big, resource = await thread_with(api, 31)
+    error = await only_error(limited.url, RECALL, t=big, p=False)
+    assert error["extensions"]["code"] == "BAD_USER_INPUT"
+    assert error["extensions"]["limit"] == "maxAllRows"
+    assert (error["extensions"]["max"], error["extensions"]["total"]) == (30, 31)
+    assert "at most 30 messages; this read matches 31" in error["message"]
+    # The rows that match count, not the thread's: a filter bringing them under the limit is fine.
+    half = await api.execute(RECALL, t=big, p=False, f={"metadata": {"even": True}})
+    assert half["recall"]["total"] == 16 and len(half["recall"]["messages"]) == 16
+    # Ownership is checked first: another resource learns nothing about the thread's size.
+    forbidden = await only_error(limited.url, RECALL, t=big, r="someone-else", p=False)
+    assert forbidden["extensions"]["code"] == "FORBIDDEN"
+    assert (await api.execute(RECALL, t=big, r=resource, p=50))["recall"]["total"] == 31
+
+
+async def test_read_page_counts_but_does_not_read_over_max_rows(repository: Repository) -> None:
+    """The guard sits in the one round trip that counts and reads (both engines)."""
+    services = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS))
+    thread = uid("t")
+    await services.threads.create(resource_id="r", thread_id=thread)
+    from resolvers.messages import MessageInput
+
+    await services.messages.save(
+        [MessageInput(thread_id=thread, role="user", content={"format": 2, "parts": []}) for _ in range(12)]
+    )
+    query = MessageQuery(thread_id=thread)
+    over = await repository.read_page(query, descending=False, limit=None, offset=0, max_rows=11)
+    assert (over.total, over.rows) == (12, [])
+    within = await repository.read_page(query, descending=False, limit=None, offset=0, max_rows=12)
+    assert within.total == 12 and len(within.rows) == 12
+    # A numeric page is never affected.
+    page = await repository.read_page(query, descending=False, limit=5, offset=0, max_rows=1)
+    assert page.total == 12 and len(page.rows) == 5
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+async def test_body_limit(limited: ServerProcess) -> None:
+    query = '{ recall(threadId: "' + "x" * 21000 + '") { total } }'
+    async with httpx.AsyncClient(timeout=30) as client:
+        declared = await client.post(f"{limited.url}/graphql", json={"query": query})
+
+        async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: counted while it streams
+            body = json.dumps({"query": query}).encode()
+            for start in range(0, len(body), 4096):
+                yield body[start : start + 4096]
+
+        streamed = await client.post(
+            f"{limited.url}/graphql", content=chunks(), headers={"content-type": "application/json"}
+        )
+        fits = await client.post(f"{limited.url}/graphql", json={"query": "{ __typename }"})
+    for response in (declared, streamed):
+        assert response.status_code == 413
+        error = response.json()["errors"][0]
+        assert error["extensions"]["code"] == "PAYLOAD_TOO_LARGE"
+        assert error["message"] == "Request body exceeds 20000 bytes."
+    assert fits.status_code == 200 and fits.json() == {"data": {"__typename": "Query"}}
+
+
+async def test_include_items_limit(api: Api, limited: ServerProcess) -> None:
+    thread, _ = await thread_with(api, 4)
+    three = [{"id": f"{thread}-m{n}"} for n in range(3)]
+    assert len((await api.execute(RECALL, t=thread, p=0, i=three))["recall"]["messages"]) == 3
+    error = await only_error(limited.url, RECALL, t=thread, p=0, i=[*three, {"id": f"{thread}-m3"}])
+    assert error["extensions"]["code"] == "BAD_USER_INPUT"
+    assert error["extensions"]["limit"] == "maxIncludeItems"
+    assert error["message"] == "include accepts at most 3 items, got 4."
+
+
+async def test_search_text_limit(limited: ServerProcess) -> None:
+    # Checked before anything else is read (this server has no embedder: the search would not even run).
+    ok = await post(limited.url, RECALL, t=uid("t"), s="x" * 100)
+    assert "errors" not in ok, ok
+    error = await only_error(limited.url, RECALL, t=uid("t"), s="x" * 101)
+    assert error["extensions"]["code"] == "BAD_USER_INPUT"
+    assert (error["extensions"]["limit"], error["extensions"]["max"]) == ("maxSearchChars", 100)
+    assert error["message"] == "vectorSearchString may be at most 100 characters, got 101."
+
+
+# ---------------------------------------------------------------------------------------------- websocket
+@contextlib.asynccontextmanager
+async def ws_session(url: str, protocol: str) -> AsyncIterator[Any]:
+    ws_url = url.replace("http://", "ws://", 1) + "/graphql"
+    async with websockets.connect(ws_url, subprotocols=[protocol]) as ws:  # type: ignore[list-item]
+        await ws.send(json.dumps({"type": "connection_init", "payload": {}}))
+        while (ack := json.loads(await asyncio.wait_for(ws.recv(), 10)))["type"] == "ka":
+            pass
+        assert ack["type"] == "connection_ack", ack
+        yield ws
+
+
+async def next_message(ws: Any, timeout: float = 5.0) -> dict[str, Any]:
+    while True:
+        message = json.loads(await asyncio.wait_for(ws.recv(), timeout))
+        if message["type"] not in ("ka", "ping", "pong"):
+            return message
+
+
+async def nothing_for(ws: Any, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        message = await next_message(ws, seconds)
+        raise AssertionError(f"unexpected message {message}")
+
+
+@pytest.mark.parametrize(
+    ("protocol", "subscribe", "stop"),
+    [("graphql-transport-ws", "subscribe", "complete"), ("graphql-ws", "start", "stop")],
+)
+async def test_subscriptions_per_connection(
+    limited: ServerProcess, protocol: str, subscribe: str, stop: str
+) -> None:
+    def start(n: int) -> str:
+        payload = {"query": MESSAGE_EVENTS, "variables": {"t": uid("t")}}
+        return json.dumps({"id": str(n), "type": subscribe, "payload": payload})
+
+    async with ws_session(limited.url, protocol) as ws:
+        await ws.send(start(1))
+        await ws.send(start(2))
+        await nothing_for(ws, 0.5)  # both accepted: they wait for events
+        await ws.send(start(3))
+        refused = await next_message(ws)
+        assert (refused["type"], refused["id"]) == ("error", "3"), refused
+        error = refused["payload"][0] if isinstance(refused["payload"], list) else refused["payload"]
+        assert error["extensions"] == {
+            "code": "TOO_MANY_SUBSCRIPTIONS",
+            "limit": "maxSubscriptionsPerConnection",
+            "max": 2,
+        }
+        assert error["message"] == "At most 2 subscriptions may run at once on one connection."
+        # Ending one frees its slot; the connection itself stays usable.
+        await ws.send(json.dumps({"id": "1", "type": stop}))
+        if protocol == "graphql-ws":  # the legacy protocol confirms a stop
+            assert await next_message(ws) == {"type": "complete", "id": "1"}
+        await asyncio.sleep(0.3)
+        await ws.send(start(4))
+        await nothing_for(ws, 0.5)
+
+
+# -------------------------------------------------------------------------------------------- introspection
+INTROSPECTION_QUERIES = [
+    "{ __schema { queryType { name } } }",
+    '{ __type(name: "Query") { name } }',
+    # Beside a root field the compiled read path serves: it must not answer this document either.
+    '{ recall(threadId: "t") { total } __schema { queryType { name } } }',
+    'query { thread(id: "t") { id } __type(name: "Thread") { fields { name } } }',
+]
+
+
+@pytest.mark.parametrize("query", INTROSPECTION_QUERIES)
+async def test_introspection_can_be_disabled(limited: ServerProcess, query: str) -> None:
+    body = await post(limited.url, query)
+    assert body.get("data") is None, body
+    error = body["errors"][0]
+    assert error["extensions"]["code"] == "GRAPHQL_VALIDATION_FAILED"
+    assert "introspection has been disabled" in error["message"]
+
+
+async def test_typename_stays_and_reads_still_work_without_introspection(limited: ServerProcess) -> None:
+    body = await post(limited.url, '{ __typename recall(threadId: "t") { __typename total } }')
+    assert body == {"data": {"__typename": "Query", "recall": {"__typename": "RecallResult", "total": 0}}}
+
+
+async def test_introspection_is_on_by_default(server: ServerProcess) -> None:
+    body = await post(server.url, "{ __schema { queryType { name } } }")
+    assert body == {"data": {"__schema": {"queryType": {"name": "Query"}}}}
+
+
+# ------------------------------------------------------------------------------------------ internal errors
+class _Broken:
+    async def read_page(self, *_args: Any, **_kwargs: Any) -> None:
+        raise RuntimeError("database password is hunter2")
+
+
+@contextlib.asynccontextmanager
+async def app_client(services: Services, **settings: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """The real ASGI app (middleware, request ids, error policy, compiled path) on given services."""
+    app = create_app(Settings(**settings), services=services)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            yield client
+
+
+@pytest.fixture
+def error_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    with caplog.at_level(logging.WARNING, logger="recallql.errors"):
+        yield caplog
+
+
+async def test_internal_errors_are_masked_with_the_request_id(
+    services: Services, error_log: pytest.LogCaptureFixture
+) -> None:
+    services.recall.repository = _Broken()  # type: ignore[assignment]
+    async with app_client(services) as client:
+        response = await client.post(
+            "/graphql",
+            json={"query": '{ recall(threadId: "t", resourceId: "r") { total } }'},
+            headers={"X-Request-ID": "req-internal-1"},
+        )
+    assert response.status_code == 200
+    error = response.json()["errors"][0]
+    assert error["message"] == "Internal server error."
+    assert error["extensions"] == {"code": "INTERNAL_SERVER_ERROR", "requestId": "req-internal-1"}
+    assert "hunter2" not in response.text
+    assert "hunter2" in error_log.text and "req-internal-1" in error_log.text
