@@ -36,7 +36,9 @@ async def test_health_endpoints(server: ServerProcess) -> None:
     async with httpx.AsyncClient() as client:
         assert (await client.get(f"{server.url}/healthz")).text == "ok"
         ready = await client.get(f"{server.url}/readyz")
-        assert ready.status_code == 200 and ready.json() == {"ready": True, "database": "ok"}
+        body = ready.json()
+        # Chroma is reported too when semantic recall is configured (scripts/test configures the model).
+        assert ready.status_code == 200 and body["ready"] is True and body["database"] == "ok"
 
 
 async def test_create_thread_and_conflict(api: Api) -> None:
