@@ -220,18 +220,27 @@ class Repository:
         descending: bool,
         metadata: dict[str, Any] | None = None,
     ) -> tuple[list[ThreadRecord], int]:
-        where: list[ColumnElement[bool]] = [T.c.resource_id == resource_id]
-        for key, value in (metadata or {}).items():
-            where.append(self._json_equals(T.c.metadata, key, value))
-        column = T.c.updated_at if order_field == "updatedAt" else T.c.created_at
-        order = (column.desc(), T.c.id.desc()) if descending else (column.asc(), T.c.id.asc())
-        stmt = select(T).where(*where).order_by(*order).offset(min(offset, _SQL_INT_MAX))
+        params: dict[str, Any] = {"resource_id": resource_id, "offset": min(offset, _SQL_INT_MAX)}
         if limit is not None:
-            stmt = stmt.limit(min(limit, _SQL_INT_MAX))
-        count = select(func.count()).select_from(T).where(*where)
+            params["limit"] = min(limit, _SQL_INT_MAX)
+        key = ("threads", order_field, descending, limit is None)
+        cached = self._statements.get(key) if not metadata else None
+        if cached is None:
+            where: list[ColumnElement[bool]] = [T.c.resource_id == bindparam("resource_id")]
+            for name, value in (metadata or {}).items():
+                where.append(self._json_equals(T.c.metadata, name, value))
+            column = T.c.updated_at if order_field == "updatedAt" else T.c.created_at
+            order = (column.desc(), T.c.id.desc()) if descending else (column.asc(), T.c.id.asc())
+            page = select(T).where(*where).order_by(*order).offset(bindparam("offset"))
+            if limit is not None:
+                page = page.limit(bindparam("limit"))
+            cached = (page, select(func.count()).select_from(T).where(*where))
+            if not metadata:  # the common shape is built once; metadata filters vary too much to keep
+                self._statements[key] = cached  # type: ignore[assignment]
+        stmt, count = cached  # type: ignore[misc]
 
         def read(conn: Connection) -> tuple[int, list[Any]]:
-            return conn.execute(count).scalar_one(), conn.execute(stmt).all()
+            return conn.execute(count, params).scalar_one(), conn.execute(stmt, params).all()
 
         total, rows = await self._read(read)
         return [_thread(r) for r in rows], total
