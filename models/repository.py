@@ -78,6 +78,21 @@ _PG_METADATA = M.c.content.op("->", return_type=postgresql.JSONB)(literal_column
 _MAX_UNION_TERMS = 200
 
 
+def _row(m: MessageRecord) -> dict[str, Any]:
+    """A message as the values of one messages row (seq is the database's)."""
+    return {
+        "id": m.id,
+        "thread_id": m.thread_id,
+        "resource_id": m.resource_id,
+        "role": m.role,
+        "type": m.type,
+        "created_at": m.created_at,
+        "content": m.content,
+        "signal_type": m.signal_type,
+        "legacy_reminder": m.legacy_reminder,
+    }
+
+
 def _message(row: Any) -> MessageRecord:
     return MessageRecord(
         seq=row[0],
@@ -137,6 +152,15 @@ class Repository:
     @property
     def is_postgres(self) -> bool:
         return self.dialect == "postgresql"
+
+    def _upsert_messages(self, *, where: ColumnElement[bool] | None = None) -> Any:
+        """INSERT ... ON CONFLICT (id) DO UPDATE of everything but createdAt: a re-saved message keeps
+        its createdAt and its insertion sequence. `where` limits which existing rows may be replaced."""
+        stmt = self._insert(M)
+        replaced = ("thread_id", "resource_id", "role", "type", "content", "signal_type", "legacy_reminder")
+        return stmt.on_conflict_do_update(
+            index_elements=["id"], set_={c: getattr(stmt.excluded, c) for c in replaced}, where=where
+        )
 
     def _insert(self, table: Any) -> Any:
         return (postgresql.insert if self.is_postgres else sqlite.insert)(table)
@@ -270,35 +294,8 @@ class Repository:
         last: dict[str, MessageRecord] = {}
         for rec in records:
             last[rec.id] = rec
-        rows = [
-            {
-                "id": rec.id,
-                "thread_id": rec.thread_id,
-                "resource_id": rec.resource_id,
-                "role": rec.role,
-                "type": rec.type,
-                "created_at": rec.created_at,
-                "content": rec.content,
-                "signal_type": rec.signal_type,
-                "legacy_reminder": rec.legacy_reminder,
-            }
-            for rec in last.values()
-        ]
-        stmt = self._insert(M)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=["id"],
-            set_={
-                c: getattr(stmt.excluded, c)
-                for c in (
-                    "thread_id",
-                    "resource_id",
-                    "role",
-                    "type",
-                    "content",
-                    "signal_type",
-                    "legacy_reminder",
-                )
-            },
+        rows = [_row(rec) for rec in last.values()]
+        stmt = self._upsert_messages(
             # Plain comparisons: an expanding IN cannot be used in an executemany.
             where=or_(false(), *(M.c.resource_id == literal(r) for r in sorted(owned_by)))
             if owned_by is not None
@@ -930,36 +927,8 @@ class Repository:
                 or old.legacy_reminder != m.legacy_reminder
             ]
             if write:
-                stmt = self._insert(M)
-                stmt = stmt.on_conflict_do_update(
-                    index_elements=["id"],
-                    set_={
-                        c: getattr(stmt.excluded, c)
-                        for c in (
-                            "thread_id",
-                            "resource_id",
-                            "role",
-                            "type",
-                            "content",
-                            "signal_type",
-                            "legacy_reminder",
-                        )
-                    },
-                )
-                rows = [
-                    {
-                        "id": m.id,
-                        "thread_id": m.thread_id,
-                        "resource_id": m.resource_id,
-                        "role": m.role,
-                        "type": m.type,
-                        "created_at": m.created_at,
-                        "content": m.content,
-                        "signal_type": m.signal_type,
-                        "legacy_reminder": m.legacy_reminder,
-                    }
-                    for m in write
-                ]
+                stmt = self._upsert_messages()
+                rows = [_row(m) for m in write]
                 for start in range(0, len(rows), 500):
                     await conn.execute(stmt, rows[start : start + 500])
                 await self._bump_stats(
@@ -1153,20 +1122,7 @@ class Repository:
                 raise RowConflict(thread.id)
             await self._ensure_resource(conn, thread.resource_id, now)
             if copies:
-                rows = [
-                    {
-                        "id": m.id,
-                        "thread_id": m.thread_id,
-                        "resource_id": m.resource_id,
-                        "role": m.role,
-                        "type": m.type,
-                        "created_at": m.created_at,
-                        "content": m.content,
-                        "signal_type": m.signal_type,
-                        "legacy_reminder": m.legacy_reminder,
-                    }
-                    for m in copies
-                ]
+                rows = [_row(m) for m in copies]
                 # In chronological order, so the new insertion sequences keep the source's tie order.
                 for chunk in range(0, len(rows), 500):
                     await conn.execute(M.insert(), rows[chunk : chunk + 500])
