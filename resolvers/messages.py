@@ -38,6 +38,8 @@ from resolvers.events import (
 from resolvers.titles import TitleGenerator, title_options
 
 log = logging.getLogger("recallql.messages")
+# Tasks started by cancelled requests; held so that the event loop does not drop them unfinished.
+_background: set[asyncio.Future[None]] = set()
 # A JSON \u0000 escape that is not itself an escaped backslash followed by "u0000".
 _NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 
@@ -88,6 +90,13 @@ async def sync_vectors(vectors: VectorSync | None, message_ids: Sequence[str], t
 
     try:
         await asyncio.wait_for(run(), timeout)
+    except asyncio.CancelledError:
+        # The request itself was cancelled (client gone, shutdown): hand the work to the drain now,
+        # without waiting here, then let the cancellation proceed.
+        task = asyncio.ensure_future(vectors.release(message_ids))
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+        raise
     except Exception as exc:
         log.warning("vector write deferred to the outbox drain: %r", exc)
         # The drain leaves young entries to their request; this request has given up on them.

@@ -277,7 +277,8 @@ async def test_kill_between_commit_and_vector_write_loses_no_vector(engine: str,
                 async def everything_indexed() -> bool:
                     return await indexed(api) == expected
 
-                await eventually(everything_indexed, timeout=30, what="every saved message to have a vector")
+                # Generous: under a loaded CI machine the restarted server may need a while.
+                await eventually(everything_indexed, timeout=90, what="every saved message to have a vector")
                 old_text = first[0]["content"]["parts"][0]["text"]
                 old = await search(
                     api,
