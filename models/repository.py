@@ -184,22 +184,25 @@ class Repository:
         rows = await self._read(lambda conn: conn.execute(stmt).all())
         return {row.id: _thread(row) for row in rows}
 
+    def _insert_new_thread(self, thread: ThreadRecord) -> Any:
+        """INSERT of a thread that does nothing when the id is taken (rowcount 0)."""
+        return (
+            self._insert(T)
+            .values(
+                id=thread.id,
+                resource_id=thread.resource_id,
+                title=thread.title,
+                metadata=thread.metadata,
+                created_at=thread.created_at,
+                updated_at=thread.updated_at,
+            )
+            .on_conflict_do_nothing(index_elements=["id"])
+        )
+
     async def insert_thread(self, thread: ThreadRecord) -> bool:
         """Inserts a new thread (and its resource row); False when the id is taken."""
         async with self.engine.begin() as conn:
-            stmt = (
-                self._insert(T)
-                .values(
-                    id=thread.id,
-                    resource_id=thread.resource_id,
-                    title=thread.title,
-                    metadata=thread.metadata,
-                    created_at=thread.created_at,
-                    updated_at=thread.updated_at,
-                )
-                .on_conflict_do_nothing(index_elements=["id"])
-            )
-            inserted = (await conn.execute(stmt)).rowcount == 1
+            inserted = (await conn.execute(self._insert_new_thread(thread))).rowcount == 1
             if inserted:
                 await self._ensure_resource(conn, thread.resource_id, thread.created_at)
         return inserted
@@ -1106,18 +1109,7 @@ class Repository:
                 stmt = stmt.order_by(M.c.created_at.asc(), M.c.seq.asc())
                 selected = [_message(r) for r in await conn.execute(stmt)]
             thread, copies = build(source, selected)
-            inserted = await conn.execute(
-                self._insert(T)
-                .values(
-                    id=thread.id,
-                    resource_id=thread.resource_id,
-                    title=thread.title,
-                    metadata=thread.metadata,
-                    created_at=thread.created_at,
-                    updated_at=thread.updated_at,
-                )
-                .on_conflict_do_nothing(index_elements=["id"])
-            )
+            inserted = await conn.execute(self._insert_new_thread(thread))
             if inserted.rowcount != 1:
                 raise RowConflict(thread.id)
             await self._ensure_resource(conn, thread.resource_id, now)
