@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
+from functools import lru_cache
 
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+# Pages are read again and again, so the same instants are formatted again and again: a hit costs
+# about 0.05 us against 1 us for formatting. 16k entries stay around 2 MB.
+@lru_cache(maxsize=16_384)
 def to_iso(ms: int) -> str:
     """JavaScript's Date.toISOString(): millisecond precision, always Z."""
     # time.gmtime and %-formatting: several times faster than datetime.strftime, and this runs for
