@@ -260,7 +260,10 @@ class Repository:
         order_field: str,
         descending: bool,
         metadata: dict[str, Any] | None = None,
+        max_rows: int | None = None,
     ) -> tuple[list[ThreadRecord], int]:
+        """A page of a resource's threads and their total. With `max_rows`, an every-row read (limit
+        None) that counts more threads than that reads none (the caller refuses it on the total)."""
         params: dict[str, Any] = {"resource_id": resource_id, "offset": min(offset, _SQL_INT_MAX)}
         if limit is not None:
             params["limit"] = min(limit, _SQL_INT_MAX)
@@ -281,7 +284,10 @@ class Repository:
         stmt, count = cached  # type: ignore[misc]
 
         def read(conn: Connection) -> tuple[int, list[Any]]:
-            return conn.execute(count, params).scalar_one(), conn.execute(stmt, params).all()
+            total = conn.execute(count, params).scalar_one()
+            if limit is None and max_rows is not None and total > max_rows:
+                return total, []
+            return total, conn.execute(stmt, params).all()
 
         # Unfiltered pages walk the resource's index; a metadata filter may scan all its threads.
         bounded = not metadata and limit is not None and offset + limit <= _INLINE_ROWS

@@ -77,6 +77,7 @@ class Services:
                 defaults=memory_defaults,
                 vector_sync_timeout=vector_sync_timeout,
                 max_per_page=max_per_page,
+                max_all_rows=max_all_rows,
             ),
             messages=MessageService(
                 repository,

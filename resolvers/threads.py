@@ -68,6 +68,7 @@ class ThreadService:
         defaults: dict[str, Any] | None = None,
         vector_sync_timeout: float = 10.0,
         max_per_page: int | None = None,
+        max_all_rows: int | None = None,
     ) -> None:
         self.repository = repository
         self.events = events
@@ -75,6 +76,7 @@ class ThreadService:
         self.defaults = defaults or {}
         self.vector_sync_timeout = vector_sync_timeout
         self.max_per_page = max_per_page  # threads' perPage limit (None: unlimited)
+        self.max_all_rows = max_all_rows  # threads a perPage: false listing may return (None: unlimited)
 
     async def get(
         self, thread_id: str, resource_id: str | None = None, *, principal: Principal = OPEN
@@ -171,7 +173,16 @@ class ThreadService:
             order_field=order_field,
             descending=descending,
             metadata=filters,
+            max_rows=self.max_all_rows if limit is None else None,
         )
+        if limit is None and self.max_all_rows is not None and total > self.max_all_rows:
+            raise BadUserInput(
+                f"perPage: false may return at most {self.max_all_rows} threads; this resource has "
+                f"{total}. Page through them with a numeric perPage.",
+                limit="maxAllRows",
+                max=self.max_all_rows,
+                total=total,
+            )
         has_more = per_page is not False and offset + per_page < total
         return ThreadPage(threads, total, page, per_page, has_more)
 

@@ -177,6 +177,7 @@ def build_schema(
     max_aliases: int = 30,
     mask_errors: bool = True,
     introspection: bool = True,
+    max_entities: int | None = 1000,
     extensions: Sequence[Callable[[], SchemaExtension]] = (),
 ) -> strawberry.Schema:
     """`extensions`: extra extension factories (metrics, tracing), run outside the error policy so that
@@ -206,6 +207,7 @@ def build_schema(
     # The compiled path only ever answers FAST_ROOT_FIELDS (never __schema / __type); it validates with
     # the same rules all the same.
     fast_rules = (*limit_rules, *([] if introspection else [NoSchemaIntrospectionCustomRule]))
+    schema.max_entities = max_entities
     schema.fast_path = FastPath(
         schema, root_fields=FAST_ROOT_FIELDS, max_tokens=max_tokens, extra_rules=fast_rules
     )

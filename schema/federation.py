@@ -122,7 +122,17 @@ class FederatedSchema(strawberry.federation.Schema):
     and every reference resolves through the entity's `resolve_reference`, which loads through the
     request's DataLoaders: all the representations of one request are fetched in one batch per type."""
 
+    # Set by build_schema; a gateway batches references, so a single call can carry thousands.
+    max_entities: int | None = None
+
     def entities_resolver(self, info: Info, representations: list[FederationAny]) -> list[FederationAny]:
+        if self.max_entities is not None and len(representations) > self.max_entities:
+            raise BadUserInput(
+                f"_entities may resolve at most {self.max_entities} representations per call, got "
+                f"{len(representations)}.",
+                limit="maxEntities",
+                max=self.max_entities,
+            )
         entities = self._entity_types()
         results: list[Any] = []
         for index, representation in enumerate(representations):

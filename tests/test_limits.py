@@ -3,7 +3,8 @@ and is checked here over real HTTP (and WebSocket) against a `recallql serve` pr
 
     depth / tokens / aliases      QUERY_TOO_COMPLEX, limit maxQueryDepth | maxQueryTokens | maxAliases
     perPage (recall, threads)     BAD_USER_INPUT, limit maxPerPage
-    perPage: false over many rows BAD_USER_INPUT, limit maxAllRows (counted, never read)
+    perPage: false over many rows BAD_USER_INPUT, limit maxAllRows (counted, never read; recall, threads)
+    _entities representations     BAD_USER_INPUT, limit maxEntities
     request body                  413 PAYLOAD_TOO_LARGE
     include items                 BAD_USER_INPUT, limit maxIncludeItems
     vectorSearchString length     BAD_USER_INPUT, limit maxSearchChars
@@ -44,6 +45,7 @@ LIMITS = {
     "RECALLQL_MAX_BODY_BYTES": "20000",
     "RECALLQL_MAX_SUBSCRIPTIONS_PER_CONNECTION": "2",
     "RECALLQL_INTROSPECTION": "false",
+    "RECALLQL_MAX_ENTITIES": "5",
 }
 CREATE = "mutation($i: CreateThreadInput!) { createThread(input: $i) { id } }"
 SAVE = "mutation($m: [MessageInput!]!) { saveMessages(messages: $m) { messages { id } } }"
@@ -154,6 +156,48 @@ async def test_all_rows_limit(api: Api, limited: ServerProcess) -> None:
     forbidden = await only_error(limited.url, RECALL, t=big, r="someone-else", p=False)
     assert forbidden["extensions"]["code"] == "FORBIDDEN"
     assert (await api.execute(RECALL, t=big, r=resource, p=50))["recall"]["total"] == 31
+
+
+async def test_all_threads_limit(api: Api, limited: ServerProcess) -> None:
+    resource = uid("r")
+    for _ in range(30):
+        await api.execute(CREATE, i={"id": uid("t"), "resourceId": resource})
+    assert (await api.execute(THREADS, r=resource, p=False))["threads"]["total"] == 30
+    await api.execute(CREATE, i={"id": uid("t"), "resourceId": resource})
+    error = await only_error(limited.url, THREADS, r=resource, p=False)
+    assert error["extensions"]["code"] == "BAD_USER_INPUT"
+    assert error["extensions"]["limit"] == "maxAllRows"
+    assert (error["extensions"]["max"], error["extensions"]["total"]) == (30, 31)
+    assert "at most 30 threads; this resource has 31" in error["message"]
+    page = (await api.execute(THREADS, r=resource, p=50))["threads"]
+    assert page["total"] == 31 and len(page["threads"]) == 31
+
+
+async def test_list_threads_counts_but_does_not_read_over_max_rows(repository: Repository) -> None:
+    services = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS))
+    resource = uid("r")
+    for _ in range(4):
+        await services.threads.create(resource_id=resource, thread_id=uid("t"))
+    args = {"offset": 0, "order_field": "createdAt", "descending": True}
+    assert await repository.list_threads(resource, limit=None, max_rows=3, **args) == ([], 4)
+    rows, total = await repository.list_threads(resource, limit=None, max_rows=4, **args)
+    assert (len(rows), total) == (4, 4)
+    rows, total = await repository.list_threads(resource, limit=2, max_rows=1, **args)
+    assert (len(rows), total) == (2, 4)
+
+
+ENTITIES = """query($reps: [_Any!]!) { _entities(representations: $reps) { ... on Thread { id } } }"""
+
+
+async def test_entities_limit(api: Api, limited: ServerProcess) -> None:
+    thread, _ = await thread_with(api, 0)
+    five = [{"__typename": "Thread", "id": thread}] * 5
+    body = await post(limited.url, ENTITIES, reps=five)
+    assert body["data"]["_entities"] == [{"id": thread}] * 5, body
+    error = await only_error(limited.url, ENTITIES, reps=[*five, {"__typename": "Thread", "id": "x"}])
+    assert error["extensions"]["code"] == "BAD_USER_INPUT"
+    assert (error["extensions"]["limit"], error["extensions"]["max"]) == ("maxEntities", 5)
+    assert error["message"] == "_entities may resolve at most 5 representations per call, got 6."
 
 
 async def test_read_page_counts_but_does_not_read_over_max_rows(repository: Repository) -> None:

@@ -196,6 +196,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
             max_aliases=settings.max_aliases,
             mask_errors=not settings.debug,
             introspection=settings.introspection,
+            max_entities=settings.max_entities,
             extensions=observability.graphql_extensions(),
         ),
         graphql_ide="graphiql",

@@ -95,7 +95,8 @@ class Settings(BaseSettings):
     max_save_batch: int = 1000
     max_body_bytes: int = 8 * 1024 * 1024
     max_per_page: int = 1000  # recall / threads perPage (and lastMessages as a page size)
-    max_all_rows: int = 10_000  # rows a `perPage: false` recall may return
+    max_all_rows: int = 10_000  # rows a `perPage: false` recall (or threads listing) may return
+    max_entities: int = 1000  # representations per federation `_entities` call
     max_search_chars: int = 16_384 * 4  # vectorSearchString length
     max_subscriptions_per_connection: int = 16  # operations at once on one WebSocket
     introspection: bool = True  # __schema / __type (GraphiQL needs them)
