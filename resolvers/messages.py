@@ -9,7 +9,7 @@ import contextlib
 import logging
 import re
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -38,8 +38,6 @@ from resolvers.events import (
 from resolvers.titles import TitleGenerator, title_options
 
 log = logging.getLogger("recallql.messages")
-# Tasks started by cancelled requests; held so that the event loop does not drop them unfinished.
-_background: set[asyncio.Future[None]] = set()
 # A JSON \u0000 escape that is not itself an escaped backslash followed by "u0000".
 _NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 
@@ -74,29 +72,35 @@ class SaveResult:
 
 
 class VectorSync(Protocol):
+    background: bool
+
     async def sync(self, message_ids: Sequence[str] | None = None) -> int: ...
     async def release(self, message_ids: Sequence[str]) -> None: ...
+    def submit(
+        self, message_ids: Sequence[str], resource_ids: Iterable[str | None]
+    ) -> asyncio.Future[None]: ...
+    @property
+    def backlogged(self) -> bool: ...
 
 
-async def sync_vectors(vectors: VectorSync | None, message_ids: Sequence[str], timeout: float) -> None:
-    """Brings the vectors of these messages in line with SQL now (in chunks), within `timeout`. SQL has
-    committed: if this fails or runs out of time, the outbox still holds the work for the drain."""
-    if vectors is None or not message_ids:
+async def sync_vectors(vectors: VectorSync | None, messages: Sequence[MessageRecord], timeout: float) -> None:
+    """Hands these messages' vectors to the write pipeline and, unless it runs in the background, waits
+    (within `timeout`) until the index matches SQL for them. SQL has committed: if the write fails or
+    runs out of time, the outbox still holds the work for the drain."""
+    if vectors is None or not messages:
         return
-
-    async def run() -> None:
-        for start in range(0, len(message_ids), 500):
-            await vectors.sync(message_ids[start : start + 500])
-
+    message_ids = [m.id for m in messages]
+    done = vectors.submit(message_ids, {m.resource_id for m in messages})
+    if vectors.background and not vectors.backlogged:
+        return
     try:
-        await asyncio.wait_for(run(), timeout)
+        # Shielded: a request that gives up (timeout, client gone) leaves its work queued, and the
+        # pipeline still writes it.
+        await asyncio.wait_for(asyncio.shield(done), timeout)
     except asyncio.CancelledError:
-        # The request itself was cancelled (client gone, shutdown): hand the work to the drain now,
-        # without waiting here, then let the cancellation proceed.
-        task = asyncio.ensure_future(vectors.release(message_ids))
-        _background.add(task)
-        task.add_done_callback(_background.discard)
         raise
+    except TimeoutError:
+        log.warning("vector write of %d message(s) still queued after %.1fs", len(message_ids), timeout)
     except Exception as exc:
         log.warning("vector write deferred to the outbox drain: %r", exc)
         # The drain leaves young entries to their request; this request has given up on them.
@@ -124,11 +128,11 @@ class MessageService:
         self.titles = titles
         self.defaults = defaults if defaults is not None else BUILTIN_DEFAULTS
 
-    async def _sync_vectors(self, message_ids: Sequence[str]) -> None:
+    async def _sync_vectors(self, messages: Sequence[MessageRecord]) -> None:
         """Indexes the messages now, so a recall right after the save finds them. SQL has committed:
         if this fails, the outbox still holds the work and the background drain finishes it."""
         # Bounded: a slow embedder must not hold the save; the drain catches up.
-        await sync_vectors(self.vectors, message_ids, self.vector_sync_timeout)
+        await sync_vectors(self.vectors, messages, self.vector_sync_timeout)
 
     def _check_batch(self, operation: str, size: int) -> None:
         if self.max_batch is not None and size > self.max_batch:
@@ -209,7 +213,7 @@ class MessageService:
             )
         except RowForbidden as exc:  # a row of another resource appeared since the check above
             raise principal.message_forbidden(exc.args[0]) from None
-        await self._sync_vectors([m.id for m in stored])
+        await self._sync_vectors(stored)
         events = [message_event(MESSAGE_SAVED, m.thread_id, m) for m in stored]
         await publish_quietly(self.events, events + await self._thread_events({m.thread_id for m in stored}))
         if titles is not None and self.titles is not None:
@@ -307,7 +311,8 @@ class MessageService:
             track_vectors=self.vectors is not None,
             lock_keys=lock_keys,
         )
-        await self._sync_vectors([m.id for m in after])
+        # Both sides: a message that moved leaves vectors in its old resource to remove.
+        await self._sync_vectors([*after, *(before[m.id] for m in after)])
         events: list[Publication] = []
         for m in after:
             events.append(message_event(MESSAGE_UPDATED, m.thread_id, m))
@@ -336,7 +341,7 @@ class MessageService:
             track_vectors=self.vectors is not None,
             guard=guard if principal.restricted else None,
         )
-        await self._sync_vectors([m.id for m in deleted])
+        await self._sync_vectors(deleted)
         events = [message_event(MESSAGE_DELETED, m.thread_id, m) for m in deleted]
         await publish_quietly(self.events, events + await self._thread_events({m.thread_id for m in deleted}))
         return deleted

@@ -3,6 +3,12 @@
 SQL is the source of truth. Every change to a message is queued in the vector outbox in the same
 transaction; `sync` brings the index in line with what SQL holds for those messages (re-embed, or
 delete), so a crash between the SQL commit and the vector write is repaired by the next drain.
+
+Requests hand their messages to one write pipeline per process (`submit`): it takes the work of all
+waiting requests at once (up to `pipeline_batch` messages), embeds it in one call and writes each
+resource's vectors in one index call, and embeds the next batch while the index writes the previous
+one. Concurrent saves therefore share embedder batches and vector writes instead of each paying Chroma's
+per-call cost, and a stream of saves keeps both the embedder and the index busy.
 """
 
 from __future__ import annotations
@@ -11,12 +17,13 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from models.embedders import Embedder, Embedding, EmbeddingError, chunk_text, embedding_text
-from models.records import MessageRecord
+from models.records import MessageRecord, OutboxEntry
 from models.repository import Repository
 from models.vector_index import VectorHit, VectorIndexError, VectorItem
 from resolvers.clock import now_ms
@@ -46,6 +53,26 @@ class VectorIndex(Protocol):
 IndexFactory = Callable[[str, int], VectorIndex]
 
 
+@dataclass(slots=True)
+class _Job:
+    """One request's messages in the write pipeline; `ticket` orders jobs (they finish in order)."""
+
+    ticket: int
+    message_ids: list[str]
+    done: asyncio.Future[None] = field(repr=False)
+
+
+@dataclass(slots=True)
+class _Prepared:
+    """A pipeline batch after its SQL snapshot and embedding, before its index writes."""
+
+    jobs: list[_Job]
+    entry_ids: list[int]
+    stale: dict[str | None, set[str]]
+    items: list[VectorItem]
+    error: BaseException | None = None
+
+
 def embeddable_text(message: MessageRecord) -> str | None:
     """What Mastra embeds: nothing for system rows; content.content, else the text parts."""
     if message.role == "system":
@@ -62,6 +89,9 @@ class SemanticMemory:
         *,
         query_cache_size: int = 1000,
         drain_batch: int = 256,
+        pipeline_batch: int = 256,
+        background: bool = False,
+        max_backlog: int = 2048,
     ) -> None:
         self.repository = repository
         self.embedder = embedder
@@ -71,6 +101,21 @@ class SemanticMemory:
         self._cache: OrderedDict[str, Embedding] = OrderedDict()
         self._cache_size = query_cache_size
         self.drain_batch = drain_batch
+        # The write pipeline (see the module docstring). `background`: saves do not wait for their
+        # vectors (searches in this process still see them, see _barrier) while fewer than
+        # `max_backlog` messages are waiting.
+        self.pipeline_batch = pipeline_batch
+        self.background = background
+        self.max_backlog = max_backlog
+        self._jobs: deque[_Job] = deque()
+        self._backlog = 0  # messages submitted and not finished
+        self._wake: asyncio.Event | None = None
+        self._worker: asyncio.Task[None] | None = None
+        self._tickets = 0
+        self._finished = 0  # every job with a ticket <= this has finished
+        self._last_ticket: dict[str | None, int] = {}  # the newest job touching each resource
+        self._progress: asyncio.Condition | None = None
+        self._applying: list[_Job] = []  # the batch whose index writes are running
 
     async def index(self) -> VectorIndex:
         """The index for this embedder's identity (model name and dimension), created on first use:
@@ -102,6 +147,7 @@ class SemanticMemory:
             resource_ids = [resource_id]
         else:
             resource_ids = await self.repository.thread_resource_ids(thread_id)
+        await self._barrier(resource_ids)
         hits: list[SemanticHit] = []
         for vector in embedding.vectors:  # one query per chunk of a (very long) query text, as Mastra does
             try:
@@ -146,47 +192,159 @@ class SemanticMemory:
         if not entries:
             return 0
         index = await self.index()
-        stale: dict[str | None, set[str]] = {}
-        for entry in entries:
-            current = rows.get(entry.message_id)
-            if current is None or embeddable_text(current) is None:
-                resources = {entry.previous_resource_id}
-                if current is not None:
-                    resources.add(current.resource_id)
-                for resource in resources:
-                    stale.setdefault(resource, set()).add(entry.message_id)
-            elif entry.previous_resource_id is not None and entry.previous_resource_id != current.resource_id:
-                stale.setdefault(entry.previous_resource_id, set()).add(entry.message_id)
-        for resource, ids in stale.items():
+        for resource, ids in _stale_vectors(entries, rows).items():
             await index.delete_messages(sorted(ids), [resource])
         await self._write(index, [m for m in rows.values() if embeddable_text(m) is not None])
         await self.repository.outbox_done([e.id for e in entries])
         return len(entries)
 
     async def _write(self, index: VectorIndex, messages: Sequence[MessageRecord]) -> None:
-        if not messages:
-            return
+        items = await self._embed_messages(messages)
+        if items:
+            await index.upsert(items)
+
+    async def _embed_messages(self, messages: Sequence[MessageRecord]) -> list[VectorItem]:
         texts: list[str] = []
         owners: list[tuple[MessageRecord, int]] = []
         for message in messages:
             for n, chunk in enumerate(chunk_text(embeddable_text(message) or "")):
                 texts.append(chunk)
                 owners.append((message, n))
+        if not texts:
+            return []
         embedding = await self.embedder.embed(texts)
-        await index.upsert(
-            [
-                VectorItem(
-                    message_id=m.id,
-                    thread_id=m.thread_id,
-                    resource_id=m.resource_id,
-                    chunk=n,
-                    vector=vector,
-                    created_at_ms=m.created_at,
-                    role=m.role,
-                )
-                for (m, n), vector in zip(owners, embedding.vectors, strict=True)
-            ]
-        )
+        return [
+            VectorItem(
+                message_id=m.id,
+                thread_id=m.thread_id,
+                resource_id=m.resource_id,
+                chunk=n,
+                vector=vector,
+                created_at_ms=m.created_at,
+                role=m.role,
+            )
+            for (m, n), vector in zip(owners, embedding.vectors, strict=True)
+        ]
+
+    # ------------------------------------------------------------------ the write pipeline
+    def submit(self, message_ids: Sequence[str], resource_ids: Iterable[str | None]) -> asyncio.Future[None]:
+        """Queues these messages' vector work; the future is done once the index matches SQL for them
+        (or holds the error: the outbox keeps the work for the drain). `resource_ids`: the resources
+        whose searches must wait for this work (background mode)."""
+        loop = asyncio.get_running_loop()
+        if self._wake is None or self._worker is None or self._worker.done():
+            self._wake = asyncio.Event()
+            self._progress = asyncio.Condition()
+            self._worker = loop.create_task(self._run_pipeline(), name="recallql-vector-pipeline")
+        self._tickets += 1
+        job = _Job(self._tickets, list(dict.fromkeys(message_ids)), loop.create_future())
+        for resource in resource_ids:
+            self._last_ticket[resource] = job.ticket
+        self._jobs.append(job)
+        self._backlog += len(job.message_ids)
+        self._wake.set()
+        return job.done
+
+    @property
+    def backlogged(self) -> bool:
+        """Whether more messages wait for vectors than background mode lets saves run ahead of."""
+        return self._backlog > self.max_backlog
+
+    async def _run_pipeline(self) -> None:
+        assert self._wake is not None
+        applying: asyncio.Task[None] | None = None
+        jobs: list[_Job] = []
+        try:
+            while True:
+                if not self._jobs:
+                    self._wake.clear()
+                    await self._wake.wait()
+                jobs = []
+                size = 0
+                while self._jobs and (
+                    not jobs or size + len(self._jobs[0].message_ids) <= self.pipeline_batch
+                ):
+                    job = self._jobs.popleft()
+                    jobs.append(job)
+                    size += len(job.message_ids)
+                # Embedding this batch overlaps the index writes of the previous one; the writes
+                # themselves stay in order, so a message saved twice ends with its newer vectors.
+                prepared = await self._prepare(jobs)
+                if applying is not None:
+                    await applying
+                applying = asyncio.create_task(self._apply(prepared))
+        finally:
+            if applying is not None and not applying.done():
+                applying.cancel()
+            # Stopped mid-batch (shutdown): the outbox keeps the work; nobody waits for it here.
+            for job in [*jobs, *self._applying]:
+                job.done.cancel()
+
+    async def _prepare(self, jobs: list[_Job]) -> _Prepared:
+        ids = [i for job in jobs for i in job.message_ids]
+        try:
+            entries, rows = await self.repository.outbox_snapshot(
+                message_ids=ids, limit=max(self.drain_batch, len(ids) * 4)
+            )
+            stale = _stale_vectors(entries, rows)
+            items = await self._embed_messages([m for m in rows.values() if embeddable_text(m) is not None])
+            return _Prepared(jobs, [e.id for e in entries], stale, items)
+        except Exception as exc:  # the jobs fail; their outbox entries stay for the drain
+            return _Prepared(jobs, [], {}, [], error=exc)
+
+    async def _apply(self, prepared: _Prepared) -> None:
+        self._applying = prepared.jobs
+        error = prepared.error
+        if error is None:
+            try:
+                index = await self.index()
+                for resource, stale_ids in prepared.stale.items():
+                    await index.delete_messages(sorted(stale_ids), [resource])
+                if prepared.items:
+                    await index.upsert(prepared.items)
+                if prepared.entry_ids:
+                    await self.repository.outbox_done(prepared.entry_ids)
+            except Exception as exc:
+                error = exc
+        for job in prepared.jobs:
+            self._backlog -= len(job.message_ids)
+            if not job.done.done():
+                if error is None:
+                    job.done.set_result(None)
+                else:
+                    job.done.set_exception(error)
+                    # Retrieved here so that an abandoned future (background mode) logs nothing more.
+                    job.done.exception()
+        if error is not None and self.background:
+            log.warning("vector write deferred to the outbox drain: %r", error)
+        self._applying = []
+        self._finished = prepared.jobs[-1].ticket
+        if len(self._last_ticket) > 4096:  # resources whose work is all done need no entry
+            self._last_ticket = {r: t for r, t in self._last_ticket.items() if t > self._finished}
+        assert self._progress is not None
+        async with self._progress:
+            self._progress.notify_all()
+
+    async def _barrier(self, resource_ids: Sequence[str | None], timeout: float = 10.0) -> None:
+        """Waits until the vector work queued in this process for these resources before now is done, so
+        that a search sees what a save acknowledged (background mode; in wait mode saves waited)."""
+        await self._finish(max((self._last_ticket.get(r, 0) for r in resource_ids), default=0), timeout)
+
+    async def flush(self, timeout: float = 30.0) -> bool:
+        """Waits until every message submitted so far has its vectors (or failed to the outbox); False
+        when `timeout` ran out first."""
+        return await self._finish(self._tickets, timeout)
+
+    async def _finish(self, ticket: int, timeout: float) -> bool:
+        if ticket <= self._finished or self._progress is None:
+            return True
+        progress = self._progress
+        try:
+            async with asyncio.timeout(timeout), progress:
+                await progress.wait_for(lambda: self._finished >= ticket)
+        except TimeoutError:
+            return False
+        return True
 
     async def reindex(
         self,
@@ -240,8 +398,39 @@ class SemanticMemory:
                 delay = min(delay * 2, 60.0)
             await asyncio.sleep(delay)
 
-    async def aclose(self) -> None:
+    async def aclose(self, *, flush_timeout: float = 10.0) -> None:
+        if self._worker is not None:
+            # Background saves were acknowledged before their vectors: write them before going, within
+            # reason. Whatever is left stays in the outbox for the next start's drain.
+            if self._jobs or self._finished < self._tickets:
+                await self.flush(flush_timeout)
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._worker
+            self._worker = None
+            for job in self._jobs:
+                job.done.cancel()
+            self._jobs.clear()
         if self._index is not None:
             with contextlib.suppress(Exception):
                 await self._index.aclose()
         await self.embedder.aclose()
+
+
+def _stale_vectors(
+    entries: Sequence[OutboxEntry], rows: dict[str, MessageRecord]
+) -> dict[str | None, set[str]]:
+    """Per resource, the messages whose vectors must go there: deleted or no longer embeddable
+    messages, and messages that moved to another resource."""
+    stale: dict[str | None, set[str]] = {}
+    for entry in entries:
+        current = rows.get(entry.message_id)
+        if current is None or embeddable_text(current) is None:
+            resources = {entry.previous_resource_id}
+            if current is not None:
+                resources.add(current.resource_id)
+            for resource in resources:
+                stale.setdefault(resource, set()).add(entry.message_id)
+        elif entry.previous_resource_id is not None and entry.previous_resource_id != current.resource_id:
+            stale.setdefault(entry.previous_resource_id, set()).add(entry.message_id)
+    return stale

@@ -219,7 +219,7 @@ class ThreadService:
             track_vectors=self.vectors is not None,
             guard=guard if principal.restricted else None,
         )
-        await sync_vectors(self.vectors, [m.id for m in messages], self.vector_sync_timeout)
+        await sync_vectors(self.vectors, messages, self.vector_sync_timeout)
         events = [message_event(MESSAGE_DELETED, thread_id, m) for m in messages]
         if thread is not None:
             events.append(thread_event(THREAD_DELETED, thread))
@@ -312,7 +312,7 @@ class ThreadService:
         if result is None:
             raise NotFound(f"Source thread with id {source_thread_id} not found")
         thread, copies = result
-        await sync_vectors(self.vectors, [m.id for m in copies], self.vector_sync_timeout)
+        await sync_vectors(self.vectors, copies, self.vector_sync_timeout)
         events = [thread_event(THREAD_CREATED, thread)]
         events.extend(message_event(MESSAGE_SAVED, thread.id, m) for m in copies)
         await publish_quietly(self.events, events)

@@ -4,7 +4,7 @@ titles are written once, working-memory configuration rules."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pytest
@@ -40,6 +40,12 @@ class RecordingVectors:
 
     async def release(self, message_ids: Sequence[str]) -> None:
         await self.repository.outbox_release(message_ids)
+
+    background = False
+    backlogged = False
+
+    def submit(self, message_ids: Sequence[str], resource_ids: Iterable[str | None]) -> asyncio.Future[None]:
+        return asyncio.ensure_future(self.sync(message_ids))
 
 
 @pytest.fixture

@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     chroma_url: str | None = None
     vector_drain_interval: float = 1.0
     vector_sync_timeout: float = 10.0
+    # wait: a save answers once its vectors are written (Mastra's behaviour); background: once SQL has
+    # committed, with the vectors written right after (searches in the same process wait for them).
+    vector_writes: Literal["wait", "background"] = "wait"
 
     # Title generation: an OpenAI-compatible chat endpoint (else a deterministic heuristic).
     chat_url: str | None = None

@@ -1,0 +1,247 @@
+"""The vector write pipeline (resolvers/semantic.py): concurrent saves share embedder calls and index
+writes; `wait` saves answer once their vectors are written, `background` saves once SQL has committed,
+and a search waits for the vectors of the resources it reads; failures leave the work in the outbox.
+
+Real parts: the repository on SQLite / PostgreSQL and an embedded Chroma collection. The embedder is
+embed_server.py's deterministic hash-64 function in process, behind a gate the tests open and close (a
+test double for the model: what is tested is the pipeline's logic), counting its calls; the index is
+the real ChromaIndex, counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from models.embedders import Embedding, EmbeddingError
+from models.records import MessageQuery
+from models.repository import Repository
+from models.vector_index import ChromaIndex, VectorItem
+from resolvers.config import BUILTIN_DEFAULTS
+from resolvers.context import Services
+from resolvers.messages import MessageInput
+from resolvers.semantic import SemanticMemory
+from tests.support import Api, database, running_server, text_message, uid
+from tests.test_semantic import REF, embed_server_process, http_embedder_env
+
+DIMENSION = 64
+
+
+class GatedEmbedder:
+    """hash-64 vectors; while the gate is closed every call waits; `fail` makes calls raise."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.calls: list[int] = []  # texts per call
+        self.fail = False
+
+    @property
+    def name(self) -> str:
+        return "hash-64"
+
+    @property
+    def dimension(self) -> int:
+        return DIMENSION
+
+    async def embed(self, texts: Sequence[str]) -> Embedding:
+        await self.gate.wait()
+        self.calls.append(len(texts))
+        if self.fail:
+            raise EmbeddingError("the embedder is down")
+        return Embedding([list(REF.embed(t)) for t in texts], tokens=None)
+
+    async def aclose(self) -> None:
+        pass
+
+
+class CountingIndex(ChromaIndex):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.upserts: list[int] = []  # vectors per call
+
+    async def upsert(self, items: Sequence[VectorItem]) -> None:  # type: ignore[override]
+        items = list(items)
+        self.upserts.append(len(items))
+        await super().upsert(items)
+
+
+class Setup:
+    def __init__(self, repository: Repository, path: Path, **options: Any) -> None:
+        self.embedder = GatedEmbedder()
+        self.index = CountingIndex(path=path, model_name="hash-64", dimension=DIMENSION)
+        self.semantic = SemanticMemory(repository, self.embedder, lambda _m, _d: self.index, **options)
+        self.services = Services.build(
+            repository, memory_defaults=dict(BUILTIN_DEFAULTS), semantic=self.semantic, vector_sync_timeout=30
+        )
+
+    async def save(self, thread_id: str, resource_id: str, texts: Sequence[str]) -> list[str]:
+        result = await self.services.messages.save(
+            [
+                MessageInput(
+                    thread_id=thread_id,
+                    resource_id=resource_id,
+                    role="user",
+                    content={"format": 2, "parts": [{"type": "text", "text": text}]},
+                )
+                for text in texts
+            ]
+        )
+        return [m.id for m in result.messages]
+
+    async def hits(self, text: str, thread_id: str, resource_id: str) -> list[str]:
+        found = await self.semantic.search(
+            text, thread_id=thread_id, resource_id=resource_id, resource_scope=True, top_k=50
+        )
+        return [h.message_id for h in found.hits]
+
+
+@pytest.fixture
+async def make(repository: Repository, tmp_path: Path) -> AsyncIterator[Any]:
+    made: list[Setup] = []
+
+    def build(**options: Any) -> Setup:
+        setup = Setup(repository, tmp_path / f"chroma-{len(made)}", **options)
+        made.append(setup)
+        return setup
+
+    yield build
+    for setup in made:
+        setup.embedder.gate.set()
+        await setup.semantic.aclose()
+
+
+async def new_thread(setup: Setup) -> tuple[str, str]:
+    thread_id, resource_id = uid("t"), uid("r")
+    await setup.services.threads.create(resource_id=resource_id, thread_id=thread_id)
+    return thread_id, resource_id
+
+
+async def test_concurrent_saves_share_embedder_calls_and_index_writes(make: Any) -> None:
+    setup = make()
+    thread_id, resource_id = await new_thread(setup)
+    # The first save holds the pipeline (gate closed) while eleven more queue up behind it.
+    setup.embedder.gate.clear()
+    saves = [
+        asyncio.create_task(setup.save(thread_id, resource_id, [f"message {n} part {k}" for k in range(3)]))
+        for n in range(12)
+    ]
+    repository = setup.services.repository
+    for _ in range(200):  # until every save has committed (on PostgreSQL they take the thread's lock in turn)
+        if await repository.outbox_backlog() == 36:
+            break
+        await asyncio.sleep(0.05)
+    assert not any(task.done() for task in saves), "a wait-mode save answered before its vectors"
+    setup.embedder.gate.set()
+    saved = [i for ids in await asyncio.gather(*saves) for i in ids]
+    assert len(saved) == 36
+    # Every message has its vector, written in far fewer calls than saves.
+    assert sorted(await setup.hits("message", thread_id, resource_id)) == sorted(saved)
+    assert await setup.index.count(resource_id) == 36
+    assert sum(setup.index.upserts) == 36 and len(setup.index.upserts) <= 3, setup.index.upserts
+    assert sum(setup.embedder.calls) >= 36 and len(setup.embedder.calls) <= 4, setup.embedder.calls
+    assert await setup.services.repository.outbox_backlog() == 0
+
+
+async def test_background_saves_answer_first_and_searches_wait_for_their_vectors(make: Any) -> None:
+    setup = make(background=True)
+    thread_id, resource_id = await new_thread(setup)
+    other_thread, other_resource = uid("t"), uid("r")
+    # Query embeddings are cached: with these two warm, the searches below wait on nothing but vectors.
+    assert await setup.hits("zebra crossing", thread_id, resource_id) == []
+    assert await setup.hits("zebra", other_thread, other_resource) == []
+    setup.embedder.gate.clear()
+    ids = await asyncio.wait_for(setup.save(thread_id, resource_id, ["zebra crossing"]), 5)
+    assert await setup.index.count(resource_id) == 0  # answered before any vector was written
+    search = asyncio.create_task(setup.hits("zebra crossing", thread_id, resource_id))
+    await asyncio.sleep(0.2)
+    assert not search.done(), "the search did not wait for the resource's queued vectors"
+    # A search of another resource has nothing to wait for.
+    assert await asyncio.wait_for(setup.hits("zebra", other_thread, other_resource), 5) == []
+    setup.embedder.gate.set()
+    assert await asyncio.wait_for(search, 10) == ids
+    assert await setup.services.repository.outbox_backlog() == 0
+
+
+async def test_background_saves_wait_when_the_backlog_is_full(make: Any) -> None:
+    setup = make(background=True, max_backlog=0)
+    thread_id, resource_id = await new_thread(setup)
+    setup.embedder.gate.clear()
+    save = asyncio.create_task(setup.save(thread_id, resource_id, ["one", "two"]))
+    await asyncio.sleep(0.2)
+    assert not save.done(), "over the backlog limit a background save must wait for its vectors"
+    setup.embedder.gate.set()
+    await asyncio.wait_for(save, 10)
+    assert await setup.index.count(resource_id) == 2
+
+
+async def test_a_failed_write_leaves_the_work_to_the_drain(make: Any) -> None:
+    setup = make()
+    thread_id, resource_id = await new_thread(setup)
+    setup.embedder.fail = True
+    ids = await setup.save(thread_id, resource_id, ["kept in sql", "and in the outbox"])
+    assert await setup.index.count(resource_id) == 0
+    assert await setup.services.repository.outbox_backlog() == 2
+    page = await setup.services.repository.read_page(
+        MessageQuery(thread_id=thread_id), descending=False, limit=10, offset=0
+    )
+    assert [m.id for m in page.rows] == ids
+    # The request released its entries: the drain takes them at once, without the grace period.
+    setup.embedder.fail = False
+    assert await setup.semantic.drain(grace=3600) == 2
+    assert sorted(await setup.hits("kept in sql", thread_id, resource_id)) == sorted(ids)
+
+
+async def test_updates_and_deletes_go_through_the_pipeline_in_order(make: Any) -> None:
+    setup = make(background=True)
+    thread_id, resource_id = await new_thread(setup)
+    (first,) = await setup.save(thread_id, resource_id, ["giraffe"])
+    from resolvers.messages import MessagePatch
+
+    await setup.services.messages.update(
+        [MessagePatch(id=first, content={"format": 2, "parts": [{"type": "text", "text": "zebra"}]})]
+    )
+    # The search waits for both writes: the vector now is the updated text's.
+    found = await setup.semantic.search(
+        "zebra", thread_id=thread_id, resource_id=resource_id, resource_scope=True, top_k=1
+    )
+    assert [(h.message_id, round(h.score, 6)) for h in found.hits] == [(first, 1.0)]
+    await setup.services.messages.delete([first])
+    assert await setup.hits("zebra", thread_id, resource_id) == []
+    assert await setup.index.count(resource_id) == 0
+
+
+# ---------------------------------------------------------------------------------------------- over HTTP
+SAVE = "mutation($m: [MessageInput!]!) { saveMessages(messages: $m) { messages { id } } }"
+CREATE = "mutation($input: CreateThreadInput!) { createThread(input: $input) { id } }"
+SEARCH = """query($t: ID!, $s: String) {
+  recall(threadId: $t, perPage: 0, vectorSearchString: $s,
+         threadConfig: {semanticRecall: {options: {topK: 5, messageRange: {size: 0}, scope: THREAD}}}) {
+    messages { id } } }"""
+
+
+@pytest.mark.parametrize("engine", ["sqlite"])
+async def test_background_mode_over_http_reads_its_writes(engine: str, tmp_path: Path) -> None:
+    with embed_server_process() as embed_url:
+        async with database(engine, tmp_path) as url:
+            env = {
+                **http_embedder_env(embed_url),
+                "RECALLQL_DATABASE_URL": url,
+                "RECALLQL_VECTOR_WRITES": "background",
+            }
+            with running_server(tmp_path / "data", env) as server:
+                api = Api(server.url)
+                thread_id = uid("t")
+                await api.execute(CREATE, input={"id": thread_id, "resourceId": uid("r")})
+                for n in range(5):
+                    message = text_message(thread_id=thread_id, id=f"{thread_id}-m{n}", text=f"topic{n} note")
+                    await api.execute(SAVE, m=[message])
+                    # Right after each acknowledged save, a search in its thread finds it (perPage 0:
+                    # only vector hits are returned, in time order).
+                    found = await api.execute(SEARCH, t=thread_id, s=f"topic{n} note")
+                    hits = [m["id"] for m in found["recall"]["messages"]]
+                    assert hits == [f"{thread_id}-m{k}" for k in range(n + 1)]
