@@ -70,14 +70,16 @@ def oracle_node_modules(tmp: Path) -> Path:
     if not (cache / ".complete").is_file():
         dataset = tmp / "empty-dataset.json"
         dataset.write_text('{"threads": [], "messages": [], "queries": []}')
+        # Only the install matters here: oracle.mjs itself stops on an empty dataset (its store check
+        # finds no tables), after the packages are in place.
         proc = subprocess.run(
             ["bash", str(CONFORMANCE / "oracle.sh"), str(dataset), str(tmp / "oracle-out.json")],
             capture_output=True,
             text=True,
             timeout=900,
         )
-        assert proc.returncode == 0, (
-            f"oracle.sh could not install the Mastra packages:\n{proc.stderr[-3000:]}"
+        assert (cache / ".complete").is_file(), (
+            f"oracle.sh could not install the Mastra packages into {cache}:\n{proc.stderr[-3000:]}"
         )
     assert (cache / ".complete").is_file(), f"oracle.sh did not install into {cache}"
     return cache
