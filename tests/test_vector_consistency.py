@@ -274,11 +274,23 @@ async def test_kill_between_commit_and_vector_write_loses_no_vector(engine: str,
                 api = Api(srv.url)
                 expected = sorted(m for m in all_ids if m in texts)
 
+                seen: list[list[str]] = [[]]
+
                 async def everything_indexed() -> bool:
-                    return await indexed(api) == expected
+                    seen[0] = await indexed(api)
+                    return seen[0] == expected
 
                 # Generous: under a loaded CI machine the restarted server may need a while.
-                await eventually(everything_indexed, timeout=90, what="every saved message to have a vector")
+                try:
+                    await eventually(
+                        everything_indexed, timeout=90, what="every saved message to have a vector"
+                    )
+                except AssertionError as exc:
+                    missing = sorted(set(expected) - set(seen[0]))
+                    extra = sorted(set(seen[0]) - set(expected))
+                    raise AssertionError(
+                        f"{exc}; search finds {seen[0]}: missing {missing}, extra {extra}"
+                    ) from None
                 old_text = first[0]["content"]["parts"][0]["text"]
                 old = await search(
                     api,
