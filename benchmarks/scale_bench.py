@@ -2,9 +2,11 @@
 
     python benchmarks/scale_bench.py [--sizes 1000,1000000] [--engines sqlite,postgres] [--calls 200]
 
-For each engine and size it loads one thread through the repository (the real write path, batched),
-then times in process, through the recall engine: the newest page of 20, a deep page (page 50 of 20,
-ascending), a metadata-filtered page of 20, and the count alone. It also reports the load rate.
+For each engine it loads one thread per size through the repository (the real write path, batched; the
+databases side by side), then times in process, in interleaved rounds, through the recall engine: the
+newest page of 20, a deep page (page 49 of 20, ascending: rows 980-999, the deepest full page a
+1,000-message thread has, so both sizes return the same 20 rows), a metadata-filtered page of 20, and the
+count alone. It also reports the load rate.
 Writes a Markdown table to benchmarks/results/scale-<date>.md.
 """
 
@@ -83,19 +85,24 @@ async def load(repo: Repository, thread_id: str, size: int) -> float:
     return size / (time.perf_counter() - started)
 
 
-async def timed(fn: Callable[[], Awaitable[object]], calls: int) -> tuple[float, float]:
-    for _ in range(max(5, calls // 10)):
-        await fn()
-    samples = []
+async def timed(fn: Callable[[], Awaitable[object]], calls: int, samples: list[float]) -> None:
     for _ in range(calls):
         t0 = time.perf_counter()
         await fn()
         samples.append((time.perf_counter() - t0) * 1000)
-    samples.sort()
+
+
+def summary(samples: list[float]) -> tuple[float, float]:
+    samples = sorted(samples)
     return statistics.median(samples), samples[min(len(samples) - 1, int(len(samples) * 0.99))]
 
 
-async def run(kind: str, size: int, calls: int) -> dict[str, object]:
+Scenario = Callable[[], Awaitable[object]]
+
+
+@contextlib.asynccontextmanager
+async def loaded(kind: str, size: int) -> AsyncIterator[tuple[dict[str, Scenario], float]]:
+    """A database holding one thread of `size` messages; yields the scenarios and the load rate."""
     async with database(kind) as url:
         engine = create_engine(url)
         try:
@@ -105,17 +112,21 @@ async def run(kind: str, size: int, calls: int) -> dict[str, object]:
             thread_id = "big"
             await services.threads.create(resource_id="r1", thread_id=thread_id)
             rate = await load(repo, thread_id, size)
-            if kind == "postgres":
-                async with engine.begin() as conn:
-                    from sqlalchemy import text
+            from sqlalchemy import text
 
+            async with engine.begin() as conn:
+                if kind == "postgres":
                     await conn.execute(text("ANALYZE messages"))
+                else:
+                    # A bulk load leaves a WAL of the whole load behind; a running server checkpoints as
+                    # it goes, so measure the steady state.
+                    await conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
             recall = services.recall.recall
-            scenarios: dict[str, Callable[[], Awaitable[object]]] = {
+            scenarios: dict[str, Scenario] = {
                 "newest 20": lambda: recall(RecallArgs(thread_id=thread_id, per_page=20)),
-                "page 50 of 20 ASC": lambda: recall(
+                "page 49 of 20 ASC": lambda: recall(
                     RecallArgs(
-                        thread_id=thread_id, per_page=20, page=50, order_by=OrderBy("createdAt", "ASC")
+                        thread_id=thread_id, per_page=20, page=49, order_by=OrderBy("createdAt", "ASC")
                     )
                 ),
                 "metadata page": lambda: recall(
@@ -126,24 +137,43 @@ async def run(kind: str, size: int, calls: int) -> dict[str, object]:
                     MessageQuery(thread_id=thread_id), descending=True, limit=1, offset=0
                 ),
             }
-            results: dict[str, object] = {"engine": kind, "size": size, "load_rate": rate}
-            for name, fn in scenarios.items():
-                results[name] = await timed(fn, calls if size < 100_000 else max(20, calls // 4))
-            return results
+            yield scenarios, rate
         finally:
             await engine.dispose()
 
 
+async def run(kind: str, sizes: list[int], calls: int, rounds: int = 10) -> list[dict[str, object]]:
+    """Every size of one engine loaded side by side, then timed in interleaved rounds (each round runs
+    every scenario on every size), so that drift on a shared machine hits all sizes alike."""
+    async with contextlib.AsyncExitStack() as stack:
+        dbs = [await stack.enter_async_context(loaded(kind, size)) for size in sizes]
+        samples: dict[tuple[int, str], list[float]] = {}
+        for scenarios, _ in dbs:  # warm-up, untimed
+            for fn in scenarios.values():
+                await timed(fn, max(5, calls // 10), [])
+        for _ in range(rounds):
+            for size, (scenarios, _) in zip(sizes, dbs, strict=True):
+                for name, fn in scenarios.items():
+                    await timed(fn, max(1, calls // rounds), samples.setdefault((size, name), []))
+        rows: list[dict[str, object]] = []
+        for size, (scenarios, rate) in zip(sizes, dbs, strict=True):
+            row: dict[str, object] = {"engine": kind, "size": size, "load_rate": rate}
+            for name in scenarios:
+                row[name] = summary(samples[(size, name)])
+            rows.append(row)
+        return rows
+
+
 def report(rows: list[dict[str, object]]) -> str:
-    names = ["newest 20", "page 50 of 20 ASC", "metadata page", "count"]
+    names = ["newest 20", "page 49 of 20 ASC", "metadata page", "count"]
     lines = [
         f"# Recall at scale — {dt.date.today()}",
         "",
         f"{platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"load average before: {os.getloadavg()[0]:.2f}",
         "",
-        "In-process recall engine (p50 / p99 ms), one thread of N messages; "
-        "load rate through the repository.",
+        "In-process recall engine (p50 / p99 ms), one thread of N messages; the sizes of an engine are "
+        "loaded side by side and timed in 10 interleaved rounds; load rate through the repository.",
         "",
         "| engine | N | " + " | ".join(names) + " | load msgs/s |",
         "|---|---|" + "---|" * len(names) + "---|",
@@ -175,10 +205,10 @@ async def main() -> None:
     parser.add_argument("--calls", type=int, default=200)
     args = parser.parse_args()
     rows = []
+    sizes = [int(s) for s in args.sizes.split(",")]
     for kind in args.engines.split(","):
-        for size in (int(s) for s in args.sizes.split(",")):
-            print(f"{kind} {size:,}...", file=sys.stderr, flush=True)
-            rows.append(await run(kind, size, args.calls))
+        print(f"{kind} {', '.join(f'{n:,}' for n in sizes)}...", file=sys.stderr, flush=True)
+        rows.extend(await run(kind, sizes, args.calls))
     text = report(rows)
     print(text)
     out = Path(__file__).resolve().parent / "results" / f"scale-{dt.date.today()}.md"
