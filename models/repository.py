@@ -10,6 +10,7 @@ import functools
 import inspect
 import random
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from typing import Any, TypeVar
@@ -34,7 +35,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from models.db import DatabaseUnavailable, create_read_engine, is_unavailable
@@ -61,6 +62,7 @@ _SQL_INT_MAX = 2**63 - 1
 # SQLite reads that touch at most about this many index entries run on the event loop: a few tens of
 # microseconds of SQLite work, less than the hop to a worker thread and back (about 90 us of CPU).
 _INLINE_ROWS = 5_000
+_INLINE_BUDGET = 0.002  # seconds an inline read may run before it is handed to a worker thread
 _WRITE_ATTEMPTS = 5
 _MESSAGE_COLUMNS = (
     M.c.seq,
@@ -111,6 +113,10 @@ def _message(row: Any) -> MessageRecord:
     )
 
 
+class _NeedsWorker(Exception):
+    """An inline read met unbounded work (an uncached count); the read is run again in a worker."""
+
+
 def _window_rows(windows: Sequence[IncludeWindow]) -> int:
     """At most how many rows include windows read (each is its target plus neighbours)."""
     return sum(1 + w.before + w.after for w in windows)
@@ -135,7 +141,8 @@ class Repository:
         self.dialect = engine.dialect.name
         self._statements: dict[tuple[Any, ...], Select[Any]] = {}
         # Filtered counts by (filter, thread version); reads run in several threads.
-        self._count_cache: OrderedDict[tuple[Any, ...], tuple[int, int]] = OrderedDict()
+        # Values: (thread version, matching rows, the thread's rows then).
+        self._count_cache: OrderedDict[tuple[Any, ...], tuple[int, int, int]] = OrderedDict()
         self._count_lock = threading.Lock()
         # SQLite: hot reads run on plain sqlite3 connections in a worker thread, one hop per read,
         # instead of one aiosqlite thread hop per statement and cursor operation.
@@ -153,10 +160,31 @@ class Repository:
         asynchronous already)."""
         if self.read_engine is not None:
             if bounded:
-                return self._read_sync(fn)
+                try:
+                    return self._read_inline(fn)
+                except _NeedsWorker:  # it found more work than it could tell beforehand
+                    pass
             return await asyncio.to_thread(self._read_sync, fn)
         async with self.engine.connect() as conn:
             return await conn.run_sync(fn)
+
+    def _read_inline(self, fn: Callable[[Connection], _T]) -> _T:
+        """`fn` on the event loop's thread, interrupted (_NeedsWorker) once it has run for
+        _INLINE_BUDGET seconds: an estimate that was wrong (matches clustered far from the page, say)
+        costs the loop at most that much before the read moves to a worker thread."""
+        assert self.read_engine is not None
+        with self.read_engine.connect() as conn:
+            raw = conn.connection.driver_connection
+            deadline = time.perf_counter() + _INLINE_BUDGET
+            raw.set_progress_handler(lambda: time.perf_counter() > deadline, 2000)
+            try:
+                return fn(conn)
+            except OperationalError as exc:
+                if "interrupted" in str(exc.orig):
+                    raise _NeedsWorker from exc
+                raise
+            finally:
+                raw.set_progress_handler(None, 0)
 
     def _read_sync(self, fn: Callable[[Connection], _T]) -> _T:
         assert self.read_engine is not None
@@ -646,7 +674,13 @@ class Repository:
         return stmt
 
     def _count(
-        self, conn: Connection, q: MessageQuery, shape: tuple[Any, ...], params: dict[str, Any]
+        self,
+        conn: Connection,
+        q: MessageQuery,
+        shape: tuple[Any, ...],
+        params: dict[str, Any],
+        *,
+        scan: bool = True,
     ) -> int:
         """The page query's COUNT without scanning the thread: unfiltered counts are maintained in
         thread_resources; filtered ones are cached under the thread's change counter, so a count is
@@ -671,9 +705,11 @@ class Repository:
             cached = self._count_cache.get(key)
         if cached is not None and cached[0] == version:
             return cached[1]
+        if not scan:
+            raise _NeedsWorker
         total = int(conn.execute(self._count_template(shape), params).scalar_one())
         with self._count_lock:
-            self._count_cache[key] = (version, total)
+            self._count_cache[key] = (version, total, int(maintained))
             self._count_cache.move_to_end(key)
             if len(self._count_cache) > _COUNT_CACHE_SIZE:
                 self._count_cache.popitem(last=False)
@@ -705,6 +741,10 @@ class Repository:
         windows. With `max_rows`, an every-row read that counts more rows than that reads none (the
         caller refuses it on the total)."""
 
+        shape, params = self._filter_params(q)
+        inline = self._inline_page(q, shape, params, limit=limit, offset=offset, windows=windows)
+        loop_thread = threading.get_ident()
+
         def read(conn: Connection) -> PageRead:
             thread = None
             if with_thread:
@@ -712,8 +752,9 @@ class Repository:
                 thread = _thread(row) if row else None
             total, rows = 0, []
             if limit is None or limit > 0:
-                shape, params = self._filter_params(q)
-                total = self._count(conn, q, shape, params)
+                # On SQLite's event loop thread, a count that is not cached is left to a worker thread.
+                scan = self.read_engine is None or threading.get_ident() != loop_thread
+                total = self._count(conn, q, shape, params, scan=scan)
                 # SQL integers are 64-bit; a larger page size or offset means "everything" / "past the end".
                 page = {
                     **params,
@@ -726,16 +767,34 @@ class Repository:
                     ]
             return PageRead(thread, rows, total, self._windows(conn, windows, window_resource_id))
 
-        # A page of the thread's index with a maintained count: bounded. Metadata filters may scan the
-        # thread; date ranges and every-row reads count or read an unbounded range.
-        bounded = (
-            limit is not None
-            and offset + limit <= _INLINE_ROWS
-            and q.date_range is None
-            and not q.metadata
-            and _window_rows(windows) <= _INLINE_ROWS
-        )
-        return await self._read(read, bounded=bounded)
+        return await self._read(read, bounded=inline)
+
+    def _inline_page(
+        self,
+        q: MessageQuery,
+        shape: tuple[Any, ...],
+        params: dict[str, Any],
+        *,
+        limit: int | None,
+        offset: int,
+        windows: Sequence[IncludeWindow],
+    ) -> bool:
+        """Whether a page read is bounded enough for the event loop. Without filters it walks offset +
+        limit entries of the thread's index, with a maintained count. With filters, the last count of
+        the same filter tells how many rows the page walks to find its matches (a date range walks only
+        matching rows); a filter never counted, or counted before the thread changed, is counted by
+        the worker thread (the inline read gives up, see _count)."""
+        if limit is None or _window_rows(windows) > _INLINE_ROWS:
+            return False
+        walked = offset + limit
+        if q.metadata:
+            with self._count_lock:
+                cached = self._count_cache.get(("count", shape, tuple(params.items())))
+            if cached is None:
+                return False
+            _version, matching, rows = cached
+            walked = rows if matching == 0 else walked * rows // matching
+        return walked <= _INLINE_ROWS
 
     def window_statement(self, windows: Sequence[IncludeWindow], resource_id: str | None) -> Any:
         """All include windows of a request as one statement (callers chunk very long lists)."""

@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import random
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import func, select
 
+from models import repository as repository_module
+from models.db import create_engine
+from models.migrate import upgrade
 from models.records import MessageQuery
+from models.repository import Repository
 from models.tables import messages_table as M
 from models.tables import thread_resources_table as TR
+from resolvers.auth import OPEN
+from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import Services
 from resolvers.messages import MessagePatch
 from tests.factories import msg
+from tests.support import database
 
 
 async def counts(services: Services) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
@@ -105,3 +115,79 @@ async def test_filtered_counts_are_recomputed_after_a_write(services: Services) 
     assert (
         await services.repository.read_page(MessageQuery(**query), descending=True, limit=5, offset=0)
     ).total == 5
+
+
+# ---------------------------------------------------------------------------------------------- inline reads
+class ReadPaths:
+    """Which SQLite reads ran on the event loop and which went to a worker thread."""
+
+    def __init__(self, repository: Repository, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.inline = self.worker = 0
+        inline, worker = repository._read_inline, repository._read_sync
+
+        def counted_inline(fn: Any) -> Any:
+            self.inline += 1
+            return inline(fn)
+
+        def counted_worker(fn: Any) -> Any:
+            self.worker += 1
+            return worker(fn)
+
+        monkeypatch.setattr(repository, "_read_inline", counted_inline)
+        monkeypatch.setattr(repository, "_read_sync", counted_worker)
+
+    def take(self) -> tuple[int, int]:
+        taken, self.inline, self.worker = (self.inline, self.worker), 0, 0
+        return taken
+
+
+@pytest.fixture
+async def sqlite_services(tmp_path: Path) -> AsyncIterator[Services]:
+    """SQLite only: PostgreSQL reads always run on the event loop's asyncpg connection."""
+    async with database("sqlite", tmp_path) as url:
+        engine = create_engine(url)
+        await upgrade(engine)
+        repository = Repository(engine)
+        try:
+            yield Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS))
+        finally:
+            repository.close()
+            await engine.dispose()
+
+
+async def test_sqlite_reads_run_inline_only_while_bounded(
+    sqlite_services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    services = sqlite_services
+    repository = services.repository
+    await services.threads.create(resource_id="r1", thread_id="t1")
+    # 6,000 messages; the 300 that match {k: 1} are the oldest ones, far from the newest page.
+    await services.messages.save(
+        [msg(f"m{n}", at=n, metadata={"k": 1 if n < 300 else 0}) for n in range(6000)], principal=OPEN
+    )
+    paths = ReadPaths(repository, monkeypatch)
+    page = await repository.read_page(MessageQuery(thread_id="t1"), descending=True, limit=20, offset=0)
+    assert [m.id for m in page.rows][:2] == ["m5999", "m5998"] and page.total == 6000
+    assert paths.take() == (1, 0)  # a page of the index with a maintained count
+    deep = await repository.read_page(MessageQuery(thread_id="t1"), descending=False, limit=20, offset=5000)
+    assert deep.rows[0].id == "m5000" and paths.take() == (0, 1)  # past _INLINE_ROWS entries
+    query = MessageQuery(thread_id="t1", metadata={"k": 1})
+    first = await repository.read_page(query, descending=True, limit=20, offset=0)
+    assert first.total == 300 and [m.id for m in first.rows][:2] == ["m299", "m298"]
+    assert paths.take() == (0, 1)  # never counted: the worker counts it
+    # Counted now: 300 of 6,000 rows match, so 20 matches take about 400 rows. The estimate is wrong
+    # (the matches are the oldest rows, the walk from the newest passes 5,700 others): an inline read
+    # that outruns its time budget (none here) is interrupted, and the worker thread reads the page.
+    monkeypatch.setattr(repository_module, "_INLINE_BUDGET", 0.0)
+    again = await repository.read_page(query, descending=True, limit=20, offset=0)
+    assert (again.total, [m.id for m in again.rows]) == (first.total, [m.id for m in first.rows])
+    assert paths.take() == (1, 1)
+    monkeypatch.undo()
+    paths = ReadPaths(repository, monkeypatch)
+    ascending = await repository.read_page(query, descending=False, limit=20, offset=0)
+    assert [m.id for m in ascending.rows][:2] == ["m0", "m1"] and paths.take() == (1, 0)
+    # A write changes the thread's version: the cached count is stale, so the count moves to a worker.
+    await services.messages.save([msg("m6000", at=6000, metadata={"k": 1})], principal=OPEN)
+    paths.take()
+    fresh = await repository.read_page(query, descending=False, limit=20, offset=0)
+    assert fresh.total == 301 and paths.take() == (1, 1)
