@@ -9,6 +9,7 @@ import asyncio
 import functools
 import inspect
 import random
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -62,6 +63,7 @@ _SQL_INT_MAX = 2**63 - 1
 # SQLite reads that touch at most about this many index entries run on the event loop: a few tens of
 # microseconds of SQLite work, less than the hop to a worker thread and back (about 90 us of CPU).
 _INLINE_ROWS = 5_000
+_PLAIN_STRING = re.compile(r"[\x20\x21\x23-\x2e\x30-\x5b\x5d-\x7e]*")
 _INLINE_BUDGET = 0.002  # seconds an inline read may run before it is handed to a worker thread
 _WRITE_ATTEMPTS = 5
 _MESSAGE_COLUMNS = (
@@ -608,8 +610,10 @@ class Repository:
                 kinds = tuple(_json_kind(v) for v in q.metadata.values())
                 for n, (key, value) in enumerate(q.metadata.items()):
                     params[f"path{n}"] = f"$.metadata.{key}"
-                    if _json_kind(value) in ("text", "number"):
+                    if _json_kind(value) in ("text", "number", "plain"):
                         params[f"value{n}"] = value
+                    if _json_kind(value) == "plain":
+                        params[f"needle{n}"] = _json_text(value)
         shape = (
             bool(q.resource_id),
             dr is not None and dr.start is not None,
@@ -642,8 +646,14 @@ class Repository:
                     continue
                 extracted = func.json_extract(M.c.content, path) == bindparam(f"value{n}")
                 # Literal type names, not parameters: the statement is cached per shape anyway.
-                types = ("text",) if kind == "text" else ("integer", "real")
-                where.append(and_(json_type.in_([literal_column(f"'{t}'") for t in types]), extracted))
+                types = ("text",) if kind in ("text", "plain") else ("integer", "real")
+                typed = json_type.in_([literal_column(f"'{t}'") for t in types])
+                if kind == "plain":
+                    # Without the string's JSON literal anywhere in the row's text, the row cannot match:
+                    # a substring search spares the two JSON parses of most non-matching rows.
+                    where.append(and_(func.instr(M.c.content, bindparam(f"needle{n}")) > 0, typed, extracted))
+                else:
+                    where.append(and_(typed, extracted))
         return where
 
     def _page_template(self, shape: tuple[Any, ...], descending: bool) -> Select[Any]:
@@ -1398,7 +1408,11 @@ def _json_kind(value: Any) -> str:
         return "true"
     if value is False:
         return "false"
-    return "text" if isinstance(value, str) else "number"
+    if isinstance(value, str):
+        # "plain": printable ASCII without quote, backslash or slash, which JSON encoders write verbatim,
+        # so the stored text holds its JSON literal wherever the value occurs as a string.
+        return "plain" if _PLAIN_STRING.fullmatch(value) else "text"
+    return "number"
 
 
 def _json_text(value: Any) -> str:

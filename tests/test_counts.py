@@ -191,3 +191,26 @@ async def test_sqlite_reads_run_inline_only_while_bounded(
     paths.take()
     fresh = await repository.read_page(query, descending=False, limit=20, offset=0)
     assert fresh.total == 301 and paths.take() == (1, 1)
+
+
+async def test_string_filters_match_the_key_not_the_text(services: Services) -> None:
+    """SQLite looks for a plain string's JSON literal in the row's text before parsing it: the literal
+    elsewhere in the row (text, another key, a nested value) must not make a row match."""
+    await services.threads.create(resource_id="r1", thread_id="t1")
+    await services.messages.save(
+        [
+            msg("hit", at=0, metadata={"topic": "billing"}),
+            msg("in-text", at=1, text='"billing" is in the text', metadata={"topic": "refund"}),
+            msg("other-key", at=2, metadata={"topic": "refund", "tag": "billing"}),
+            msg("nested", at=3, metadata={"topic": {"name": "billing"}}),
+            msg("array", at=4, metadata={"topic": ["billing"]}),
+            msg("number", at=5, metadata={"topic": 7}),
+            msg("string-7", at=6, metadata={"topic": "7"}),
+            msg("slash", at=7, metadata={"topic": "a/b"}),
+        ]
+    )
+    for value, expected in (("billing", ["hit"]), ("7", ["string-7"]), (7, ["number"]), ("a/b", ["slash"])):
+        page = await services.repository.read_page(
+            MessageQuery(thread_id="t1", metadata={"topic": value}), descending=False, limit=10, offset=0
+        )
+        assert ([m.id for m in page.rows], page.total) == (expected, len(expected)), value
