@@ -19,6 +19,7 @@ import inspect
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
 import strawberry
@@ -85,6 +86,8 @@ class Plan:
     operation: OperationDefinitionNode
     fragments: dict[str, FragmentDefinitionNode]
     roots: list[_RootField]
+    # What callers work out once per compiled document (the HTTP layer keeps its metric labels here).
+    memo: dict[str, Any] = dataclass_field(default_factory=dict)
 
 
 class FastPath:

@@ -209,8 +209,8 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         # Hot read queries skip graphql-core's per-field machinery (same results; see schema/fastpath.py).
         schema.fast_path if settings.compiled_reads else None,
         graphql_app.get_context,
-        on_answer=lambda document, name, seconds: observe_compiled_operation(
-            schema._schema, document, name, seconds
+        on_answer=lambda plan, name, seconds: observe_compiled_operation(
+            schema._schema, plan.document, name, seconds, plan.memo
         ),
     )
 

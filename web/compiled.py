@@ -18,7 +18,7 @@ import orjson
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from schema.fastpath import FastPath
+from schema.fastpath import FastPath, Plan
 from web.observability import current_request_id
 
 # GraphQL's \u0000 escape in a query text (not an escaped backslash followed by "u0000").
@@ -31,7 +31,7 @@ class GraphQLFront:
         app: ASGIApp,
         fast_path: FastPath | None,
         context_for: Callable[[Request], Awaitable[Any]],
-        on_answer: Callable[[Any, str | None, float], None] | None = None,
+        on_answer: Callable[[Plan, str | None, float], None] | None = None,
     ) -> None:
         self.app = app
         self.fast_path = fast_path
@@ -87,7 +87,7 @@ class GraphQLFront:
         if result is None:
             return None
         if self.on_answer is not None:
-            self.on_answer(plan.document, operation, time.perf_counter() - started)
+            self.on_answer(plan, operation, time.perf_counter() - started)
         return orjson.dumps(result)
 
 

@@ -400,8 +400,8 @@ class RequestMiddleware:
             route = getattr(scope.get("route"), "path", None) or "unmatched"
             if self.metrics:
                 HTTP_IN_PROGRESS.dec()
-                HTTP_REQUESTS.labels(method, route, str(status)).inc()
-                HTTP_DURATION.labels(method, route).observe(elapsed)
+                labelled(HTTP_REQUESTS, method, route, str(status)).inc()
+                labelled(HTTP_DURATION, method, route).observe(elapsed)
             if self.access_log:
                 path = scope.get("path", "")
                 access_log.log(
@@ -509,13 +509,29 @@ class GraphQLMetrics(SchemaExtension):
 
 
 def observe_compiled_operation(
-    schema: Any, document: Any, operation_name: str | None, seconds: float
+    schema: Any, document: Any, operation_name: str | None, seconds: float, memo: dict[str, Any]
 ) -> None:
     """The operation metric for a query answered by the compiled read path (web/compiled.py), which
-    does not run the schema's extensions."""
-    context = SimpleNamespace(graphql_document=document, operation_name=operation_name)
-    op_type, name, fields = describe_operation(context, schema)
-    GRAPHQL_DURATION.labels(op_type, name, fields).observe(seconds)
+    does not run the schema's extensions. `memo` lives as long as the compiled plan of the document:
+    its labelled metric is worked out once."""
+    child = memo.get("duration")
+    if child is None:
+        context = SimpleNamespace(graphql_document=document, operation_name=operation_name)
+        child = memo["duration"] = GRAPHQL_DURATION.labels(*describe_operation(context, schema))
+    child.observe(seconds)
+
+
+_children: dict[tuple[Any, ...], Any] = {}
+
+
+def labelled(metric: Any, *values: str) -> Any:
+    """`metric.labels(*values)`, remembered: prometheus_client validates and locks on every call, and
+    the hot paths label with the same few values all the time (label sets here are bounded)."""
+    key = (metric, *values)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = metric.labels(*values)
+    return child
 
 
 # ============================================================================================== database
@@ -523,6 +539,7 @@ _STATEMENT_KIND = re.compile(r"\s*(?:--[^\n]*\n\s*|/\*.*?\*/\s*)*(\w+)", re.S)
 _CTE_VERB = re.compile(r"\b(insert\s+into|update\s+\S+\s+set|delete\s+from)\b", re.I)
 
 
+@functools.lru_cache(maxsize=4096)  # statements are built once per shape: the same few strings
 def statement_kind(statement: str) -> str:
     match = _STATEMENT_KIND.match(statement)
     verb = match.group(1).lower() if match else ""
@@ -567,7 +584,7 @@ def instrument_engine(engine: AsyncEngine | Engine, tracer: Any = None) -> None:
         if not stack:
             return
         start, kind, span = stack.pop()
-        DB_DURATION.labels(kind).observe(time.perf_counter() - start)
+        labelled(DB_DURATION, kind).observe(time.perf_counter() - start)
         if span is not None:
             span.end()
 
