@@ -305,17 +305,31 @@ class Repository:
                 where.append(self._json_equals(T.c.metadata, name, value))
             column = T.c.updated_at if order_field == "updatedAt" else T.c.created_at
             order = (column.desc(), T.c.id.desc()) if descending else (column.asc(), T.c.id.asc())
-            page = select(T).where(*where).order_by(*order).offset(bindparam("offset"))
-            if limit is not None:
-                page = page.limit(bindparam("limit"))
-            cached = (page, select(func.count()).select_from(T).where(*where))
+            count = select(func.count()).select_from(T).where(*where)
+            if limit is None:  # counted first: an every-row read over max_rows reads nothing
+                page = select(T).where(*where).order_by(*order).offset(bindparam("offset"))
+            else:  # one statement: every row of the page carries the total
+                page = (
+                    select(*T.c, count.scalar_subquery())
+                    .where(*where)
+                    .order_by(*order)
+                    .offset(bindparam("offset"))
+                    .limit(bindparam("limit"))
+                )
+            cached = (page, count)
             if not metadata:  # the common shape is built once; metadata filters vary too much to keep
                 self._statements[key] = cached  # type: ignore[assignment]
         stmt, count = cached  # type: ignore[misc]
 
         def read(conn: Connection) -> tuple[int, list[Any]]:
+            if limit is not None:
+                rows = conn.execute(stmt, params).all()
+                if rows:
+                    return rows[0][len(T.c)], rows
+                # Past the last page (or perPage 0) no row carries the total.
+                return conn.execute(count, params).scalar_one(), []
             total = conn.execute(count, params).scalar_one()
-            if limit is None and max_rows is not None and total > max_rows:
+            if max_rows is not None and total > max_rows:
                 return total, []
             return total, conn.execute(stmt, params).all()
 

@@ -233,6 +233,18 @@ async def test_threads_listing_pages_orders_and_filters(api: Api) -> None:
     assert await ids(p=False) == ["t2", "t1", "t0"]
     assert await ids(p=1, page=2) == ["t0"]
     assert await ids(m={"n": 1}) == ["t1"]
+
+    async def page(**args: Any) -> tuple[int, bool, int]:
+        got = (await api.execute(q, r=resource_id, **args))["threads"]
+        return got["total"], got["hasMore"], len(got["threads"])
+
+    # The total rides on the page's rows; a page without rows still counts them.
+    assert await page(p=2, page=0) == (3, True, 2)
+    assert await page(p=2, page=1) == (3, False, 1)
+    assert await page(p=2, page=5) == (3, False, 0)
+    assert await page(p=0) == (3, True, 0)  # Mastra: offset + perPage < total
+    assert await page(p=1, m={"n": 2}) == (1, False, 1)
+    assert await page(p=1, page=3, m={"n": 2}) == (1, False, 0)
     got = await error(api, q, r=resource_id, p=-1)
     assert (got["extensions"]["code"], got["message"]) == ("BAD_USER_INPUT", "perPage must be >= 0")
 
