@@ -1003,7 +1003,23 @@ def _content(text: str) -> dict[str, Any]:
     return {"format": 2, "parts": [{"type": "text", "text": text}]}
 
 
-async def ingest_services(services: Services, batches: list[IngestBatch]) -> float:
+async def _in_streams(batches: list[IngestBatch], clients: int, save: Any) -> int:
+    """Saves the batches through `clients` concurrent streams (round robin); returns messages saved."""
+
+    async def stream(mine: list[IngestBatch]) -> int:
+        n = 0
+        for b in mine:
+            n += await save(b)
+        return n
+
+    return sum(await asyncio.gather(*(stream(batches[c::clients]) for c in range(clients))))
+
+
+async def ingest_services(
+    services: Services, batches: list[IngestBatch], *, clients: int = 1, settle: bool = False
+) -> float:
+    """messages/s through MessageService.save; with `settle`, the clock stops only once the write
+    pipeline has written every vector (background mode answers saves before that)."""
     for b in batches:
         await services.repository.insert_thread(
             ThreadRecord(
@@ -1015,17 +1031,20 @@ async def ingest_services(services: Services, batches: list[IngestBatch]) -> flo
                 updated_at=BASE_MS,
             )
         )
-    n = 0
-    start = time.perf_counter()
-    for b in batches:
+
+    async def save(b: IngestBatch) -> int:
         inputs = [
             MessageInput(
                 thread_id=b.thread_id, role=role, content=_content(text), id=mid, resource_id=b.resource_id
             )
             for mid, role, text in b.messages
         ]
-        result = await services.messages.save(inputs)
-        n += len(result.messages)
+        return len((await services.messages.save(inputs)).messages)
+
+    start = time.perf_counter()
+    n = await _in_streams(batches, clients, save)
+    if settle and services.semantic is not None and not await services.semantic.flush(timeout=600):
+        raise RuntimeError("the vector pipeline did not finish")
     return n / (time.perf_counter() - start)
 
 
@@ -1050,18 +1069,20 @@ async def _gql(client: httpx.AsyncClient, query: str, variables: dict[str, Any])
     return body["data"]
 
 
-async def ingest_http(client: httpx.AsyncClient, batches: list[IngestBatch]) -> float:
+async def ingest_http(client: httpx.AsyncClient, batches: list[IngestBatch], *, clients: int = 1) -> float:
     for b in batches:
         await _gql(client, _CREATE, {"input": {"id": b.thread_id, "resourceId": b.resource_id, "title": ""}})
-    n = 0
-    start = time.perf_counter()
-    for b in batches:
+
+    async def save(b: IngestBatch) -> int:
         payload = [
             {"id": mid, "threadId": b.thread_id, "role": role, "content": _content(text)}
             for mid, role, text in b.messages
         ]
         data = await _gql(client, _SAVE, {"m": payload})
-        n += len(data["saveMessages"]["messages"])
+        return len(data["saveMessages"]["messages"])
+
+    start = time.perf_counter()
+    n = await _in_streams(batches, clients, save)
     return n / (time.perf_counter() - start)
 
 
@@ -1137,32 +1158,44 @@ class StageTimer:
 
 async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, model_dir: Path) -> None:
     texts = chat_texts(args.ingest_messages, seed=2026)
+    clients = args.ingest_clients
     report.ingest_notes.append(
         f"{len(texts)} messages, mean {statistics.fmean(len(t) for t in texts):.0f} characters, "
-        f"batches of {args.ingest_batch} (one thread per batch), {args.ingest_rounds} rounds; "
-        "each round saves new message ids"
+        f"batches of {args.ingest_batch} (one thread per batch, 10 resources), {args.ingest_rounds} rounds; "
+        "each round saves new message ids; rows with writers > 1 run that many save loops at once"
     )
     embedder = OnnxMiniLMEmbedder(model_dir)
     await embedder.warmup()
-    raw_row, save_row, sql_row, http_row = (
-        IngestRow("OnnxMiniLMEmbedder.embed alone (raw)", []),
-        IngestRow("MessageService.save, embedded Chroma (in process)", []),
-        IngestRow("MessageService.save without semantic recall (SQL only)", []),
-        IngestRow("saveMessages over HTTP (`recallql serve`, embedded Chroma)", []),
+    pipeline_batch = 256
+    raw_row = IngestRow(f"OnnxMiniLMEmbedder.embed alone (raw), batches of {args.ingest_batch}", [])
+    raw_big_row = IngestRow(f"OnnxMiniLMEmbedder.embed alone (raw), batches of {pipeline_batch}", [])
+    save_row = IngestRow("MessageService.save, wait mode (default), 1 writer, in process", [])
+    conc_row = IngestRow(f"MessageService.save, wait mode, {clients} writers, in process", [])
+    bg_row = IngestRow(
+        "MessageService.save, background mode, 1 writer, in process (clock stops at the last vector)", []
     )
-    db_url = f"sqlite+aiosqlite:///{work / 'ingest.db'}"
-    engine = create_engine(db_url)
-    await upgrade(engine)
-    repository = Repository(engine)
-    index = ChromaIndex(path=work / "ingest-chroma", model_name=MODEL_NAME, dimension=DIM)
-    semantic = SemanticMemory(repository, embedder, lambda _m, _d: index)
-    services = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS), semantic=semantic)
+    sql_row = IngestRow("MessageService.save without semantic recall (SQL only)", [])
+    http_row = IngestRow("saveMessages over HTTP (`recallql serve`), wait mode, 1 client", [])
+    http_conc_row = IngestRow(f"saveMessages over HTTP, wait mode, {clients} clients", [])
+
+    async def build(name: str, **options: Any) -> tuple[Services, Any, ChromaIndex]:
+        engine = create_engine(f"sqlite+aiosqlite:///{work / f'ingest-{name}.db'}")
+        await upgrade(engine)
+        repository = Repository(engine)
+        index = ChromaIndex(path=work / f"ingest-chroma-{name}", model_name=MODEL_NAME, dimension=DIM)
+        semantic = SemanticMemory(repository, embedder, lambda _m, _d: index, **options)
+        services = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS), semantic=semantic)
+        return services, engine, index
+
+    services, engine, index = await build("wait")
+    background, bg_engine, bg_index = await build("background", background=True)
+    repository = services.repository
     stages = StageTimer()
     stages.wrap(embedder, "embed", "embedding (OnnxMiniLMEmbedder.embed)")
     stages.wrap(index, "upsert", "vector write (ChromaIndex.upsert: upsert + stale-chunk lookup)")
     stages.wrap(repository, "save_messages", "SQL transaction (messages + outbox rows)")
-    stages.wrap(repository, "outbox_snapshot", "outbox read (SemanticMemory.sync)")
-    stages.wrap(repository, "outbox_done", "outbox settle (SemanticMemory.sync)")
+    stages.wrap(repository, "outbox_snapshot", "outbox read (vector pipeline)")
+    stages.wrap(repository, "outbox_done", "outbox settle (vector pipeline)")
     plain_engine = create_engine(f"sqlite+aiosqlite:///{work / 'ingest-plain.db'}")
     await upgrade(plain_engine)
     plain = Services.build(Repository(plain_engine), memory_defaults=dict(BUILTIN_DEFAULTS))
@@ -1170,9 +1203,9 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
     client = None
     try:
         # Warm-up: the first save opens Chroma and creates a collection; not timed.
-        warm = ingest_batches(chat_texts(args.ingest_batch, seed=1), args.ingest_batch, "warm")
-        await ingest_services(services, warm)
-        await ingest_services(plain, warm)
+        for target in (services, background, plain):
+            warm = ingest_batches(chat_texts(args.ingest_batch, seed=1), args.ingest_batch, "warm")
+            await ingest_services(target, warm, settle=True)
         if "http" not in args.skip:
             server = RecallqlServer(work / "ingest-server", model_dir)
             server.wait_ready()
@@ -1185,6 +1218,9 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
             raw_row.rates.append(
                 await ingest_raw(embedder, ingest_batches(texts, args.ingest_batch, f"raw{rnd}"))
             )
+            raw_big_row.rates.append(
+                await ingest_raw(embedder, ingest_batches(texts, pipeline_batch, f"rawbig{rnd}"))
+            )
             batches = ingest_batches(texts, args.ingest_batch, f"s{rnd}")
             before = stages.snapshot()
             save_row.rates.append(await ingest_services(services, batches))
@@ -1192,6 +1228,16 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
                 report.ingest_stages[label] = report.ingest_stages.get(label, 0.0) + seconds - before[label]
             report.ingest_stage_total += len(texts) / save_row.rates[-1]
             report.ingest_stage_batches += len(batches)
+            conc_row.rates.append(
+                await ingest_services(
+                    services, ingest_batches(texts, args.ingest_batch, f"c{rnd}"), clients=clients
+                )
+            )
+            bg_row.rates.append(
+                await ingest_services(
+                    background, ingest_batches(texts, args.ingest_batch, f"b{rnd}"), settle=True
+                )
+            )
             sql_row.rates.append(
                 await ingest_services(plain, ingest_batches(texts, args.ingest_batch, f"q{rnd}"))
             )
@@ -1199,15 +1245,21 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
                 http_row.rates.append(
                     await ingest_http(client, ingest_batches(texts, args.ingest_batch, f"h{rnd}"))
                 )
+                http_conc_row.rates.append(
+                    await ingest_http(
+                        client, ingest_batches(texts, args.ingest_batch, f"hc{rnd}"), clients=clients
+                    )
+                )
             log(
-                f"  ingest round {rnd + 1}: raw {raw_row.rates[-1]:.0f}/s, save {save_row.rates[-1]:.0f}/s, "
-                f"sql {sql_row.rates[-1]:.0f}/s" + (f", http {http_row.rates[-1]:.0f}/s" if client else "")
+                f"  ingest round {rnd + 1}: raw {raw_row.rates[-1]:.0f}/s ({raw_big_row.rates[-1]:.0f}/s), "
+                f"save {save_row.rates[-1]:.0f}/s, {clients} writers {conc_row.rates[-1]:.0f}/s, "
+                f"background {bg_row.rates[-1]:.0f}/s, sql {sql_row.rates[-1]:.0f}/s"
+                + (f", http {http_row.rates[-1]:.0f}/s ({http_conc_row.rates[-1]:.0f}/s)" if client else "")
             )
-        backlog = await repository.outbox_backlog()
-        if backlog:
-            report.ingest_notes.append(
-                f"in-process outbox backlog after the run: {backlog} (vector writes deferred)"
-            )
+        for name, target in (("wait", services), ("background", background)):
+            backlog = await target.repository.outbox_backlog()
+            if backlog:
+                report.ingest_notes.append(f"{name}: outbox backlog after the run: {backlog} (deferred)")
         stored = await index.count(ingest_batches(texts, args.ingest_batch, "s0")[0].resource_id)
         report.ingest_notes.append(f"vectors in one in-process ingest resource after the run: {stored}")
     finally:
@@ -1215,11 +1267,17 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
             await client.aclose()
         if server is not None:
             server.stop()
+        for target in (services, background):
+            if target.semantic is not None:
+                await target.semantic.aclose(flush_timeout=0)
         await index.aclose()
+        await bg_index.aclose()
         await embedder.aclose()
         await engine.dispose()
+        await bg_engine.dispose()
         await plain_engine.dispose()
-    report.ingest.extend([raw_row, save_row, sql_row] + ([http_row] if http_row.rates else []))
+    rows = [raw_row, raw_big_row, save_row, conc_row, bg_row, sql_row]
+    report.ingest.extend(rows + ([http_row, http_conc_row] if http_row.rates else []))
 
 
 # ---------------------------------------------------------------------------------------------- main
@@ -1515,12 +1573,19 @@ def render(report: Report) -> str:
     if report.ingest:
         w("## 3. Ingest throughput with embedding")
         w("")
-        raw = report.ingest[0].median
+        raw, raw_big = report.ingest[0].median, report.ingest[1].median
         rows = [
-            [r.path, fmt(r.median, 0), ", ".join(f"{x:.0f}" for x in r.rates), f"{r.median / raw * 100:.0f}%"]
+            [
+                r.path,
+                fmt(r.median, 0),
+                ", ".join(f"{x:.0f}" for x in r.rates),
+                f"{r.median / raw * 100:.0f}%",
+                f"{r.median / raw_big * 100:.0f}%",
+            ]
             for r in report.ingest
         ]
-        out.extend(md_table(["path", "messages/s (median)", "per round", "vs raw"], "lrlr", rows))
+        headers = ["path", "messages/s (median)", "per round", "vs raw (50)", "vs raw (256)"]
+        out.extend(md_table(headers, "lrlrr", rows))
         w("")
         for note in report.ingest_notes:
             w(f"- {note}")
@@ -1545,12 +1610,13 @@ def render(report: Report) -> str:
             rows.append(["whole save", fmt(total / per * 1000, 1), "100%"])
             out.extend(md_table(["step", "ms per batch", "share"], "lrr", rows))
             w("")
-        save = report.ingest[1].median / raw if len(report.ingest) > 1 else math.nan
-        verdict = "met" if save >= 0.9 else "NOT met"
-        w(f"- Target: ingest >= 90% of raw (in process): {save * 100:.0f}% -> {verdict}")
-        if len(report.ingest) > 3:
-            http = report.ingest[3].median / raw
-            w(f"- Over HTTP: {http * 100:.0f}% of raw -> {'met' if http >= 0.9 else 'NOT met'}")
+        best = max(raw, raw_big)
+        w(f"- Target: ingest >= 90% of the embedder's raw rate (its better batch size: {best:.0f}/s):")
+        for r in report.ingest[2:]:
+            if "SQL only" in r.path:
+                continue
+            share = r.median / best
+            w(f"  - {r.path}: {share * 100:.0f}% -> {'met' if share >= 0.9 else 'NOT met'}")
         w("")
     return "\n".join(out) + "\n"
 
@@ -1582,6 +1648,9 @@ def main() -> None:
     parser.add_argument("--ingest-messages", type=int, default=2000)
     parser.add_argument("--ingest-batch", type=int, default=50)
     parser.add_argument("--ingest-rounds", type=int, default=3)
+    parser.add_argument(
+        "--ingest-clients", type=int, default=4, help="concurrent writers in the multi-writer rows"
+    )
     parser.add_argument("--resources", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=10)
     parser.add_argument(
