@@ -41,6 +41,29 @@ def _per_page(value: object) -> int | bool:
     return value
 
 
+async def thread_page(
+    info: Ctx, resource_id: str, page: int, per_page: object, order_by: Any, metadata: Any
+) -> ThreadPage:
+    """A page of a resource's threads: Query.threads and Resource.threads."""
+    order = given(order_by)
+    result = await info.context.services.threads.list(
+        resource_id,
+        page=page,
+        per_page=_per_page(per_page),
+        order_field=order.field.value if order else "createdAt",
+        descending=order.direction.value == "DESC" if order else True,
+        metadata=given(metadata),
+        principal=info.context.principal,
+    )
+    return ThreadPage(
+        threads=[Thread(_record=t) for t in result.threads],
+        total=result.total,
+        page=result.page,
+        per_page=result.per_page,
+        has_more=result.has_more,
+    )
+
+
 # ---------------------------------------------------------------------------------------------- types
 @strawberry.enum(description="How working memory is stored: a Markdown template or a JSON Schema.")
 class WorkingMemoryFormat(Enum):
@@ -112,23 +135,7 @@ class Resource:
         order_by: Annotated[ThreadOrderBy | None, _arg("Ordering (default createdAt DESC).")] = UNSET,
         metadata: Annotated[JSON | None, _arg("Exact-type equality on thread metadata keys.")] = UNSET,
     ) -> ThreadPage:
-        order = given(order_by)
-        result = await info.context.services.threads.list(
-            self._record.id,
-            page=page,
-            per_page=_per_page(per_page),
-            order_field=order.field.value if order else "createdAt",
-            descending=order.direction.value == "DESC" if order else True,
-            metadata=given(metadata),
-            principal=info.context.principal,
-        )
-        return ThreadPage(
-            threads=[Thread(_record=t) for t in result.threads],
-            total=result.total,
-            page=result.page,
-            per_page=result.per_page,
-            has_more=result.has_more,
-        )
+        return await thread_page(info, self._record.id, page, per_page, order_by, metadata)
 
 
 @strawberry.type(description="The working memory an update left in its scope.")

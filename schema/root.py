@@ -23,7 +23,7 @@ from schema.inputs import (
     UpdateThreadInput,
     given,
 )
-from schema.memory import MemoryMutation, MemoryQuery
+from schema.memory import MemoryMutation, MemoryQuery, thread_page
 from schema.scalars import JSON, PerPage
 from schema.types import EmbeddingUsage, Message, RecallResult, SaveMessagesPayload, Thread, ThreadPage
 
@@ -137,23 +137,7 @@ class Query(MemoryQuery):
         order_by: Annotated[ThreadOrderBy | None, _arg("Ordering (default createdAt DESC).")] = UNSET,
         metadata: Annotated[JSON | None, _arg("Exact-type equality on thread metadata keys.")] = UNSET,
     ) -> ThreadPage:
-        order = given(order_by)
-        result = await info.context.services.threads.list(
-            resource_id,
-            page=page,
-            per_page=_page_size(per_page),
-            order_field=order.field.value if order else "createdAt",
-            descending=order.direction.value == "DESC" if order else True,
-            metadata=given(metadata),
-            principal=info.context.principal,
-        )
-        return ThreadPage(
-            threads=[Thread(_record=t) for t in result.threads],
-            total=result.total,
-            page=result.page,
-            per_page=result.per_page,
-            has_more=result.has_more,
-        )
+        return await thread_page(info, resource_id, page, per_page, order_by, metadata)
 
     @strawberry.field(description="Messages by id (null for unknown ids), batched.")
     async def messages(
@@ -161,16 +145,6 @@ class Query(MemoryQuery):
     ) -> list[Message | None]:
         records = await info.context.messages.load_many([str(i) for i in ids])
         return [Message(_record=r) if r else None for r in records]
-
-
-def _page_size(value: object) -> int | bool:
-    from resolvers.errors import BadUserInput
-
-    if value is False:
-        return False
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise BadUserInput("perPage must be >= 0")
-    return value
 
 
 @strawberry.type(description="Writes: threads, messages and working memory.")
