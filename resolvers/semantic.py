@@ -89,7 +89,7 @@ class SemanticMemory:
         *,
         query_cache_size: int = 1000,
         drain_batch: int = 256,
-        pipeline_batch: int = 256,
+        pipeline_batch: int = 1024,
         background: bool = False,
         max_backlog: int = 2048,
     ) -> None:

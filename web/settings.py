@@ -63,6 +63,9 @@ class Settings(BaseSettings):
     # wait: a save answers once its vectors are written (Mastra's behaviour); background: once SQL has
     # committed, with the vectors written right after (searches in the same process wait for them).
     vector_writes: Literal["wait", "background"] = "wait"
+    # Messages the write pipeline embeds and writes at once: larger batches mean fewer Chroma calls
+    # under load (each call costs several ms on top of its vectors); light traffic never fills them.
+    vector_batch: int = Field(default=1024, ge=1)
 
     # Title generation: an OpenAI-compatible chat endpoint (else a deterministic heuristic).
     chat_url: str | None = None

@@ -53,7 +53,13 @@ def build_semantic(settings: Settings, repository: Repository) -> SemanticMemory
             return ChromaIndex(path=path, model_name=model, dimension=dimension)
 
     log.info("semantic recall: %r, vectors in %s", embedder, settings.chroma_url or settings.chroma_path)
-    return SemanticMemory(repository, embedder, factory, background=settings.vector_writes == "background")
+    return SemanticMemory(
+        repository,
+        embedder,
+        factory,
+        background=settings.vector_writes == "background",
+        pipeline_batch=settings.vector_batch,
+    )
 
 
 def build_chat(settings: Settings) -> ChatClient | None:
