@@ -308,8 +308,52 @@ def _json5_text(text: str) -> str:
     return re.sub(r"\\(x[0-9A-Fa-f]{2}|u[0-9A-Fa-f]{4}|\r\n|.)", replace, text, flags=re.S)
 
 
+# ---------------------------------------------------------------------------------------------- both stores
+class _SqlSource:
+    """The three readers, over a dialect's SELECTs (same column order in both) and batched cursor."""
+
+    _columns: dict[str, set[str]]
+
+    def _col(self, table: str, name: str, default: str = "NULL") -> str:
+        return f'"{name}"' if name in self._columns[table] else default
+
+    def _rows(self, sql: str, batch: int) -> AsyncIterator[list[Any]]:
+        raise NotImplementedError
+
+    def _select(self, table: str) -> str:
+        """SELECT resources: id, workingMemory, metadata, createdAt, updatedAt; threads: id, resourceId,
+        title, metadata, createdAt, updatedAt; messages: id, thread_id, resourceId, role, type,
+        createdAt, content."""
+        raise NotImplementedError
+
+    async def resources(self, batch: int) -> AsyncIterator[list[MastraResource]]:
+        if not self._columns[RESOURCES]:
+            return
+        async for rows in self._rows(self._select(RESOURCES), batch):
+            yield [
+                MastraResource(r[0], r[1], decode_json_column(r[2]), parse_time(r[3]), parse_time(r[4]))
+                for r in rows
+            ]
+
+    async def threads(self, batch: int) -> AsyncIterator[list[MastraThread]]:
+        async for rows in self._rows(self._select(THREADS), batch):
+            yield [
+                MastraThread(
+                    r[0], r[1], r[2] or "", decode_json_column(r[3]), parse_time(r[4]), parse_time(r[5])
+                )
+                for r in rows
+            ]
+
+    async def messages(self, batch: int) -> AsyncIterator[list[MastraMessage]]:
+        async for rows in self._rows(self._select(MESSAGES), batch):
+            yield [
+                MastraMessage(r[0], r[1], r[2], r[3], r[4], parse_time(r[5]), decode_content(r[6]))
+                for r in rows
+            ]
+
+
 # ---------------------------------------------------------------------------------------------- SQLite
-class _SqliteSource:
+class _SqliteSource(_SqlSource):
     def __init__(self, path: Path, db: Any, columns: dict[str, set[str]]) -> None:
         self.path = path
         self.description = f"Mastra LibSQL file {path}"
@@ -346,9 +390,6 @@ class _SqliteSource:
             raise
         return cls(path, db, columns)
 
-    def _col(self, table: str, name: str, default: str = "NULL") -> str:
-        return f'"{name}"' if name in self._columns[table] else default
-
     async def counts(self) -> dict[str, int]:
         out = {}
         for table in (RESOURCES, THREADS, MESSAGES):
@@ -364,44 +405,23 @@ class _SqliteSource:
             while rows := await cur.fetchmany(batch):
                 yield rows
 
-    async def resources(self, batch: int) -> AsyncIterator[list[MastraResource]]:
-        if not self._columns[RESOURCES]:
-            return
-        memory, metadata = self._col(RESOURCES, "workingMemory"), self._col(RESOURCES, "metadata")
-        created, updated = self._col(RESOURCES, "createdAt"), self._col(RESOURCES, "updatedAt")
-        sql = f'SELECT id, {memory}, {metadata}, {created}, {updated} FROM "{RESOURCES}" ORDER BY rowid'
-        async for rows in self._rows(sql, batch):
-            yield [
-                MastraResource(r[0], r[1], decode_json_column(r[2]), parse_time(r[3]), parse_time(r[4]))
-                for r in rows
-            ]
-
-    async def threads(self, batch: int) -> AsyncIterator[list[MastraThread]]:
-        title, metadata = self._col(THREADS, "title", "''"), self._col(THREADS, "metadata")
-        created, updated = self._col(THREADS, "createdAt"), self._col(THREADS, "updatedAt")
-        sql = (
-            f'SELECT id, "resourceId", {title}, {metadata}, {created}, {updated} '
-            f'FROM "{THREADS}" ORDER BY rowid'
-        )
-        async for rows in self._rows(sql, batch):
-            yield [
-                MastraThread(
-                    r[0], r[1], r[2] or "", decode_json_column(r[3]), parse_time(r[4]), parse_time(r[5])
-                )
-                for r in rows
-            ]
-
-    async def messages(self, batch: int) -> AsyncIterator[list[MastraMessage]]:
+    def _select(self, table: str) -> str:
+        if table == RESOURCES:
+            memory, metadata = self._col(RESOURCES, "workingMemory"), self._col(RESOURCES, "metadata")
+            created, updated = self._col(RESOURCES, "createdAt"), self._col(RESOURCES, "updatedAt")
+            return f'SELECT id, {memory}, {metadata}, {created}, {updated} FROM "{RESOURCES}" ORDER BY rowid'
+        if table == THREADS:
+            title, metadata = self._col(THREADS, "title", "''"), self._col(THREADS, "metadata")
+            created, updated = self._col(THREADS, "createdAt"), self._col(THREADS, "updatedAt")
+            return (
+                f'SELECT id, "resourceId", {title}, {metadata}, {created}, {updated} '
+                f'FROM "{THREADS}" ORDER BY rowid'
+            )
         resource, kind = self._col(MESSAGES, "resourceId"), self._col(MESSAGES, "type")
-        sql = (
+        return (
             f'SELECT id, thread_id, {resource}, role, {kind}, "createdAt", content '
             f'FROM "{MESSAGES}" ORDER BY rowid'
         )
-        async for rows in self._rows(sql, batch):
-            yield [
-                MastraMessage(r[0], r[1], r[2], r[3], r[4], parse_time(r[5]), decode_content(r[6]))
-                for r in rows
-            ]
 
     async def aclose(self) -> None:
         try:
@@ -411,7 +431,7 @@ class _SqliteSource:
 
 
 # ---------------------------------------------------------------------------------------------- PostgreSQL
-class _PostgresSource:
+class _PostgresSource(_SqlSource):
     def __init__(self, conn: Any, transaction: Any, schema: str, columns: dict[str, set[str]]) -> None:
         self._conn = conn
         self._transaction = transaction
@@ -453,9 +473,6 @@ class _PostgresSource:
     def _table(self, table: str) -> str:
         return f'"{self._schema}"."{table}"'
 
-    def _col(self, table: str, name: str, default: str = "NULL") -> str:
-        return f'"{name}"' if name in self._columns[table] else default
-
     def _time(self, table: str, name: str) -> str:
         """Mastra reads the TIMESTAMPTZ twin first, then the naive column (taken as UTC here)."""
         plain = f"(\"{name}\" AT TIME ZONE 'UTC')" if name in self._columns[table] else "NULL::timestamptz"
@@ -478,48 +495,27 @@ class _PostgresSource:
         while rows := await cursor.fetch(batch):
             yield rows
 
-    async def resources(self, batch: int) -> AsyncIterator[list[MastraResource]]:
-        if not self._columns[RESOURCES]:
-            return
-        memory, metadata = self._col(RESOURCES, "workingMemory"), self._col(RESOURCES, "metadata")
-        created, updated = self._time(RESOURCES, "createdAt"), self._time(RESOURCES, "updatedAt")
-        sql = (
-            f"SELECT id, {memory}, {metadata}::text, {created}, {updated} "
-            f"FROM {self._table(RESOURCES)} ORDER BY id"
-        )
-        async for rows in self._rows(sql, batch):
-            yield [
-                MastraResource(r[0], r[1], decode_json_column(r[2]), parse_time(r[3]), parse_time(r[4]))
-                for r in rows
-            ]
-
-    async def threads(self, batch: int) -> AsyncIterator[list[MastraThread]]:
-        title, metadata = self._col(THREADS, "title", "''"), self._col(THREADS, "metadata")
-        created, updated = self._time(THREADS, "createdAt"), self._time(THREADS, "updatedAt")
-        sql = (
-            f'SELECT id, "resourceId", {title}, {metadata}::text, {created}, {updated} '
-            f"FROM {self._table(THREADS)} ORDER BY {created}, id"
-        )
-        async for rows in self._rows(sql, batch):
-            yield [
-                MastraThread(
-                    r[0], r[1], r[2] or "", decode_json_column(r[3]), parse_time(r[4]), parse_time(r[5])
-                )
-                for r in rows
-            ]
-
-    async def messages(self, batch: int) -> AsyncIterator[list[MastraMessage]]:
+    def _select(self, table: str) -> str:
+        if table == RESOURCES:
+            memory, metadata = self._col(RESOURCES, "workingMemory"), self._col(RESOURCES, "metadata")
+            created, updated = self._time(RESOURCES, "createdAt"), self._time(RESOURCES, "updatedAt")
+            return (
+                f"SELECT id, {memory}, {metadata}::text, {created}, {updated} "
+                f"FROM {self._table(RESOURCES)} ORDER BY id"
+            )
+        if table == THREADS:
+            title, metadata = self._col(THREADS, "title", "''"), self._col(THREADS, "metadata")
+            created, updated = self._time(THREADS, "createdAt"), self._time(THREADS, "updatedAt")
+            return (
+                f'SELECT id, "resourceId", {title}, {metadata}::text, {created}, {updated} '
+                f"FROM {self._table(THREADS)} ORDER BY {created}, id"
+            )
         resource, kind = self._col(MESSAGES, "resourceId"), self._col(MESSAGES, "type")
         created = self._time(MESSAGES, "createdAt")
-        sql = (
+        return (
             f"SELECT id, thread_id, {resource}, role, {kind}, {created}, content::text "
             f"FROM {self._table(MESSAGES)} ORDER BY {created}, id"
         )
-        async for rows in self._rows(sql, batch):
-            yield [
-                MastraMessage(r[0], r[1], r[2], r[3], r[4], parse_time(r[5]), decode_content(r[6]))
-                for r in rows
-            ]
 
     async def aclose(self) -> None:
         try:
