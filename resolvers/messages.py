@@ -74,7 +74,6 @@ class SaveResult:
 class VectorSync(Protocol):
     background: bool
 
-    async def sync(self, message_ids: Sequence[str] | None = None) -> int: ...
     async def release(self, message_ids: Sequence[str]) -> None: ...
     def submit(
         self, message_ids: Sequence[str], resource_ids: Iterable[str | None]

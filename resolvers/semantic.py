@@ -63,13 +63,20 @@ class _Job:
 
 
 @dataclass(slots=True)
+class _VectorWork:
+    """Outbox entries read from SQL and their messages embedded, before the index is written."""
+
+    entry_ids: list[int]
+    stale: dict[str | None, set[str]]  # per resource, messages whose vectors must go
+    items: list[VectorItem]
+
+
+@dataclass(slots=True)
 class _Prepared:
-    """A pipeline batch after its SQL snapshot and embedding, before its index writes."""
+    """A pipeline batch: its jobs and their work, or why that could not be prepared."""
 
     jobs: list[_Job]
-    entry_ids: list[int]
-    stale: dict[str | None, set[str]]
-    items: list[VectorItem]
+    work: _VectorWork | None
     error: BaseException | None = None
 
 
@@ -184,19 +191,34 @@ class SemanticMemory:
     ) -> int:
         """Applies queued changes (of these messages, or the oldest batch) to the index; returns how many
         outbox entries it settled."""
+        work = await self._load(message_ids, queued_before=queued_before)
+        if work.entry_ids:
+            await self._store(work)
+        return len(work.entry_ids)
+
+    async def _load(
+        self, message_ids: Sequence[str] | None, *, queued_before: int | None = None
+    ) -> _VectorWork:
+        """The queued entries (of these messages, or the oldest batch) with what SQL holds now,
+        embedded."""
         entries, rows = await self.repository.outbox_snapshot(
             message_ids=message_ids,
             limit=max(self.drain_batch, len(message_ids or ()) * 4),
             queued_before=queued_before,
         )
         if not entries:
-            return 0
+            return _VectorWork([], {}, [])
+        items = await self._embed_messages([m for m in rows.values() if embeddable_text(m) is not None])
+        return _VectorWork([e.id for e in entries], _stale_vectors(entries, rows), items)
+
+    async def _store(self, work: _VectorWork) -> None:
+        """Stale vectors out, new ones in, then the entries settled (a crash before that repeats it)."""
         index = await self.index()
-        for resource, ids in _stale_vectors(entries, rows).items():
+        for resource, ids in work.stale.items():
             await index.delete_messages(sorted(ids), [resource])
-        await self._write(index, [m for m in rows.values() if embeddable_text(m) is not None])
-        await self.repository.outbox_done([e.id for e in entries])
-        return len(entries)
+        if work.items:
+            await index.upsert(work.items)
+        await self.repository.outbox_done(work.entry_ids)
 
     async def _write(self, index: VectorIndex, messages: Sequence[MessageRecord]) -> None:
         items = await self._embed_messages(messages)
@@ -281,29 +303,17 @@ class SemanticMemory:
                 job.done.cancel()
 
     async def _prepare(self, jobs: list[_Job]) -> _Prepared:
-        ids = [i for job in jobs for i in job.message_ids]
         try:
-            entries, rows = await self.repository.outbox_snapshot(
-                message_ids=ids, limit=max(self.drain_batch, len(ids) * 4)
-            )
-            stale = _stale_vectors(entries, rows)
-            items = await self._embed_messages([m for m in rows.values() if embeddable_text(m) is not None])
-            return _Prepared(jobs, [e.id for e in entries], stale, items)
+            return _Prepared(jobs, await self._load([i for job in jobs for i in job.message_ids]))
         except Exception as exc:  # the jobs fail; their outbox entries stay for the drain
-            return _Prepared(jobs, [], {}, [], error=exc)
+            return _Prepared(jobs, None, error=exc)
 
     async def _apply(self, prepared: _Prepared) -> None:
         self._applying = prepared.jobs
         error = prepared.error
-        if error is None:
+        if prepared.work is not None and prepared.work.entry_ids:
             try:
-                index = await self.index()
-                for resource, stale_ids in prepared.stale.items():
-                    await index.delete_messages(sorted(stale_ids), [resource])
-                if prepared.items:
-                    await index.upsert(prepared.items)
-                if prepared.entry_ids:
-                    await self.repository.outbox_done(prepared.entry_ids)
+                await self._store(prepared.work)
             except Exception as exc:
                 error = exc
         for job in prepared.jobs:
