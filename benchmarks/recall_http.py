@@ -25,13 +25,12 @@ import os
 import platform
 import random
 import shutil
-import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,8 @@ import orjson
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from child_server import ChildServer, recallql_server, running  # noqa: E402  (benchmarks/, the script's folder)
 
 from models.db import create_engine  # noqa: E402
 from models.repository import Repository  # noqa: E402
@@ -284,71 +285,6 @@ def load_average() -> str:
         return "n/a"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Server:
-    """`recallql serve` (python -m web.cli serve) in a child process on a free loopback port."""
-
-    def __init__(self, data_dir: Path, overrides: dict[str, str]) -> None:
-        """Settings come from `overrides` only: RECALLQL_* variables of this environment are not
-        passed on, and the server runs in the data folder, so no .env file applies either (an embedding
-        model configured there would otherwise embed every saved message in the background)."""
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = data_dir / "server.log"
-        inherited = {k: v for k, v in os.environ.items() if not k.startswith("RECALLQL_")}
-        python_path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
-        env = {**inherited, "PYTHONPATH": python_path, "RECALLQL_DATA_DIR": str(data_dir), **overrides}
-        self._log = self.log_path.open("wb")
-        command = [sys.executable, "-m", "web.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port)]
-        self.proc = subprocess.Popen(
-            [*command, "--workers", "1"], cwd=data_dir, env=env, stdout=self._log, stderr=subprocess.STDOUT
-        )
-
-    def wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited:\n{self.log_path.read_text()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return
-            time.sleep(0.1)
-        raise TimeoutError(f"server not ready in {timeout}s:\n{self.log_path.read_text()}")
-
-    def cpu_seconds(self) -> float | None:
-        """User + system CPU time of the server process (Linux /proc), all its threads included."""
-        try:
-            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, ValueError, IndexError):
-            return None
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
-
-
-@contextlib.contextmanager
-def running_server(data_dir: Path, overrides: dict[str, str]) -> Iterator[Server]:
-    server = Server(data_dir, overrides)
-    try:
-        server.wait_ready()
-        yield server
-    finally:
-        server.stop()
-
-
 # ---------------------------------------------------------------------------------------------- HTTP
 async def graphql(client: httpx.AsyncClient, query: str, variables: dict[str, Any]) -> dict[str, Any]:
     response = await client.post("/graphql", json={"query": query, "variables": variables})
@@ -415,7 +351,7 @@ async def measure_http(
     concurrency: int,
     duration: float,
     max_seconds: float,
-    server: Server,
+    server: ChildServer,
 ) -> HttpResult:
     result = HttpResult()
     payload = json.dumps({"query": scenario.document, "variables": {"threadId": THREAD_ID}}).encode()
@@ -963,7 +899,7 @@ async def run(args: argparse.Namespace) -> int:
     http: dict[str, HttpResult] = {}
     failed = False
     try:
-        with running_server(data_dir, server_settings(args)) as server:
+        with running(recallql_server(data_dir, server_settings(args))) as server:
             limits = httpx.Limits(
                 max_connections=args.concurrency, max_keepalive_connections=args.concurrency
             )

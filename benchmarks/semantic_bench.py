@@ -39,7 +39,6 @@ import platform
 import random
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -55,6 +54,8 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from child_server import ChildServer, chroma_server, recallql_server  # noqa: E402  (this folder)
 
 from models.db import create_engine  # noqa: E402
 from models.embedders import Embedding, OnnxMiniLMEmbedder  # noqa: E402
@@ -302,12 +303,6 @@ def load1() -> float:
 
 def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def rss_mb(pid: int | None = None) -> float | None:
@@ -576,45 +571,6 @@ class Report:
 
 
 # ---------------------------------------------------------------------------------------------- Chroma server
-class ChromaServer:
-    """``chroma run`` (the venv's CLI) in a child process on a free loopback port."""
-
-    def __init__(self, path: Path, log_path: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        chroma = Path(sys.executable).parent / "chroma"
-        self._log = log_path.open("wb")
-        self.log_path = log_path
-        env = {**os.environ, "ANONYMIZED_TELEMETRY": "False"}
-        self.proc = subprocess.Popen(
-            [str(chroma), "run", "--path", str(path), "--host", "127.0.0.1", "--port", str(self.port)],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-
-    def wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"chroma server exited:\n{self.log_path.read_text()[-3000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/api/v2/heartbeat", timeout=1).status_code == 200:
-                    return
-            time.sleep(0.2)
-        raise TimeoutError(f"chroma server not ready in {timeout}s")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
-
-
 # ---------------------------------------------------------------------------------------------- phase 1
 async def extend_index(index: ChromaIndex, ds: Dataset, i0: int, i1: int, label: str) -> float:
     """Adds messages [i0, i1) of every thread; ~20k vectors per ChromaIndex.upsert call."""
@@ -1086,51 +1042,6 @@ async def ingest_http(client: httpx.AsyncClient, batches: list[IngestBatch], *, 
     return n / (time.perf_counter() - start)
 
 
-class RecallqlServer:
-    """``recallql serve`` (python -m web.cli serve) with the MiniLM model, in a child process."""
-
-    def __init__(self, data_dir: Path, model_dir: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = data_dir / "server.log"
-        data_dir.mkdir(parents=True, exist_ok=True)
-        env = {
-            **os.environ,
-            "RECALLQL_DATA_DIR": str(data_dir),
-            "RECALLQL_EMBEDDING_MODEL_DIR": str(model_dir),
-            "RECALLQL_LOG_LEVEL": "warning",
-            "RECALLQL_AUTO_MIGRATE": "true",
-        }
-        for key in ("RECALLQL_DATABASE_URL", "RECALLQL_CHROMA_URL", "RECALLQL_EMBEDDINGS_URL"):
-            env.pop(key, None)
-        self._log = self.log_path.open("wb")
-        command = [sys.executable, "-m", "web.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port)]
-        self.proc = subprocess.Popen(
-            [*command, "--workers", "1"], cwd=REPO, env=env, stdout=self._log, stderr=subprocess.STDOUT
-        )
-
-    def wait_ready(self, timeout: float = 90) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"recallql serve exited:\n{self.log_path.read_text()[-3000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return
-            time.sleep(0.2)
-        raise TimeoutError(f"recallql serve not ready in {timeout}s")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
-
-
 class StageTimer:
     """Wall time spent in chosen async methods of chosen instances (wrapped on the instance only)."""
 
@@ -1207,7 +1118,14 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
             warm = ingest_batches(chat_texts(args.ingest_batch, seed=1), args.ingest_batch, "warm")
             await ingest_services(target, warm, settle=True)
         if "http" not in args.skip:
-            server = RecallqlServer(work / "ingest-server", model_dir)
+            server = recallql_server(
+                work / "ingest-server",
+                {
+                    "RECALLQL_EMBEDDING_MODEL_DIR": str(model_dir),
+                    "RECALLQL_LOG_LEVEL": "warning",
+                    "RECALLQL_AUTO_MIGRATE": "true",
+                },
+            )
             server.wait_ready()
             client = httpx.AsyncClient(base_url=server.url, timeout=120)
             await ingest_http(
@@ -1321,11 +1239,11 @@ async def phase_search_and_recall(
         mode_sizes = [s for s in sizes if mode == "embedded" or s <= args.server_max_size]
         if not mode_sizes:
             continue
-        server: ChromaServer | None = None
+        server: ChildServer | None = None
         path = work / f"chroma-{mode}"
         path.mkdir(parents=True, exist_ok=True)
         if mode == "server":
-            server = ChromaServer(path, work / "chroma-server.log")
+            server = chroma_server(path, work / "chroma-server.log")
             server.wait_ready()
             index = ChromaIndex(url=server.url, model_name=MODEL_NAME, dimension=DIM)
         else:
