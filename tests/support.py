@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import importlib.util
 import os
 import shutil
 import socket
@@ -13,6 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import httpx
@@ -40,6 +43,41 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+# ---------------------------------------------------------------------------------------------- embeddings
+EMBED_SERVER = SHARED / "conformance/embed_server.py"
+
+
+@functools.cache
+def embed_reference() -> ModuleType:
+    """embed_server.py as a module: its embed(), bucket() and tokens() are what the server computes."""
+    spec = importlib.util.spec_from_file_location("recallql_test_embed_server", EMBED_SERVER)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@contextlib.contextmanager
+def embed_server_process(port: int = 0) -> Iterator[str]:
+    """embed_server.py (deterministic hash-64 embeddings) in a child process; yields its base URL."""
+    process = subprocess.Popen(
+        [sys.executable, str(EMBED_SERVER), str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        chosen = process.stdout.readline().strip()
+        assert chosen.isdigit(), f"embed_server.py did not print its port (exit code {process.poll()})"
+        yield f"http://127.0.0.1:{chosen}"
+    finally:
+        process.terminate()
+        process.wait(10)
+        if process.stdout is not None:
+            process.stdout.close()
 
 
 def uid(prefix: str = "x") -> str:

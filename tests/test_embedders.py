@@ -4,13 +4,9 @@ conformance embedding server, and Mastra's text rules (chunking, which text is e
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
-from types import ModuleType
 
 import httpx
 import numpy as np
@@ -25,10 +21,9 @@ from models.embedders import (
     chunk_text,
     embedding_text,
 )
+from tests.support import EMBED_SERVER, SHARED, embed_reference, embed_server_process
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
 MODEL_DIR = Path(os.environ.get("RECALLQL_EMBEDDING_MODEL_DIR") or SHARED / "models/all-MiniLM-L6-v2")
-EMBED_SERVER = SHARED / "conformance/embed_server.py"
 
 needs_model = pytest.mark.skipif(
     not (MODEL_DIR / "onnx/model.onnx").is_file() or not (MODEL_DIR / "onnx/tokenizer.json").is_file(),
@@ -209,33 +204,15 @@ def test_onnx_missing_model_dir(tmp_path: Path) -> None:
 # HttpEmbedder against the conformance server
 
 
-def load_embed_server() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("conformance_embed_server", EMBED_SERVER)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def embed_server_url() -> Iterator[str]:
-    process = subprocess.Popen(
-        [sys.executable, str(EMBED_SERVER), "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-    )
-    try:
-        assert process.stdout is not None
-        port = int(process.stdout.readline().strip())
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-        if process.stdout is not None:
-            process.stdout.close()
+    with embed_server_process() as url:
+        yield url
 
 
 @needs_embed_server
 async def test_http_embedder_matches_reference(embed_server_url: str) -> None:
-    reference = load_embed_server()
+    reference = embed_reference()
     texts = ["talk about apple", "", "Apple pie, apple tart!", "ünïcödé only", "x" * 100] * 3
     embedder: Embedder = HttpEmbedder(embed_server_url, "hash-64", batch_size=4)
     try:

@@ -16,7 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -42,11 +42,10 @@ from resolvers.context import Services
 from resolvers.messages import MessageInput
 from resolvers.recall import RecallArgs
 from resolvers.transfer import TransferError, export_jsonl, import_jsonl, to_format2
-from tests.support import SHARED, at, database, require
+from tests.support import EMBED_SERVER, SHARED, at, database, embed_server_process, require
 
 CONFORMANCE = SHARED / "conformance"
 FIXTURE_SCRIPT = Path(__file__).with_name("mastra_fixture.mjs")
-EMBED_SERVER = CONFORMANCE / "embed_server.py"
 REPORT_LINE = re.compile(
     r"^(resource|thread|message)s:\s+(\d+) read\s+(\d+) new\s+(\d+) updated\s+(\d+) unchanged"
 )
@@ -130,24 +129,6 @@ def report(stdout: bytes) -> dict[str, tuple[int, int, int, int]]:
         if match := REPORT_LINE.match(line):
             out[match.group(1)] = tuple(int(match.group(n)) for n in range(2, 6))
     return out
-
-
-@contextlib.contextmanager
-def embed_server() -> Iterator[str]:
-    """The conformance hash-64 embeddings server in a child process; yields its base URL."""
-    process = subprocess.Popen(
-        [sys.executable, str(EMBED_SERVER), "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-    )
-    try:
-        assert process.stdout is not None
-        port = process.stdout.readline().strip()
-        assert port.isdigit(), f"embed_server.py did not print its port (exit code {process.poll()})"
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        process.wait(10)
-        if process.stdout is not None:
-            process.stdout.close()
 
 
 async def export_bytes(repository: Repository, resource_id: str | None = None) -> bytes:
@@ -284,7 +265,7 @@ async def test_import_mastra_embeds_the_messages(
 
     db, expected = mastra_fixture
     data_dir = tmp_path / "data"
-    with embed_server() as url:
+    with embed_server_process() as url:
         env = {"RECALLQL_EMBEDDINGS_URL": url, "RECALLQL_EMBEDDINGS_MODEL": "hash-64"}
         first = cli("import", "mastra", "--from", f"file:{db}", url=database_url, data_dir=data_dir, env=env)
         assert b"embedding" in first.stderr

@@ -4,23 +4,29 @@ so every score is known in advance: score = 1 - cosine distance = the dot produc
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
 import itertools
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from models.vector_index import ChromaIndex
 from resolvers.recall import RESOURCE_SCOPE_ERROR
-from tests.support import IN_CI, SHARED, Api, at, database, engines, running_server, text_message, uid
+from tests.support import (
+    EMBED_SERVER,
+    IN_CI,
+    Api,
+    at,
+    database,
+    embed_reference,
+    embed_server_process,
+    engines,
+    running_server,
+    text_message,
+    uid,
+)
 
-EMBED_SERVER = SHARED / "conformance/embed_server.py"
 MODEL = "hash-64"
 DIMENSION = 64
 
@@ -30,16 +36,7 @@ if not EMBED_SERVER.is_file():  # pragma: no cover - depends on the checkout
     pytest.skip(f"the conformance embeddings server is not at {EMBED_SERVER}", allow_module_level=True)
 
 
-def load_reference() -> ModuleType:
-    """embed_server.py as a module: embed() and tokens() are what the server computes."""
-    spec = importlib.util.spec_from_file_location("recallql_test_embed_server", EMBED_SERVER)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-REF = load_reference()
+REF = embed_reference()
 
 
 def score(query: str, text: str) -> float:
@@ -58,27 +55,6 @@ def distinct_words(count: int, *, avoid: Sequence[str] = ()) -> list[str]:
             if len(out) == count:
                 return out
     raise AssertionError("not enough distinct buckets")
-
-
-@contextlib.contextmanager
-def embed_server_process(port: int = 0) -> Iterator[str]:
-    """embed_server.py in a child process; yields its base URL."""
-    process = subprocess.Popen(
-        [sys.executable, str(EMBED_SERVER), str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        chosen = process.stdout.readline().strip()
-        assert chosen.isdigit(), f"embed_server.py did not print its port (exit code {process.poll()})"
-        yield f"http://127.0.0.1:{chosen}"
-    finally:
-        process.terminate()
-        process.wait(10)
-        if process.stdout is not None:
-            process.stdout.close()
 
 
 def http_embedder_env(url: str) -> dict[str, str]:

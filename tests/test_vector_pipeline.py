@@ -25,10 +25,19 @@ from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import Services
 from resolvers.messages import MessageInput
 from resolvers.semantic import SemanticMemory
-from tests.support import Api, database, running_server, text_message, uid
-from tests.test_semantic import REF, embed_server_process, http_embedder_env
+from tests.support import (
+    Api,
+    database,
+    embed_reference,
+    embed_server_process,
+    running_server,
+    text_message,
+    uid,
+)
+from tests.test_semantic import http_embedder_env
 
 DIMENSION = 64
+REF = embed_reference()
 
 
 class GatedEmbedder:

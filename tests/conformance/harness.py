@@ -32,7 +32,7 @@ from typing import Any
 from gql import GraphQLRequest
 from gql.transport.exceptions import TransportQueryError
 
-from tests.support import SHARED, Api
+from tests.support import SHARED, Api, embed_server_process
 
 CONFORMANCE = SHARED / "conformance"
 EMBED_MODEL = "hash-64"
@@ -68,43 +68,17 @@ def generate_dataset(
     return json.loads(out.stdout)
 
 
+@dataclass(frozen=True)
 class EmbedServer:
-    """`embed_server.py` on a free port (it prints the port on its first stdout line)."""
+    """`embed_server.py` (tests/support.py starts it on a free port)."""
 
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(CONFORMANCE / "embed_server.py"), "0"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().strip()
-        if not line.isdigit():
-            self.stop()
-            raise RuntimeError(f"embed_server.py did not print a port (got {line!r})")
-        self.port = int(line)
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+    url: str
 
 
 @contextlib.contextmanager
 def embed_server() -> Iterator[EmbedServer]:
-    server = EmbedServer()
-    try:
-        yield server
-    finally:
-        server.stop()
+    with embed_server_process() as url:
+        yield EmbedServer(url)
 
 
 def run_oracle(dataset_path: Path, out_path: Path, embed_url: str, *, timeout: float = 900) -> dict:
