@@ -451,8 +451,6 @@ class Dataset:
                         resource_id=rid,
                         chunk=0,
                         vector=rows[n],
-                        created_at_ms=self.created_at(j, i),
-                        role=self.role(i),
                     )
                 )
         return out

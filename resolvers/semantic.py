@@ -242,8 +242,6 @@ class SemanticMemory:
                 resource_id=m.resource_id,
                 chunk=n,
                 vector=vector,
-                created_at_ms=m.created_at,
-                role=m.role,
             )
             for (m, n), vector in zip(owners, embedding.vectors, strict=True)
         ]

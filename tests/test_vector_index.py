@@ -31,8 +31,6 @@ def item(
     thread_id: str = "t1",
     resource_id: str | None = "r1",
     chunk: int = 0,
-    role: str = "user",
-    created_at_ms: int = 1_767_225_600_000,
 ) -> VectorItem:
     return VectorItem(
         message_id=message_id,
@@ -40,8 +38,6 @@ def item(
         resource_id=resource_id,
         chunk=chunk,
         vector=list(vector),
-        created_at_ms=created_at_ms,
-        role=role,
     )
 
 
@@ -103,25 +99,17 @@ def test_constructor_checks() -> None:
 async def test_metadata_and_collection_layout(index: ChromaIndex) -> None:
     await index.upsert(
         [
-            item("m1", E0, role="assistant", created_at_ms=1234),
+            item("m1", E0),
             item("m2", E1, thread_id="t9", resource_id=None, chunk=0),
             item("m2", E2, thread_id="t9", resource_id=None, chunk=1),
         ]
     )
-    assert await stored(index, "r1") == {
-        "m1:0": {
-            "message_id": "m1",
-            "thread_id": "t1",
-            "resource_id": "r1",
-            "role": "assistant",
-            "created_at": 1234,
-            "chunk": 0,
-        }
+    # Only what searches and deletes filter on: every further key is a row Chroma writes per vector.
+    assert await stored(index, "r1") == {"m1:0": {"message_id": "m1", "thread_id": "t1"}}
+    assert await stored(index, None) == {
+        "m2:0": {"message_id": "m2", "thread_id": "t9"},
+        "m2:1": {"message_id": "m2", "thread_id": "t9"},
     }
-    null_resource = await stored(index, None)
-    assert set(null_resource) == {"m2:0", "m2:1"}
-    assert "resource_id" not in null_resource["m2:1"]
-    assert null_resource["m2:1"]["chunk"] == 1
     assert await collection_names(index) == {
         collection_name("r1", MODEL, DIM),
         collection_name(None, MODEL, DIM),
