@@ -200,6 +200,11 @@ def _default_threads() -> int:
     return max(1, min(available, 8))
 
 
+# How much padding a batch may add to its shortest text: longest <= 1.5 x shortest + 8 tokens.
+_PAD_RATIO = 1.5
+_PAD_SLACK = 8
+
+
 class OnnxMiniLMEmbedder:
     """all-MiniLM-L6-v2 on onnxruntime, vector-for-vector compatible with chromadb's ``ONNXMiniLM_L6_V2``.
 
@@ -208,8 +213,9 @@ class OnnxMiniLMEmbedder:
 
     Differences from chromadb's function, none of which change the vectors beyond float noise:
 
-    * texts are tokenized once, sorted by length and padded per batch to the longest text in the batch
-      (chromadb pads every text to 256 tokens, so a 10-token message costs as much as a 256-token one);
+    * texts are tokenized once, sorted by length and padded per batch to the longest text in the batch,
+      batches holding texts of similar length (chromadb pads every text to 256 tokens, so a 10-token
+      message costs as much as a 256-token one);
     * all model work runs on one dedicated thread, off the event loop, one batch at a time, so concurrent
       callers interleave batch by batch instead of oversubscribing the cores;
     * ``tokens`` reports the real token count (after truncation at 256, special tokens included).
@@ -334,9 +340,28 @@ class OnnxMiniLMEmbedder:
         return Embedding(vectors=vectors, tokens=sum(len(ids) for ids in token_ids))
 
     def _batches(self, token_ids: list[list[int]]) -> list[list[int]]:
-        # Sorting by length keeps long and short texts apart, so padding stays small in every batch.
+        """Indexes of the texts, in runs of at most batch_size texts of similar length.
+
+        Every text of a run is padded to the run's longest, so a run also ends where the next text is
+        longer than 1.5 times the run's shortest plus 8 tokens: a short user message and a long reply
+        in one save then do not pay for each other's length (50 mixed-length messages embed about 35%
+        faster than with runs cut by count alone: semantic_bench.py --ingest-texts conversation).
+        """
         order = sorted(range(len(token_ids)), key=lambda i: len(token_ids[i]))
-        return [order[i : i + self._batch_size] for i in range(0, len(order), self._batch_size)]
+        batches: list[list[int]] = []
+        run: list[int] = []
+        limit = 0.0
+        for i in order:
+            length = len(token_ids[i])
+            if run and (len(run) >= self._batch_size or length > limit):
+                batches.append(run)
+                run = []
+            if not run:
+                limit = _PAD_RATIO * length + _PAD_SLACK
+            run.append(i)
+        if run:
+            batches.append(run)
+        return batches
 
     async def _submit(self, fn: Any, *args: Any) -> Any:
         if self._executor is None:

@@ -140,6 +140,26 @@ async def test_onnx_order_is_preserved_across_batches() -> None:
 
 
 @needs_model
+def test_onnx_batches_hold_texts_of_similar_length() -> None:
+    import random
+
+    embedder = OnnxMiniLMEmbedder(MODEL_DIR, batch_size=8)
+    rng = random.Random(3)
+    for _ in range(200):
+        lengths = [rng.choice([rng.randint(3, 20), rng.randint(40, 256)]) for _ in range(rng.randint(1, 60))]
+        batches = embedder._batches([[0] * n for n in lengths])
+        assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))
+        for batch, following in zip(batches, [*batches[1:], None], strict=True):
+            sizes = [lengths[i] for i in batch]
+            assert len(batch) <= 8
+            assert sizes == sorted(sizes) and max(sizes) <= 1.5 * min(sizes) + 8
+            if following is not None:  # a batch ends only when full or when the next text is too long
+                assert len(batch) == 8 or lengths[following[0]] > 1.5 * min(sizes) + 8
+    # Short chat messages of about the same length still share one batch.
+    assert embedder._batches([[0] * n for n in (12, 9, 15, 11)]) == [[1, 3, 0, 2]]
+
+
+@needs_model
 async def test_onnx_token_counts(onnx_embedder: OnnxMiniLMEmbedder) -> None:
     assert (await onnx_embedder.embed(["hello world"])).tokens == 4  # [CLS] hello world [SEP]
     assert (await onnx_embedder.embed([""])).tokens == 2
