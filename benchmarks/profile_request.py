@@ -25,6 +25,8 @@ from typing import Any
 
 import orjson
 
+from resolvers.auth import OPEN
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 THREADS = (
@@ -85,7 +87,7 @@ async def main(args: argparse.Namespace) -> None:
     async with app.router.lifespan_context(app):
         services = app.state.services
         for i in range(args.threads):
-            await services.threads.create(resource_id="r1", thread_id=f"small-{i:02d}")
+            await services.threads.create(resource_id="r1", thread_id=f"small-{i:02d}", principal=OPEN)
         if args.messages:
             await services.messages.save(
                 [
@@ -95,7 +97,8 @@ async def main(args: argparse.Namespace) -> None:
                         content={"format": 2, "parts": [{"type": "text", "text": f"message {n}"}]},
                     )
                     for n in range(args.messages)
-                ]
+                ],
+                principal=OPEN,
             )
         body = orjson.dumps({"query": args.query})
         print((await call(app, body))[:300].decode(errors="replace"))

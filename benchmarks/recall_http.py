@@ -45,6 +45,7 @@ from child_server import ChildServer, recallql_server, running  # noqa: E402  (b
 
 from models.db import create_engine  # noqa: E402
 from models.repository import Repository  # noqa: E402
+from resolvers.auth import OPEN  # noqa: E402
 from resolvers.config import BUILTIN_DEFAULTS  # noqa: E402
 from resolvers.context import RequestContext, Services  # noqa: E402
 from resolvers.recall import OrderBy, RecallArgs  # noqa: E402
@@ -464,13 +465,15 @@ async def measure_in_process(
         for scenario in SCENARIOS:
 
             async def recall(scenario: Scenario = scenario) -> Any:
-                return await services.recall.recall(RecallArgs(thread_id=THREAD_ID, **scenario.engine_args))
+                return await services.recall.recall(
+                    RecallArgs(thread_id=THREAD_ID, **scenario.engine_args), principal=OPEN
+                )
 
             async def execute(scenario: Scenario = scenario) -> Any:
                 result = await schema.execute(
                     scenario.document,
                     variable_values=variables,
-                    context_value=RequestContext(services=services),
+                    context_value=RequestContext(services=services, principal=OPEN),
                 )
                 if result.errors:
                     raise RuntimeError(f"GraphQL errors: {result.errors}")
@@ -479,7 +482,8 @@ async def measure_in_process(
             async def compiled(scenario: Scenario = scenario) -> Any:
                 assert fast_path is not None
                 plan = fast_path.plan(scenario.document, None)
-                result = await fast_path.execute(plan, variables, RequestContext(services=services))
+                context = RequestContext(services=services, principal=OPEN)
+                result = await fast_path.execute(plan, variables, context)
                 if result is None:
                     raise RuntimeError("the compiled path declined the query")
                 return orjson.dumps(result)

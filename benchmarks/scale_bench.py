@@ -24,12 +24,14 @@ import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from pathlib import Path
 
 from models.db import create_engine
 from models.migrate import upgrade
 from models.records import MessageQuery, MessageRecord
 from models.repository import Repository
+from resolvers.auth import OPEN
 from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import Services
 from resolvers.recall import OrderBy, RecallArgs
@@ -110,7 +112,7 @@ async def loaded(kind: str, size: int) -> AsyncIterator[tuple[dict[str, Scenario
             repo = Repository(engine)
             services = Services.build(repo, memory_defaults=dict(BUILTIN_DEFAULTS))
             thread_id = "big"
-            await services.threads.create(resource_id="r1", thread_id=thread_id)
+            await services.threads.create(resource_id="r1", thread_id=thread_id, principal=OPEN)
             rate = await load(repo, thread_id, size)
             from sqlalchemy import text
 
@@ -121,7 +123,7 @@ async def loaded(kind: str, size: int) -> AsyncIterator[tuple[dict[str, Scenario
                     # A bulk load leaves a WAL of the whole load behind; a running server checkpoints as
                     # it goes, so measure the steady state.
                     await conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
-            recall = services.recall.recall
+            recall = partial(services.recall.recall, principal=OPEN)
             scenarios: dict[str, Scenario] = {
                 "newest 20": lambda: recall(RecallArgs(thread_id=thread_id, per_page=20)),
                 "page 49 of 20 ASC": lambda: recall(

@@ -63,6 +63,7 @@ from models.migrate import upgrade  # noqa: E402
 from models.records import MessageRecord, ThreadRecord  # noqa: E402
 from models.repository import Repository  # noqa: E402
 from models.vector_index import ChromaIndex, VectorItem  # noqa: E402
+from resolvers.auth import OPEN  # noqa: E402
 from resolvers.config import BUILTIN_DEFAULTS  # noqa: E402
 from resolvers.context import Services  # noqa: E402
 from resolvers.messages import MessageInput  # noqa: E402
@@ -760,14 +761,14 @@ class RecallDb:
         for scope, qs in queries.items():
             samples, ids = [], []
             for q in warmup[scope][:10]:  # untimed, separate queries (as mastra_vector.mjs does)
-                await self.services.recall.recall(self._args(ds, q, scope))
+                await self.services.recall.recall(self._args(ds, q, scope), principal=OPEN)
             l1 = load1()
             self.search_ms.clear()
             with CpuMeter() as meter:
                 for q in qs:
                     args = self._args(ds, q, scope)
                     start = time.perf_counter()
-                    result = await self.services.recall.recall(args)
+                    result = await self.services.recall.recall(args, principal=OPEN)
                     samples.append((time.perf_counter() - start) * 1000)
                     ids.append([m.id for m in result.messages])
             rows.append(
@@ -1018,7 +1019,7 @@ async def ingest_services(
             )
             for mid, role, text in b.messages
         ]
-        return len((await services.messages.save(inputs)).messages)
+        return len((await services.messages.save(inputs, principal=OPEN)).messages)
 
     start = time.perf_counter()
     n = await _in_streams(batches, clients, save)

@@ -2,10 +2,10 @@
 
 The resource a caller may touch comes from its credential (an API key's resource list, a JWT claim),
 never from the arguments alone. Authentication (turning a bearer token into a Principal) lives in web/;
-this module is the policy the services apply. Every service method takes a `principal` (default OPEN,
-for in-process callers such as the CLI and the tests), so each entry point (root resolvers, the
+this module is the policy the services apply. Every service method requires a `principal` (there is no
+default: an entry point that forgot it would act unchecked), so each entry point (root resolvers, the
 compiled read path, DataLoader-backed fields, subscriptions, federation entity fetches) gets the same
-checks.
+checks; in-process callers that act for the operator (the CLI, tests) pass OPEN explicitly.
 
 The rules, for a restricted principal (one with a resource list):
 - a thread is accessible when its resource is granted; a message when its own `resourceId` is granted

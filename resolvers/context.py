@@ -9,7 +9,7 @@ from typing import Any
 
 from models.records import MessageRecord, ResourceRecord, ThreadRecord
 from models.repository import Repository
-from resolvers.auth import OPEN, Principal
+from resolvers.auth import Principal
 from resolvers.events import EventBroker, InProcessBroker
 from resolvers.loaders import DataLoader
 from resolvers.messages import MessageService
@@ -103,10 +103,11 @@ class Services:
 @dataclass
 class RequestContext:
     services: Services
+    # Who asks (resolvers.auth); required, like the services' principal. The loaders below answer None
+    # for rows it may not see, so every field that loads through them (Message.thread, messages(ids),
+    # entity fetches) is limited to its grants.
+    principal: Principal
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    # Who asks (resolvers.auth). The loaders below answer None for rows it may not see, so every field
-    # that loads through them (Message.thread, messages(ids), entity fetches) is limited to its grants.
-    principal: Principal = OPEN
     # graphql-transport-ws connection_init payload (set by Strawberry; web.auth reads the token in it).
     connection_params: dict[str, Any] | None = None
     threads: DataLoader[str, ThreadRecord | None] = field(init=False)

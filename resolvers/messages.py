@@ -18,7 +18,7 @@ import orjson
 from models.records import MessageRecord
 from models.repository import Repository, RowForbidden
 from models.signals import is_legacy_reminder, is_transient_signal, signal_type
-from resolvers.auth import OPEN, Principal
+from resolvers.auth import Principal
 from resolvers.clock import now_ms
 from resolvers.config import BUILTIN_DEFAULTS, deep_merge
 from resolvers.errors import BadUserInput
@@ -145,7 +145,7 @@ class MessageService:
         inputs: Sequence[MessageInput],
         memory_config: dict[str, Any] | None = None,
         *,
-        principal: Principal = OPEN,
+        principal: Principal,
     ) -> SaveResult:
         """Upserts the batch. A restricted principal saves only into existing threads of granted
         resources, with granted message resources, and never over a stored message of a resource it
@@ -229,9 +229,7 @@ class MessageService:
         threads = await self.repository.get_threads(sorted(thread_ids))
         return [thread_event(THREAD_UPDATED, t) for t in threads.values()]
 
-    async def update(
-        self, patches: Sequence[MessagePatch], *, principal: Principal = OPEN
-    ) -> list[MessageRecord]:
+    async def update(self, patches: Sequence[MessagePatch], *, principal: Principal) -> list[MessageRecord]:
         """Mastra's updateMessages: unknown ids are skipped; content is shallow-merged (metadata one
         level deeper when both are objects; parts replaced); createdAt never changes. The signal
         classification is recomputed, vectors follow through the outbox, and the old and new threads'
@@ -322,7 +320,7 @@ class MessageService:
         await publish_quietly(self.events, events + await self._thread_events(threads))
         return after
 
-    async def delete(self, ids: Sequence[str], *, principal: Principal = OPEN) -> list[MessageRecord]:
+    async def delete(self, ids: Sequence[str], *, principal: Principal) -> list[MessageRecord]:
         """Mastra's deleteMessages: unknown ids are ignored, [] is a no-op; the affected threads'
         updatedAt is bumped and the vectors go through the outbox. Returns the deleted messages.
         A restricted principal naming a message of a resource it was not granted gets FORBIDDEN and
@@ -346,7 +344,7 @@ class MessageService:
         return deleted
 
     async def watch(
-        self, thread_id: str, *, principal: Principal = OPEN
+        self, thread_id: str, *, principal: Principal
     ) -> AsyncIterator[tuple[dict[str, Any], MessageRecord]]:
         """The message events of a thread from now on, as (payload, message). A restricted principal
         needs the thread to exist and belong to a granted resource (checked here, before anything is

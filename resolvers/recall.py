@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol
 
 from models.records import DateRange, IncludeWindow, MessageQuery, MessageRecord, PageRead, ThreadRecord
 from models.repository import Repository
-from resolvers.auth import OPEN, Principal
+from resolvers.auth import Principal
 from resolvers.config import deep_merge
 from resolvers.errors import BadUserInput, Forbidden, NotFound
 
@@ -116,7 +116,7 @@ class RecallEngine:
     def merged_config(self, thread_config: dict[str, Any] | None) -> dict[str, Any]:
         return deep_merge(self.defaults, thread_config)
 
-    async def recall(self, args: RecallArgs, *, principal: Principal = OPEN) -> RecallResult:
+    async def recall(self, args: RecallArgs, *, principal: Principal) -> RecallResult:
         self._check_search_text(args.vector_search_string)
         # 0: who asks. A restricted credential always reads as one of its resources (see _scoped).
         if principal.restricted:
@@ -231,7 +231,7 @@ class RecallEngine:
 
     @staticmethod
     def _check_owner(
-        args: RecallArgs, thread: ThreadRecord | None, resource_scope: bool, principal: Principal = OPEN
+        args: RecallArgs, thread: ThreadRecord | None, resource_scope: bool, principal: Principal
     ) -> None:
         if thread is None and not resource_scope:
             raise NotFound(f"No thread found with id {args.thread_id}")

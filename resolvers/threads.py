@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from models.records import MessageRecord, ThreadRecord
 from models.repository import Repository, RowConflict
-from resolvers.auth import OPEN, Principal
+from resolvers.auth import Principal
 from resolvers.clock import now_ms, to_iso
 from resolvers.config import deep_merge
 from resolvers.errors import BadUserInput, Conflict, Forbidden, NotFound
@@ -79,7 +79,7 @@ class ThreadService:
         self.max_all_rows = max_all_rows  # threads a perPage: false listing may return (None: unlimited)
 
     async def get(
-        self, thread_id: str, resource_id: str | None = None, *, principal: Principal = OPEN
+        self, thread_id: str, resource_id: str | None = None, *, principal: Principal
     ) -> ThreadRecord | None:
         """The thread; None when unknown, not of `resource_id`, or not accessible to the principal."""
         thread = await self.repository.get_thread(thread_id)
@@ -95,7 +95,7 @@ class ThreadService:
         title: str | None = None,
         metadata: dict[str, Any] | None = None,
         created_at: int | None = None,
-        principal: Principal = OPEN,
+        principal: Principal,
     ) -> ThreadRecord:
         if not resource_id or not resource_id.strip():
             raise BadUserInput("resourceId must be a non-empty string.")
@@ -124,7 +124,7 @@ class ThreadService:
         *,
         title: str | None = None,
         metadata: dict[str, Any] | None = None,
-        principal: Principal = OPEN,
+        principal: Principal,
     ) -> ThreadRecord:
         _check_metadata(metadata)
         if principal.restricted:
@@ -148,7 +148,7 @@ class ThreadService:
         order_field: str = "createdAt",
         descending: bool = True,
         metadata: Any = None,
-        principal: Principal = OPEN,
+        principal: Principal,
     ) -> ThreadPage:
         principal.require(resource_id)
         if page < 0:
@@ -186,9 +186,7 @@ class ThreadService:
         has_more = per_page is not False and offset + per_page < total
         return ThreadPage(threads, total, page, per_page, has_more)
 
-    async def delete(
-        self, thread_id: str, resource_id: str | None = None, *, principal: Principal = OPEN
-    ) -> bool:
+    async def delete(self, thread_id: str, resource_id: str | None = None, *, principal: Principal) -> bool:
         """Deletes the thread, its messages and (through the outbox) their vectors. An unknown id is a
         no-op answering false, as in Mastra; with resourceId, another resource's thread is FORBIDDEN.
         A restricted principal may delete only a thread of a granted resource (all its messages go with
@@ -236,7 +234,7 @@ class ThreadService:
         metadata: dict[str, Any] | None = None,
         options: CloneOptions | None = None,
         memory_config: dict[str, Any] | None = None,
-        principal: Principal = OPEN,
+        principal: Principal,
     ) -> CloneResult:
         """Mastra's cloneThread: a new thread (new id, metadata.clone = {sourceThreadId, clonedAt,
         lastMessageId}) holding copies of the selected messages (new ids, same createdAt and order).
@@ -319,7 +317,7 @@ class ThreadService:
         return CloneResult(thread, copies, id_map)
 
     def watch(
-        self, resource_id: str, *, principal: Principal = OPEN
+        self, resource_id: str, *, principal: Principal
     ) -> AsyncIterator[tuple[dict[str, Any], ThreadRecord]]:
         """The thread events of a resource from now on, as (payload, thread). The resource must be
         granted (FORBIDDEN here, before anything is subscribed); each event is checked again."""

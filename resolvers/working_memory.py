@@ -21,7 +21,7 @@ from jsonschema import validators
 
 from models.records import ResourceRecord, ThreadRecord
 from models.repository import Repository
-from resolvers.auth import OPEN, Principal
+from resolvers.auth import Principal
 from resolvers.clock import now_ms
 from resolvers.config import DEFAULT_WORKING_MEMORY_TEMPLATE, deep_merge
 from resolvers.errors import BadUserInput, Forbidden, NotFound
@@ -139,7 +139,7 @@ class WorkingMemoryService:
         resource_id: str | None,
         memory_config: dict[str, Any] | None,
         *,
-        principal: Principal = OPEN,
+        principal: Principal,
     ) -> str | None:
         """getWorkingMemory: null when disabled or empty; resource scope needs a resourceId. A
         restricted principal reads as a granted resource (resourceId defaults to its only one; another
@@ -186,7 +186,7 @@ class WorkingMemoryService:
         memory_config: dict[str, Any] | None,
         *,
         mode: str = REPLACE,
-        principal: Principal = OPEN,
+        principal: Principal,
     ) -> WorkingMemoryState:
         """updateWorkingMemory, with Mastra's checks and messages, plus schema validation and the
         APPEND (Markdown) and MERGE (JSON) modes. One scope's updates are serialised. A restricted
@@ -270,7 +270,7 @@ def _thread_working_memory(thread: ThreadRecord) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _check_owner(thread: ThreadRecord, resource_id: str | None, principal: Principal = OPEN) -> None:
+def _check_owner(thread: ThreadRecord, resource_id: str | None, principal: Principal) -> None:
     if not principal.can_access(thread.resource_id):
         raise principal.thread_forbidden(thread.id)  # names no resource the caller may not see
     if resource_id and thread.resource_id != resource_id:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from resolvers.auth import OPEN
 from resolvers.context import Services
 from resolvers.messages import MessageInput
 
@@ -38,6 +39,6 @@ def msg(
 
 async def seed(services: Services, *messages: MessageInput, threads: dict[str, str] | None = None) -> None:
     for thread_id, resource_id in (threads if threads is not None else {"t1": "r1"}).items():
-        await services.threads.create(resource_id=resource_id, thread_id=thread_id)
+        await services.threads.create(resource_id=resource_id, thread_id=thread_id, principal=OPEN)
     for m in messages:  # one call each: insertion order is the order given
-        await services.messages.save([m])
+        await services.messages.save([m], principal=OPEN)

@@ -46,7 +46,7 @@ async def test_counts_follow_every_kind_of_write(services: Services) -> None:
     threads = [f"t{n}" for n in range(4)]
     resources = ["r1", "r2"]
     for n, thread_id in enumerate(threads):
-        await services.threads.create(resource_id=resources[n % 2], thread_id=thread_id)
+        await services.threads.create(resource_id=resources[n % 2], thread_id=thread_id, principal=OPEN)
     ids: list[str] = []
     for step in range(120):
         action = rng.choice(["save", "save", "resave", "update", "delete", "delete_thread", "clone"])
@@ -60,32 +60,33 @@ async def test_counts_follow_every_kind_of_write(services: Services) -> None:
                 )
                 for k in range(rng.randint(1, 4))
             ]
-            await services.messages.save(batch)
+            await services.messages.save(batch, principal=OPEN)
             ids += [m.id for m in batch if m.id]
         elif action == "resave":
             target = rng.choice(ids)
             await services.messages.save(
-                [msg(target, thread=rng.choice(threads), at=step, resource=rng.choice(resources))]
+                [msg(target, thread=rng.choice(threads), at=step, resource=rng.choice(resources))],
+                principal=OPEN,
             )
         elif action == "update":
             patches = [
                 MessagePatch(id=i, thread_id=rng.choice(threads), resource_id=rng.choice(resources))
                 for i in rng.sample(ids, min(len(ids), 3))
             ]
-            await services.messages.update(patches)
+            await services.messages.update(patches, principal=OPEN)
         elif action == "delete":
             gone = rng.sample(ids, min(len(ids), 2))
-            await services.messages.delete([*gone, "never-existed"])
+            await services.messages.delete([*gone, "never-existed"], principal=OPEN)
             ids = [i for i in ids if i not in gone]
         elif action == "delete_thread":
             victim = rng.choice(threads)
-            await services.threads.delete(victim)
-            await services.threads.create(resource_id=rng.choice(resources), thread_id=victim)
+            await services.threads.delete(victim, principal=OPEN)
+            await services.threads.create(resource_id=rng.choice(resources), thread_id=victim, principal=OPEN)
             remaining = await services.repository.get_messages(ids)
             ids = [i for i in ids if i in remaining]
         else:
             new_id = f"c{step}"
-            result = await services.threads.clone(rng.choice(threads), new_thread_id=new_id)
+            result = await services.threads.clone(rng.choice(threads), new_thread_id=new_id, principal=OPEN)
             threads.append(new_id)
             ids += [m.id for m in result.messages]
         actual, kept = await counts(services)
@@ -102,16 +103,18 @@ async def test_counts_follow_every_kind_of_write(services: Services) -> None:
 
 
 async def test_filtered_counts_are_recomputed_after_a_write(services: Services) -> None:
-    await services.threads.create(resource_id="r1", thread_id="t1")
-    await services.messages.save([msg(f"m{n}", at=n, metadata={"k": n % 2}) for n in range(10)])
+    await services.threads.create(resource_id="r1", thread_id="t1", principal=OPEN)
+    await services.messages.save(
+        [msg(f"m{n}", at=n, metadata={"k": n % 2}) for n in range(10)], principal=OPEN
+    )
     query: dict[str, Any] = {"thread_id": "t1", "metadata": {"k": 1}}
     first = await services.repository.read_page(MessageQuery(**query), descending=True, limit=5, offset=0)
     again = await services.repository.read_page(MessageQuery(**query), descending=True, limit=5, offset=0)
     assert first.total == again.total == 5
-    await services.messages.save([msg("m10", at=10, metadata={"k": 1})])
+    await services.messages.save([msg("m10", at=10, metadata={"k": 1})], principal=OPEN)
     after = await services.repository.read_page(MessageQuery(**query), descending=True, limit=5, offset=0)
     assert after.total == 6
-    await services.messages.update([MessagePatch(id="m10", content={"metadata": {"k": 0}})])
+    await services.messages.update([MessagePatch(id="m10", content={"metadata": {"k": 0}})], principal=OPEN)
     assert (
         await services.repository.read_page(MessageQuery(**query), descending=True, limit=5, offset=0)
     ).total == 5
@@ -160,7 +163,7 @@ async def test_sqlite_reads_run_inline_only_while_bounded(
 ) -> None:
     services = sqlite_services
     repository = services.repository
-    await services.threads.create(resource_id="r1", thread_id="t1")
+    await services.threads.create(resource_id="r1", thread_id="t1", principal=OPEN)
     # 6,000 messages; the 300 that match {k: 1} are the oldest ones, far from the newest page.
     await services.messages.save(
         [msg(f"m{n}", at=n, metadata={"k": 1 if n < 300 else 0}) for n in range(6000)], principal=OPEN
@@ -196,7 +199,7 @@ async def test_sqlite_reads_run_inline_only_while_bounded(
 async def test_string_filters_match_the_key_not_the_text(services: Services) -> None:
     """SQLite looks for a plain string's JSON literal in the row's text before parsing it: the literal
     elsewhere in the row (text, another key, a nested value) must not make a row match."""
-    await services.threads.create(resource_id="r1", thread_id="t1")
+    await services.threads.create(resource_id="r1", thread_id="t1", principal=OPEN)
     await services.messages.save(
         [
             msg("hit", at=0, metadata={"topic": "billing"}),
@@ -207,7 +210,8 @@ async def test_string_filters_match_the_key_not_the_text(services: Services) -> 
             msg("number", at=5, metadata={"topic": 7}),
             msg("string-7", at=6, metadata={"topic": "7"}),
             msg("slash", at=7, metadata={"topic": "a/b"}),
-        ]
+        ],
+        principal=OPEN,
     )
     for value, expected in (("billing", ["hit"]), ("7", ["string-7"]), (7, ["number"]), ("a/b", ["slash"])):
         page = await services.repository.read_page(

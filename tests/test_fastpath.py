@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from resolvers.auth import OPEN
 from resolvers.context import RequestContext, Services
 from schema import build_schema
 from tests.factories import msg, seed
@@ -84,10 +85,12 @@ async def both(services: Services, query: str, variables: dict[str, Any] | None 
     schema = build_schema()
     plan = schema.fast_path.plan(query, None)
     fast = (
-        await schema.fast_path.execute(plan, variables, RequestContext(services=services)) if plan else None
+        await schema.fast_path.execute(plan, variables, RequestContext(services=services, principal=OPEN))
+        if plan
+        else None
     )
     normal = await schema.execute(
-        query, variable_values=variables, context_value=RequestContext(services=services)
+        query, variable_values=variables, context_value=RequestContext(services=services, principal=OPEN)
     )
     return fast, normal
 

@@ -48,7 +48,7 @@ from graphql.language import Visitor
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import event
 
-from resolvers.auth import Principal
+from resolvers.auth import OPEN, Principal
 from resolvers.context import RequestContext, Services
 from schema import build_schema as build_recallql_schema
 from schema.build import SDL_PATH, SUBGRAPH_SDL_PATH, export_sdl, export_subgraph_sdl
@@ -65,7 +65,7 @@ SCHEMA = build_recallql_schema()
 async def run(
     services: Services, query: str, principal: Principal | None = None, **variables: Any
 ) -> tuple[Any, list[Any]]:
-    context = RequestContext(services=services, **({"principal": principal} if principal else {}))
+    context = RequestContext(services=services, principal=principal or OPEN)
     result = await SCHEMA.execute(query, variable_values=variables or None, context_value=context)
     return result.data, list(result.errors or [])
 

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from models.records import DateRange, MessageRecord
 from models.signals import SIGNAL_TYPES
+from resolvers.auth import OPEN
 from resolvers.context import Services
 from resolvers.errors import RecallQLError, unstorable_text
 from resolvers.messages import MessageInput
@@ -311,7 +312,9 @@ async def build_world(services: Services, scenario: Scenario) -> World:
     resources = [f"{prefix}-r{n}" for n in range(3)]
     world = World(prefix, [f"{prefix}-t{n}" for n in range(4)], {}, resources)
     for n, owner in enumerate(scenario.owners):
-        thread = await services.threads.create(resource_id=resources[owner], thread_id=world.threads[n])
+        thread = await services.threads.create(
+            resource_id=resources[owner], thread_id=world.threads[n], principal=OPEN
+        )
         world.owners[thread.id] = thread.resource_id
     counter = 0
     for batch in scenario.batches:
@@ -337,7 +340,7 @@ async def build_world(services: Services, scenario: Scenario) -> World:
                 )
             )
         try:
-            result = await services.messages.save(inputs)
+            result = await services.messages.save(inputs, principal=OPEN)
         except RecallQLError:
             continue  # a bad batch (malformed content, an orphan without a resource) writes nothing
         for record in result.messages:
@@ -387,7 +390,7 @@ def build_args(world: World, spec: ArgSpec) -> RecallArgs:
 
 async def outcome(services: Services, args: RecallArgs) -> RecallResult | RecallQLError:
     try:
-        return await services.recall.recall(args)
+        return await services.recall.recall(args, principal=OPEN)
     except RecallQLError as error:
         return error
     except Exception as error:
@@ -505,14 +508,15 @@ async def test_paging_walks_every_row_once(
             order_by=OrderBy("createdAt", "ASC"),
             hide_signals=False,
         )
-        result = await services.recall.recall(args)
+        result = await services.recall.recall(args, principal=OPEN)
         check_result(world, args, result)
         total = result.total
         seen.extend(m.id for m in result.messages)
         if not result.has_more:
             break
     every = await services.recall.recall(
-        RecallArgs(thread_id=thread_id, resource_id=resource_id, per_page=False, hide_signals=False)
+        RecallArgs(thread_id=thread_id, resource_id=resource_id, per_page=False, hide_signals=False),
+        principal=OPEN,
     )
     assert every.total == total
     assert seen == [m.id for m in every.messages], "paging oldest-first must walk the same rows in order"
@@ -523,7 +527,7 @@ async def test_nul_character_never_fails_internally(services: Services) -> None:
     PostgreSQL's text and jsonb cannot hold it: there the database refuses the write (nothing is stored)
     and the API reports that error as BAD_USER_INPUT (resolvers.errors.unstorable_text)."""
     prefix = uid("nul")
-    await services.threads.create(resource_id=f"{prefix}-r", thread_id=f"{prefix}-t")
+    await services.threads.create(resource_id=f"{prefix}-r", thread_id=f"{prefix}-t", principal=OPEN)
     attempts = {
         "saveMessages": services.messages.save(
             [
@@ -532,12 +536,15 @@ async def test_nul_character_never_fails_internally(services: Services) -> None:
                     role="user",
                     content={"format": 2, "parts": [{"type": "text", "text": "a\x00b"}]},
                 )
-            ]
+            ],
+            principal=OPEN,
         ),
-        "createThread title": services.threads.create(resource_id=f"{prefix}-r", title="x\x00"),
-        "recall threadId": services.recall.recall(RecallArgs(thread_id=f"{prefix}\x00")),
+        "createThread title": services.threads.create(
+            resource_id=f"{prefix}-r", title="x\x00", principal=OPEN
+        ),
+        "recall threadId": services.recall.recall(RecallArgs(thread_id=f"{prefix}\x00"), principal=OPEN),
         "recall metadata": services.recall.recall(
-            RecallArgs(thread_id=f"{prefix}-t", metadata={"a": "\x00"})
+            RecallArgs(thread_id=f"{prefix}-t", metadata={"a": "\x00"}), principal=OPEN
         ),
     }
     failures = []

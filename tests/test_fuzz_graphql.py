@@ -47,6 +47,7 @@ from graphql import (
 from models.db import create_engine
 from models.migrate import upgrade
 from models.repository import Repository
+from resolvers.auth import OPEN
 from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import RequestContext, Services
 from resolvers.messages import MessageInput
@@ -542,7 +543,7 @@ async def seed_pools(services: Services, prefix: str) -> Pools:
     messages = []
     for n in range(6):
         thread = await services.threads.create(
-            resource_id=resources[n % 3], thread_id=f"{prefix}-t{n}", metadata={"n": n}
+            resource_id=resources[n % 3], thread_id=f"{prefix}-t{n}", metadata={"n": n}, principal=OPEN
         )
         threads.append(thread.id)
         batch = [
@@ -560,7 +561,7 @@ async def seed_pools(services: Services, prefix: str) -> Pools:
             )
             for i in range(8)
         ]
-        messages += [m.id for m in (await services.messages.save(batch)).messages]
+        messages += [m.id for m in (await services.messages.save(batch, principal=OPEN)).messages]
     return Pools(
         threads=[*threads, f"{prefix}-missing-thread"],
         messages=[*messages, f"{prefix}-missing-message"],
@@ -598,7 +599,7 @@ async def test_graphql_fuzz_in_process(sqlite_services: Services) -> None:
             result = await schema.execute(
                 request.query,
                 variable_values=request.variables,
-                context_value=RequestContext(services=services, request_id=request_id),
+                context_value=RequestContext(services=services, principal=OPEN, request_id=request_id),
                 operation_name=request.operation_name,
             )
         except Exception as exc:
@@ -798,12 +799,12 @@ async def test_edge_cases(
     expected: str,
     known_bug: str | None,
 ) -> None:
-    await sqlite_services.threads.create(resource_id="edge-r", thread_id="edge-thread")
+    await sqlite_services.threads.create(resource_id="edge-r", thread_id="edge-thread", principal=OPEN)
     schema = build_strawberry_schema()
     result = await schema.execute(
         query,
         variable_values=variables,
-        context_value=RequestContext(services=sqlite_services, request_id="edge"),
+        context_value=RequestContext(services=sqlite_services, principal=OPEN, request_id="edge"),
     )
     codes = [(e.extensions or {}).get("code") for e in result.errors or []]
     if "INTERNAL_SERVER_ERROR" in codes and known_bug:

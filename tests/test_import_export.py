@@ -36,6 +36,7 @@ from models.mastra_source import (
 from models.migrate import upgrade
 from models.records import ResourceRecord
 from models.repository import Repository
+from resolvers.auth import OPEN
 from resolvers.clock import parse_iso, to_iso
 from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import Services
@@ -152,7 +153,9 @@ async def fresh_repository(database_url: str, tmp: Path) -> AsyncIterator[Reposi
 
 
 async def all_ids(services: Services, thread_id: str, **kwargs: Any) -> list[str]:
-    result = await services.recall.recall(RecallArgs(thread_id=thread_id, per_page=False, **kwargs))
+    result = await services.recall.recall(
+        RecallArgs(thread_id=thread_id, per_page=False, **kwargs), principal=OPEN
+    )
     return [m.id for m in result.messages]
 
 
@@ -162,7 +165,7 @@ async def check_against_mastra(services: Services, repository: Repository, expec
     rank = {m["id"]: n for n, m in enumerate(rows)}
     assert await repository.count_all_messages() == len(rows) == expected["counts"]["messages"]
     for t in expected["threads"]:
-        thread = await services.threads.get(t["id"])
+        thread = await services.threads.get(t["id"], principal=OPEN)
         assert thread is not None, t["id"]
         assert (thread.resource_id, thread.title, thread.metadata) == (
             t["resourceId"],
@@ -172,7 +175,7 @@ async def check_against_mastra(services: Services, repository: Repository, expec
         assert (to_iso(thread.created_at), to_iso(thread.updated_at)) == (t["createdAt"], t["updatedAt"])
 
         result = await services.recall.recall(
-            RecallArgs(thread_id=t["id"], per_page=False, hide_signals=False)
+            RecallArgs(thread_id=t["id"], per_page=False, hide_signals=False), principal=OPEN
         )
         mine = [m for m in rows if m["threadId"] == t["id"]]
         want = sorted(
@@ -214,7 +217,7 @@ async def check_against_mastra(services: Services, repository: Repository, expec
     # A thread's owner without a Mastra resource row gets RecallQL's usual empty resource row.
     carol = await repository.get_resource("carol")
     assert carol is not None and carol.working_memory is None
-    beta = await services.threads.get("beta")
+    beta = await services.threads.get("beta", principal=OPEN)
     assert beta is not None and beta.metadata == {"n": 1, "workingMemory": "# Thread notes\nbeta only"}
 
 
@@ -421,7 +424,7 @@ async def test_import_mastra_postgres_store(
             "message": (5, 5, 0, 0),
         }
 
-        t1 = await services.threads.get("t1")
+        t1 = await services.threads.get("t1", principal=OPEN)
         assert t1 is not None
         assert (t1.resource_id, t1.title, t1.metadata) == (
             "r1",
@@ -429,10 +432,12 @@ async def test_import_mastra_postgres_store(
             {"a": 1, "workingMemory": "# t1 notes"},
         )
         assert (t1.created_at, t1.updated_at) == (T0, T0 + 500)  # the TIMESTAMPTZ twin wins
-        t2 = await services.threads.get("t2")
+        t2 = await services.threads.get("t2", principal=OPEN)
         assert t2 is not None and (t2.metadata, t2.created_at) == (None, T0 + 1)  # naive, taken as UTC
 
-        result = await services.recall.recall(RecallArgs(thread_id="t1", per_page=False, hide_signals=False))
+        result = await services.recall.recall(
+            RecallArgs(thread_id="t1", per_page=False, hide_signals=False), principal=OPEN
+        )
         assert [m.id for m in result.messages] == ["m0", "m1", "m2", "m3"]
         assert [m.created_at for m in result.messages] == [T0 + 1000, T0 + 2000, T0 + 2000, T0 + 2000]
         m0, m1, m2, _ = result.messages
@@ -446,7 +451,9 @@ async def test_import_mastra_postgres_store(
         )
         assert m1.content["metadata"] == {"k": "v"} and m2.legacy_reminder
         assert await all_ids(services, "t1") == ["m0", "m1", "m3"]
-        (m9,) = (await services.recall.recall(RecallArgs(thread_id="t2", per_page=False))).messages
+        (m9,) = (
+            await services.recall.recall(RecallArgs(thread_id="t2", per_page=False), principal=OPEN)
+        ).messages
         assert (m9.created_at, m9.resource_id) == (T0 + 3000, None)
 
         r1, r2, r3 = [await repository.get_resource(r) for r in ("r1", "r2", "r3")]
@@ -484,11 +491,13 @@ async def test_import_mastra_postgres_store(
             "thread": (2, 0, 1, 1),
             "message": (5, 0, 1, 4),
         }
-        result = await services.recall.recall(RecallArgs(thread_id="t1", per_page=False, hide_signals=False))
+        result = await services.recall.recall(
+            RecallArgs(thread_id="t1", per_page=False, hide_signals=False), principal=OPEN
+        )
         assert [m.id for m in result.messages] == ["m0", "m1", "m2", "m3"]
         assert result.messages[1].created_at == T0 + 2000
         assert result.messages[1].content["parts"] == [{"type": "text", "text": "edited"}]
-        t1 = await services.threads.get("t1")
+        t1 = await services.threads.get("t1", principal=OPEN)
         assert t1 is not None and t1.title == "Renamed"
 
 
@@ -501,9 +510,12 @@ async def seed(services: Services, repository: Repository) -> None:
         resource_id=alice,
         title="Ünïcode ✓",
         metadata={"a": [1, 2.5, None], "b": {"c": True}},
+        principal=OPEN,
     )
-    await services.threads.create(thread_id="jt2", resource_id=alice, created_at=parse_iso(at(-5)))
-    await services.threads.create(thread_id="jt3", resource_id=bob, title="bob's")
+    await services.threads.create(
+        thread_id="jt2", resource_id=alice, created_at=parse_iso(at(-5)), principal=OPEN
+    )
+    await services.threads.create(thread_id="jt3", resource_id=bob, title="bob's", principal=OPEN)
 
     def msg(
         mid: str, thread: str, seconds: float, content: dict[str, Any], role: str = "user"
@@ -544,7 +556,8 @@ async def seed(services: Services, repository: Repository) -> None:
                 role="assistant",
             ),
             msg("j-bob", "jt3", 1, text("bob")),
-        ]
+        ],
+        principal=OPEN,
     )
     await repository.import_resources(
         [

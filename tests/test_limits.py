@@ -28,6 +28,7 @@ import websockets
 
 from models.records import MessageQuery
 from models.repository import Repository
+from resolvers.auth import OPEN
 from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import Services
 from tests.support import Api, ServerProcess, at, database, running_server, text_message, uid
@@ -177,7 +178,7 @@ async def test_list_threads_counts_but_does_not_read_over_max_rows(repository: R
     services = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS))
     resource = uid("r")
     for _ in range(4):
-        await services.threads.create(resource_id=resource, thread_id=uid("t"))
+        await services.threads.create(resource_id=resource, thread_id=uid("t"), principal=OPEN)
     args = {"offset": 0, "order_field": "createdAt", "descending": True}
     assert await repository.list_threads(resource, limit=None, max_rows=3, **args) == ([], 4)
     rows, total = await repository.list_threads(resource, limit=None, max_rows=4, **args)
@@ -204,11 +205,12 @@ async def test_read_page_counts_but_does_not_read_over_max_rows(repository: Repo
     """The guard sits in the one round trip that counts and reads (both engines)."""
     services = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS))
     thread = uid("t")
-    await services.threads.create(resource_id="r", thread_id=thread)
+    await services.threads.create(resource_id="r", thread_id=thread, principal=OPEN)
     from resolvers.messages import MessageInput
 
     await services.messages.save(
-        [MessageInput(thread_id=thread, role="user", content={"format": 2, "parts": []}) for _ in range(12)]
+        [MessageInput(thread_id=thread, role="user", content={"format": 2, "parts": []}) for _ in range(12)],
+        principal=OPEN,
     )
     query = MessageQuery(thread_id=thread)
     over = await repository.read_page(query, descending=False, limit=None, offset=0, max_rows=11)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from models.repository import Repository
+from resolvers.auth import OPEN
 from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import Services
 from resolvers.errors import BadUserInput, NotFound
@@ -63,23 +64,25 @@ async def test_every_message_change_reaches_the_vectors(memory: Services, vector
     assert vectors.seen == [("m1", None, True), ("m2", None, True)]
     vectors.seen.clear()
 
-    await memory.messages.update([MessagePatch("m1", content={"parts": [{"type": "text", "text": "new"}]})])
+    await memory.messages.update(
+        [MessagePatch("m1", content={"parts": [{"type": "text", "text": "new"}]})], principal=OPEN
+    )
     assert vectors.seen == [("m1", "r1", True)]
     vectors.seen.clear()
     # A move to another resource's thread: the old collection is named for the clean-up.
-    await memory.messages.update([MessagePatch("m1", thread_id="t2")])
+    await memory.messages.update([MessagePatch("m1", thread_id="t2")], principal=OPEN)
     assert vectors.seen == [("m1", "r1", True)]
     assert (await memory.repository.get_messages(["m1"]))["m1"].resource_id == "r2"
     vectors.seen.clear()
 
-    clone = await memory.threads.clone("t1", new_thread_id="t1-copy")
+    clone = await memory.threads.clone("t1", new_thread_id="t1-copy", principal=OPEN)
     assert [(m, prev, alive) for m, prev, alive in vectors.seen] == [(clone.messages[0].id, None, True)]
     vectors.seen.clear()
 
-    await memory.messages.delete(["m1", "ghost"])
+    await memory.messages.delete(["m1", "ghost"], principal=OPEN)
     assert vectors.seen == [("m1", "r2", False)]
     vectors.seen.clear()
-    assert await memory.threads.delete("t1") is True
+    assert await memory.threads.delete("t1", principal=OPEN) is True
     assert vectors.seen == [("m2", "r1", False)]
     assert await memory.repository.outbox_backlog() == 0
 
@@ -89,7 +92,7 @@ async def test_a_failed_update_queues_nothing(memory: Services, vectors: Recordi
     vectors.seen.clear()
     with pytest.raises(BadUserInput, match=r"messages\[1\]\.content\.format must be 2\."):
         await memory.messages.update(
-            [MessagePatch("m1", role="assistant"), MessagePatch("m2", content={"format": 1})]
+            [MessagePatch("m1", role="assistant"), MessagePatch("m2", content={"format": 1})], principal=OPEN
         )
     assert vectors.seen == [] and await memory.repository.outbox_backlog() == 0
     assert (await memory.repository.get_messages(["m1"]))["m1"].role == "user"
@@ -101,20 +104,20 @@ async def test_events_follow_commits(memory: Services) -> None:
     messages, threads = broker.subscribe(message_channel("t1")), broker.subscribe(thread_channel("r1"))
     first = [asyncio.ensure_future(anext(messages)), asyncio.ensure_future(anext(threads))]
     await asyncio.sleep(0)
-    await memory.threads.create(resource_id="r1", thread_id="t1")
+    await memory.threads.create(resource_id="r1", thread_id="t1", principal=OPEN)
     assert (await first[1])["kind"] == "CREATED"
-    await memory.messages.save([msg("m1")])
+    await memory.messages.save([msg("m1")], principal=OPEN)
     assert (await first[0])["kind"] == "SAVED"
     assert (await anext(threads))["kind"] == "UPDATED"
     # A failed call publishes nothing.
     with pytest.raises(BadUserInput):
-        await memory.messages.update([MessagePatch("m1", content={"format": 3})])
+        await memory.messages.update([MessagePatch("m1", content={"format": 3})], principal=OPEN)
     with pytest.raises(NotFound):
-        await memory.threads.clone("ghost")
+        await memory.threads.clone("ghost", principal=OPEN)
     pending = asyncio.ensure_future(anext(messages))
     await asyncio.sleep(0.05)
     assert not pending.done()
-    await memory.messages.delete(["m1"])
+    await memory.messages.delete(["m1"], principal=OPEN)
     assert (await pending)["kind"] == "DELETED"
     await messages.aclose()
     await threads.aclose()
@@ -123,7 +126,7 @@ async def test_events_follow_commits(memory: Services) -> None:
 async def test_clone_selection_keeps_the_tie_order(memory: Services) -> None:
     # Three messages at the same instant: the clone keeps their insertion order.
     await seed(memory, msg("a", at=1), msg("b", at=1), msg("c", at=1), msg("d", at=2))
-    result = await memory.threads.clone("t1", options=CloneOptions(message_limit=3))
+    result = await memory.threads.clone("t1", options=CloneOptions(message_limit=3), principal=OPEN)
     assert [m.content["parts"][0]["text"] for m in result.messages] == ["text b", "text c", "text d"]
     assert [m.created_at for m in result.messages] == [t(1), t(1), t(2)]
     assert list(result.message_id_map) == ["b", "c", "d"]
@@ -151,18 +154,18 @@ async def test_titles_are_written_once_and_never_over_a_user_title(memory: Servi
     titles.schedule(["t1"], TitleOptions())  # already in progress: not twice
     await asyncio.sleep(0.05)
     assert chat.calls == 1
-    await memory.threads.update("t1", title="User title")
+    await memory.threads.update("t1", title="User title", principal=OPEN)
     chat.release.set()
     await titles.wait_idle()
-    assert (await memory.threads.get("t1")).title == "User title"  # type: ignore[union-attr]
+    assert (await memory.threads.get("t1", principal=OPEN)).title == "User title"  # type: ignore[union-attr]
     # Two generators racing on an untitled thread: one write wins, the other changes nothing.
-    await memory.threads.create(resource_id="r1", thread_id="t2")
-    await memory.messages.save([msg("m2", thread="t2", text="second")])
+    await memory.threads.create(resource_id="r1", thread_id="t2", principal=OPEN)
+    await memory.messages.save([msg("m2", thread="t2", text="second")], principal=OPEN)
     first, second = await asyncio.gather(
         memory.titles.generate("t2", TitleOptions()), memory.titles.generate("t2", TitleOptions())
     )
     assert [r is not None for r in (first, second)].count(True) == 1
-    thread = await memory.threads.get("t2")
+    thread = await memory.threads.get("t2", principal=OPEN)
     assert thread is not None and thread.title == "second"
 
 

@@ -15,6 +15,7 @@ from models.migrate import alembic_config, include_object_for, upgrade
 from models.records import IncludeWindow, MessageQuery
 from models.repository import Repository
 from models.tables import metadata
+from resolvers.auth import OPEN
 from resolvers.context import Services
 from tests.factories import msg, seed
 
@@ -62,9 +63,9 @@ async def _populate(services: Services) -> None:
         for n in range(2000)
     ]
     for thread_id, resource_id in threads.items():
-        await services.threads.create(resource_id=resource_id, thread_id=thread_id)
+        await services.threads.create(resource_id=resource_id, thread_id=thread_id, principal=OPEN)
     for start in range(0, len(messages), 500):
-        await services.messages.save(messages[start : start + 500])
+        await services.messages.save(messages[start : start + 500], principal=OPEN)
     await seed(services, threads={})
     repo = services.repository
     async with repo.engine.begin() as conn:

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from models.records import DateRange
+from resolvers.auth import OPEN
 from resolvers.context import Services
 from resolvers.errors import BadUserInput, Forbidden, NotFound
 from resolvers.recall import IncludeItem, OrderBy, RecallArgs, RecallResult
@@ -15,7 +16,7 @@ from tests.factories import msg, seed, t
 
 async def recall(services: Services, **kwargs: Any) -> RecallResult:
     kwargs.setdefault("thread_id", "t1")
-    return await services.recall.recall(RecallArgs(**kwargs))
+    return await services.recall.recall(RecallArgs(**kwargs), principal=OPEN)
 
 
 def ids(result: RecallResult) -> list[str]:
@@ -103,7 +104,7 @@ async def test_ties_follow_one_total_order(services: Services) -> None:
     pages = [ids(await recall(services, per_page=2, page=p)) for p in range(3)]
     assert pages == [["b", "y"], ["a", "m"], ["x", "z"]]
     # Re-saving keeps createdAt and the insertion position, even with a new createdAt.
-    await services.messages.save([msg("z", at=100, text="replaced")])
+    await services.messages.save([msg("z", at=100, text="replaced")], principal=OPEN)
     result = await recall(services)
     assert ids(result) == everything
     assert result.messages[1].content["parts"][0]["text"] == "replaced"

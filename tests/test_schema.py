@@ -6,6 +6,7 @@ from typing import Any
 
 from sqlalchemy import event
 
+from resolvers.auth import OPEN
 from resolvers.context import RequestContext, Services
 from schema import build_schema, export_sdl
 from schema.build import SDL_PATH
@@ -43,7 +44,7 @@ async def test_message_threads_load_in_one_batch(services: Services) -> None:
         )
         result = await build_schema().execute(
             query,
-            context_value=RequestContext(services=services),
+            context_value=RequestContext(services=services, principal=OPEN),
         )
     finally:
         for engine in engines:
@@ -64,7 +65,7 @@ class _Broken:
 
 async def test_internal_errors_are_masked_and_logged(services: Services, caplog: Any) -> None:
     services.recall.repository = _Broken()  # type: ignore[assignment]
-    context = RequestContext(services=services)
+    context = RequestContext(services=services, principal=OPEN)
     result = await build_schema().execute(
         '{ recall(threadId: "t", resourceId: "r") { total } }', context_value=context
     )

@@ -30,7 +30,7 @@ import pytest
 
 from models.records import MessageRecord
 from models.repository import RowForbidden
-from resolvers.auth import Principal
+from resolvers.auth import OPEN, Principal
 from resolvers.context import Services
 from resolvers.errors import Forbidden
 from resolvers.messages import MessagePatch
@@ -825,7 +825,7 @@ async def test_save_cannot_overwrite_a_row_that_appeared_after_the_check(
             [MessageRecord(**{**asdict(stored["theirs"]), "resource_id": "a"})], now=1, owned_by={"a"}
         )
     # An unrestricted save still moves it (the open API is unchanged).
-    await services.messages.save([msg("theirs", thread="ta", resource="a", text="moved")])
+    await services.messages.save([msg("theirs", thread="ta", resource="a", text="moved")], principal=OPEN)
     assert (await services.repository.get_messages(["theirs"]))["theirs"].resource_id == "a"
 
 

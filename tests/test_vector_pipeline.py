@@ -21,6 +21,7 @@ from models.embedders import Embedding, EmbeddingError
 from models.records import MessageQuery
 from models.repository import Repository
 from models.vector_index import ChromaIndex, VectorItem
+from resolvers.auth import OPEN
 from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import Services
 from resolvers.messages import MessageInput
@@ -98,7 +99,8 @@ class Setup:
                     content={"format": 2, "parts": [{"type": "text", "text": text}]},
                 )
                 for text in texts
-            ]
+            ],
+            principal=OPEN,
         )
         return [m.id for m in result.messages]
 
@@ -126,7 +128,7 @@ async def make(repository: Repository, tmp_path: Path) -> AsyncIterator[Any]:
 
 async def new_thread(setup: Setup) -> tuple[str, str]:
     thread_id, resource_id = uid("t"), uid("r")
-    await setup.services.threads.create(resource_id=resource_id, thread_id=thread_id)
+    await setup.services.threads.create(resource_id=resource_id, thread_id=thread_id, principal=OPEN)
     return thread_id, resource_id
 
 
@@ -212,14 +214,15 @@ async def test_updates_and_deletes_go_through_the_pipeline_in_order(make: Any) -
     from resolvers.messages import MessagePatch
 
     await setup.services.messages.update(
-        [MessagePatch(id=first, content={"format": 2, "parts": [{"type": "text", "text": "zebra"}]})]
+        [MessagePatch(id=first, content={"format": 2, "parts": [{"type": "text", "text": "zebra"}]})],
+        principal=OPEN,
     )
     # The search waits for both writes: the vector now is the updated text's.
     found = await setup.semantic.search(
         "zebra", thread_id=thread_id, resource_id=resource_id, resource_scope=True, top_k=1
     )
     assert [(h.message_id, round(h.score, 6)) for h in found.hits] == [(first, 1.0)]
-    await setup.services.messages.delete([first])
+    await setup.services.messages.delete([first], principal=OPEN)
     assert await setup.hits("zebra", thread_id, resource_id) == []
     assert await setup.index.count(resource_id) == 0
 
