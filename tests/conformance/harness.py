@@ -29,6 +29,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import httpx
 from gql import GraphQLRequest
 from gql.transport.exceptions import TransportQueryError
 
@@ -109,6 +110,9 @@ def server_env(dataset: dict, database_url: str, embed_url: str) -> dict[str, st
         "RECALLQL_SEMANTIC_RECALL": json.dumps(options.get("semanticRecall", False)),
         "RECALLQL_EMBEDDINGS_URL": embed_url,
         "RECALLQL_EMBEDDINGS_MODEL": EMBED_MODEL,
+        # Mastra's saveMessages awaits its vector upsert however long it takes; a loaded machine must
+        # not let a save answer (and its queries run) before its vectors are written.
+        "RECALLQL_VECTOR_SYNC_TIMEOUT": "300",
     }
 
 
@@ -186,6 +190,16 @@ async def load_dataset(api: Api, dataset: dict, *, batch: int = 100) -> None:
         saved = await api.execute(SAVE_MESSAGES, messages=chunk)
         got, sent = [m["id"] for m in saved["saveMessages"]["messages"]], [m["id"] for m in chunk]
         assert got == sent, f"saveMessages stored {got}, expected {sent}"
+
+
+async def vector_backlog(base_url: str) -> float:
+    """The server's queue of vector writes not yet applied (its /metrics gauge)."""
+    async with httpx.AsyncClient(timeout=30) as client:
+        text = (await client.get(f"{base_url}/metrics")).text
+    for line in text.splitlines():
+        if line.startswith("recallql_vector_outbox_backlog "):
+            return float(line.split()[1])
+    raise AssertionError("/metrics has no recallql_vector_outbox_backlog")
 
 
 # ------------------------------------------------------------------------------------------- arguments
