@@ -129,6 +129,16 @@ def engines() -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------- server
+async def vector_backlog(base_url: str) -> float:
+    """A running server's queue of vector writes not yet applied (its /metrics gauge)."""
+    async with httpx.AsyncClient(timeout=30) as client:
+        text = (await client.get(f"{base_url}/metrics")).text
+    for line in text.splitlines():
+        if line.startswith("recallql_vector_outbox_backlog "):
+            return float(line.split()[1])
+    raise AssertionError("/metrics has no recallql_vector_outbox_backlog")
+
+
 class ServerProcess:
     """`recallql serve` in a child process on a free loopback port."""
 

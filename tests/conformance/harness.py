@@ -29,7 +29,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import httpx
 from gql import GraphQLRequest
 from gql.transport.exceptions import TransportQueryError
 
@@ -190,16 +189,6 @@ async def load_dataset(api: Api, dataset: dict, *, batch: int = 100) -> None:
         saved = await api.execute(SAVE_MESSAGES, messages=chunk)
         got, sent = [m["id"] for m in saved["saveMessages"]["messages"]], [m["id"] for m in chunk]
         assert got == sent, f"saveMessages stored {got}, expected {sent}"
-
-
-async def vector_backlog(base_url: str) -> float:
-    """The server's queue of vector writes not yet applied (its /metrics gauge)."""
-    async with httpx.AsyncClient(timeout=30) as client:
-        text = (await client.get(f"{base_url}/metrics")).text
-    for line in text.splitlines():
-        if line.startswith("recallql_vector_outbox_backlog "):
-            return float(line.split()[1])
-    raise AssertionError("/metrics has no recallql_vector_outbox_backlog")
 
 
 # ------------------------------------------------------------------------------------------- arguments

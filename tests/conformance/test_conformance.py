@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.conformance import harness
-from tests.support import Api, database, engines, require, running_server
+from tests.support import Api, database, engines, require, running_server, vector_backlog
 
 pytestmark = pytest.mark.conformance
 
@@ -102,7 +102,7 @@ async def test_recall_matches_oracle(engine: str, oracle_run: OracleRun, tmp_pat
             timings["load"] = time.monotonic() - started
             # Every save answered after its vectors were written (as Mastra's do); a write deferred to
             # the background drain would show up as semantic mismatches below, so say so here instead.
-            backlog = await harness.vector_backlog(srv.url)
+            backlog = await vector_backlog(srv.url)
             assert backlog == 0, f"{backlog:.0f} vector write(s) deferred while loading; see {srv.log_path}"
             started = time.monotonic()
             results = await harness.run_queries(srv.url, dataset["queries"], concurrency=4)
