@@ -298,6 +298,40 @@ class ChromaIndex:
         async with self._write_lock(resource_id):
             await self._call("delete", self._with_collection, resource_id, False, action, None)
 
+    async def drop(self, resource_ids: Sequence[str | None] | None = None) -> int:
+        """Deletes the collections of these resources (None: every collection of this embedder identity),
+        vectors and graph alike; returns how many existed. A rebuild starts from here: an HNSW graph that
+        deletes and upserts have left with unreachable records (chroma-core/chroma#7758) is not repaired
+        by upserting into it again."""
+
+        def drop_sync() -> int:
+            client = self._get_client()
+            if resource_ids is None:
+                names = [
+                    c.name
+                    for c in client.list_collections()
+                    if (c.metadata or {}).get("recallql_layout") == _LAYOUT_VERSION
+                    and (c.metadata or {}).get("embedding_model") == self.model_name
+                    and (c.metadata or {}).get("dimension") == self.dimension
+                ]
+            else:
+                names = [
+                    collection_name(r, self.model_name, self.dimension) for r in dict.fromkeys(resource_ids)
+                ]
+            from chromadb.errors import NotFoundError
+
+            dropped = 0
+            for name in names:
+                self._collections.pop(name, None)
+                try:
+                    client.delete_collection(name)
+                    dropped += 1
+                except NotFoundError:
+                    pass
+            return dropped
+
+        return await self._call("delete collection", drop_sync)
+
     # -- reads ---------------------------------------------------------------------------------------
 
     async def query(

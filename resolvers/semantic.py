@@ -46,6 +46,7 @@ class VectorIndex(Protocol):
         thread_id: str | None,
         top_k: int,
     ) -> list[VectorHit]: ...
+    async def drop(self, resource_ids: Sequence[str | None] | None = None) -> int: ...
     async def ping(self) -> None: ...
     async def aclose(self) -> None: ...
 
@@ -360,9 +361,15 @@ class SemanticMemory:
         resource_id: str | None = None,
         batch: int = 256,
         on_progress: Callable[[int], None] | None = None,
+        rebuild: bool = False,
     ) -> int:
-        """Re-embeds every message (of one resource, or all) from SQL; returns how many were read."""
+        """Re-embeds every message (of one resource, or all) from SQL; returns how many were read. With
+        `rebuild`, the resource's collection (or every collection of this embedder) is dropped first, so
+        that the index ends holding exactly what SQL holds; searches of those resources find nothing
+        until their messages are written again."""
         index = await self.index()
+        if rebuild:
+            await index.drop(None if resource_id is None else [resource_id])
         after, done = 0, 0
         while rows := await self.repository.messages_in_order(
             after_seq=after, limit=batch, resource_id=resource_id

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from models.vector_index import ChromaIndex, collection_name
+from models.vector_index import ChromaIndex, VectorItem, collection_name
 from tests.support import (
     REPO,
     Api,
@@ -379,12 +379,41 @@ async def test_reindex_rebuilds_a_deleted_chroma_directory(tmp_path: Path) -> No
             shutil.rmtree(data / "chroma")
             done = cli(data, env, "reindex")
 
-    assert done.returncode == 0, done.stderr
-    assert "re-indexed 152 message(s)" in done.stdout
-    # The progress bar (rich renders its final state once when the output is not a terminal).
-    assert "embedding" in done.stdout and "━" in done.stdout and "152/152" in done.stdout
-    for resource_id in resources:
-        assert_exact_vectors(stored_vectors(data / "chroma", resource_id), texts[resource_id], thread_of)
+            assert done.returncode == 0, done.stderr
+            assert "re-indexed 152 message(s)" in done.stdout
+            # The progress bar (rich renders its final state once when the output is not a terminal).
+            assert "embedding" in done.stdout and "━" in done.stdout and "152/152" in done.stdout
+            for resource_id in resources:
+                assert_exact_vectors(
+                    stored_vectors(data / "chroma", resource_id), texts[resource_id], thread_of
+                )
+
+            # Vectors SQL knows nothing of (a message's in a resource, a whole resource's): a plain reindex
+            # writes into the collections as they are and keeps them; --rebuild drops the collections first.
+            gone = uid("r")
+            ghosts = ChromaIndex(path=data / "chroma", model_name=MODEL, dimension=DIMENSION)
+            vector = REF.embed("a ghost")
+            await ghosts.upsert([VectorItem("ghost", threads[0], resources[0], 0, vector)])
+            await ghosts.upsert([VectorItem("ghost", "t-gone", gone, 0, vector)])
+            await ghosts.aclose()
+            assert cli(data, env, "reindex", "--resource", resources[0]).returncode == 0
+            assert "ghost:0" in stored_vectors(data / "chroma", resources[0])
+
+            done = cli(data, env, "reindex", "--resource", resources[0], "--rebuild")
+            assert done.returncode == 0, done.stderr
+            assert "re-indexed 76 message(s)" in done.stdout
+            assert_exact_vectors(
+                stored_vectors(data / "chroma", resources[0]), texts[resources[0]], thread_of
+            )
+            assert "ghost:0" in stored_vectors(data / "chroma", gone)  # another resource: left alone
+
+            done = cli(data, env, "reindex", "--rebuild")
+            assert done.returncode == 0, done.stderr
+            assert stored_vectors(data / "chroma", gone) == {}
+            for resource_id in resources:
+                assert_exact_vectors(
+                    stored_vectors(data / "chroma", resource_id), texts[resource_id], thread_of
+                )
 
 
 # ------------------------------------------------------------------------------------------------ (c)

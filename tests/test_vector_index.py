@@ -306,6 +306,28 @@ async def test_model_identities_never_mix(tmp_path: Path) -> None:
             await idx.aclose()
 
 
+async def test_drop_removes_collections_of_this_embedder_only(tmp_path: Path) -> None:
+    path = tmp_path / "chroma"
+    a = ChromaIndex(path=path, model_name="model-a", dimension=DIM)
+    b = ChromaIndex(path=path, model_name="model-b", dimension=DIM)
+    try:
+        for idx in (a, b):
+            await idx.upsert(
+                [item("m1", E0), item("m2", E1, resource_id="r2"), item("m3", E2, resource_id=None)]
+            )
+        assert await a.drop(["r2", "never-written"]) == 1
+        assert (await a.count("r1"), await a.count("r2"), await a.count(None)) == (1, 0, 1)
+        assert await a.drop() == 2
+        assert (await a.count("r1"), await a.count(None)) == (0, 0)
+        assert (await b.count("r1"), await b.count("r2"), await b.count(None)) == (1, 1, 1)
+        # Written again after a drop, a collection comes back (no stale handle is reused).
+        await a.upsert([item("m1", E0)])
+        assert ids(await a.query(E0, resource_ids=["r1"], thread_id=None, top_k=5)) == ["m1"]
+    finally:
+        for idx in (a, b):
+            await idx.aclose()
+
+
 async def test_data_survives_reopening(tmp_path: Path) -> None:
     first = ChromaIndex(path=tmp_path / "db", model_name=MODEL, dimension=DIM)
     await first.upsert([item("m1", E0)])

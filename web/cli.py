@@ -46,7 +46,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _reindex(settings: Settings, resource_id: str | None) -> int:
+async def _reindex(settings: Settings, resource_id: str | None, rebuild: bool) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from models.db import create_engine
@@ -68,7 +68,7 @@ async def _reindex(settings: Settings, resource_id: str | None) -> int:
             with Progress(*columns) as progress:
                 task = progress.add_task("messages", total=total)
                 return await semantic.reindex(
-                    resource_id=resource_id, on_progress=lambda n: progress.advance(task, n)
+                    resource_id=resource_id, on_progress=lambda n: progress.advance(task, n), rebuild=rebuild
                 )
         finally:
             await semantic.aclose()
@@ -78,7 +78,7 @@ async def _reindex(settings: Settings, resource_id: str | None) -> int:
 
 def cmd_reindex(args: argparse.Namespace) -> int:
     settings = _apply_overrides(args)
-    done = asyncio.run(_reindex(settings, args.resource))
+    done = asyncio.run(_reindex(settings, args.resource, args.rebuild))
     print(f"re-indexed {done} message(s)")  # noqa: T201
     return 0
 
@@ -328,6 +328,11 @@ def main(argv: list[str] | None = None) -> int:
 
     reindex = sub.add_parser("reindex", help="rebuild the vector index from the database")
     reindex.add_argument("--resource", help="only this resource's messages")
+    reindex.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="drop the collection(s) first: the index then holds exactly what the database holds",
+    )
     reindex.add_argument("--data-dir", type=Path)
     reindex.add_argument("--database-url")
     reindex.set_defaults(func=cmd_reindex)
