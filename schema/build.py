@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import strawberry
-from graphql import GraphQLError, ValidationContext, ValidationRule
+from graphql import GraphQLError, OperationDefinitionNode, ValidationContext, ValidationRule
 from graphql.validation import NoSchemaIntrospectionCustomRule
 from strawberry.extensions import (
     AddValidationRules,
@@ -81,6 +81,32 @@ def _code(error: GraphQLError) -> str:
     if any(marker in error.message for marker in _BAD_VALUE_MARKERS):
         return "BAD_USER_INPUT"
     return "GRAPHQL_VALIDATION_FAILED"
+
+
+_NOT_READ = object()
+
+
+class OperationChoice(SchemaExtension):
+    """A document with several operations must name the one to run (GraphQL spec, GetOperation): without
+    an operationName Strawberry would run the first. Runs after ValidationCache, whose result it replaces
+    by this request error."""
+
+    def on_validate(self) -> Iterator[None]:
+        context = self.execution_context
+        # Strawberry keeps the name the request gave only privately (`operation_name` falls back to the
+        # first operation's); if that ever moves, this check stands down rather than guess.
+        provided = getattr(context, "_provided_operation_name", _NOT_READ)
+        document = context.graphql_document
+        if provided is None and document is not None:
+            operations = sum(isinstance(d, OperationDefinitionNode) for d in document.definitions)
+            if operations > 1:
+                context.pre_execution_errors = [
+                    GraphQLError(
+                        "Must provide operation name if query contains multiple operations.",
+                        extensions={"code": "OPERATION_RESOLUTION_FAILURE"},
+                    )
+                ]
+        yield
 
 
 class ErrorPolicy(SchemaExtension):
@@ -202,6 +228,7 @@ def build_schema(
             # Clients send the same few documents over and over: parse and validate each once.
             lambda: ParserCache(maxsize=1024),
             lambda: ValidationCache(maxsize=1024),
+            OperationChoice,
         ],
     )
     # The compiled path only ever answers FAST_ROOT_FIELDS (never __schema / __type); it validates with

@@ -338,6 +338,20 @@ async def test_threads_listing(api: Api) -> None:
     assert errors[0]["message"] == "page must be 0 when perPage is false"
 
 
+async def test_several_operations_need_an_operation_name(server: ServerProcess) -> None:
+    document = "query A { a: __typename } query B { b: __typename }"
+    async with httpx.AsyncClient() as client:
+        unnamed = await client.post(f"{server.url}/graphql", json={"query": document})
+        named = await client.post(f"{server.url}/graphql", json={"query": document, "operationName": "B"})
+    body = unnamed.json()
+    assert body.get("data") is None
+    assert (
+        body["errors"][0]["message"] == "Must provide operation name if query contains multiple operations."
+    )
+    assert body["errors"][0]["extensions"]["code"] == "OPERATION_RESOLUTION_FAILURE"
+    assert named.json() == {"data": {"b": "Query"}}
+
+
 async def test_graphiql_is_served(server: ServerProcess) -> None:
     async with httpx.AsyncClient() as client:
         page = await client.get(f"{server.url}/graphql", headers={"accept": "text/html"})
