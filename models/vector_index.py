@@ -305,6 +305,8 @@ class ChromaIndex:
         by upserting into it again."""
 
         def drop_sync() -> int:
+            from chromadb.errors import NotFoundError
+
             client = self._get_client()
             if resource_ids is None:
                 names = [
@@ -318,8 +320,6 @@ class ChromaIndex:
                 names = [
                     collection_name(r, self.model_name, self.dimension) for r in dict.fromkeys(resource_ids)
                 ]
-            from chromadb.errors import NotFoundError
-
             dropped = 0
             for name in names:
                 self._collections.pop(name, None)
