@@ -78,19 +78,20 @@ class VectorSync(Protocol):
     def submit(
         self, message_ids: Sequence[str], resource_ids: Iterable[str | None]
     ) -> asyncio.Future[None]: ...
-    @property
-    def backlogged(self) -> bool: ...
+    async def room(self, timeout: float) -> bool: ...
 
 
 async def sync_vectors(vectors: VectorSync | None, messages: Sequence[MessageRecord], timeout: float) -> None:
-    """Hands these messages' vectors to the write pipeline and, unless it runs in the background, waits
-    (within `timeout`) until the index matches SQL for them. SQL has committed: if the write fails or
-    runs out of time, the outbox still holds the work for the drain."""
+    """Hands these messages' vectors to the write pipeline and waits (within `timeout`) until the index
+    matches SQL for them, or in background mode only until the pipeline's queue has room. SQL has
+    committed: if the write fails or runs out of time, the outbox still holds the work for the drain."""
     if vectors is None or not messages:
         return
     message_ids = [m.id for m in messages]
     done = vectors.submit(message_ids, {m.resource_id for m in messages})
-    if vectors.background and not vectors.backlogged:
+    if vectors.background:
+        if not await vectors.room(timeout):
+            log.warning("vector queue still full after %.1fs; the save answers anyway", timeout)
         return
     try:
         # Shielded: a request that gives up (timeout, client gone) leaves its work queued, and the

@@ -110,13 +110,14 @@ class SemanticMemory:
         self._cache_size = query_cache_size
         self.drain_batch = drain_batch
         # The write pipeline (see the module docstring). `background`: saves do not wait for their
-        # vectors (searches in this process still see them, see _barrier) while fewer than
-        # `max_backlog` messages are waiting.
+        # vectors (searches in this process still see them, see _barrier); a save that finds more
+        # than `max_backlog` messages queued (not yet taken by the pipeline) waits for room.
         self.pipeline_batch = pipeline_batch
         self.background = background
         self.max_backlog = max_backlog
         self._jobs: deque[_Job] = deque()
         self._backlog = 0  # messages submitted and not finished
+        self._queued = 0  # messages submitted and not yet taken into a batch
         self._wake: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
         self._tickets = 0
@@ -263,16 +264,29 @@ class SemanticMemory:
             self._last_ticket[resource] = job.ticket
         self._jobs.append(job)
         self._backlog += len(job.message_ids)
+        self._queued += len(job.message_ids)
         self._wake.set()
         return job.done
 
-    @property
-    def backlogged(self) -> bool:
-        """Whether more messages wait for vectors than background mode lets saves run ahead of."""
-        return self._backlog > self.max_backlog
+    async def room(self, timeout: float) -> bool:
+        """Waits (within `timeout`) until no more than `max_backlog` messages are queued for the
+        pipeline; False when the time ran out first.
+
+        Background saves wait here rather than for their own vectors: the queue then stays full while
+        the pipeline works, so it goes on taking whole batches (a save waiting for its own vectors
+        leaves the pipeline nothing but that save's messages to take next)."""
+        if self._queued <= self.max_backlog or self._progress is None:
+            return True
+        progress = self._progress
+        try:
+            async with asyncio.timeout(timeout), progress:
+                await progress.wait_for(lambda: self._queued <= self.max_backlog)
+        except TimeoutError:
+            return False
+        return True
 
     async def _run_pipeline(self) -> None:
-        assert self._wake is not None
+        assert self._wake is not None and self._progress is not None
         applying: asyncio.Task[None] | None = None
         jobs: list[_Job] = []
         try:
@@ -288,6 +302,9 @@ class SemanticMemory:
                     job = self._jobs.popleft()
                     jobs.append(job)
                     size += len(job.message_ids)
+                self._queued -= size
+                async with self._progress:
+                    self._progress.notify_all()  # saves waiting for room (background mode)
                 # Embedding this batch overlaps the index writes of the previous one; the writes
                 # themselves stay in order, so a message saved twice ends with its newer vectors.
                 prepared = await self._prepare(jobs)
@@ -426,6 +443,7 @@ class SemanticMemory:
             for job in self._jobs:
                 job.done.cancel()
             self._jobs.clear()
+            self._queued = 0
         if self._index is not None:
             with contextlib.suppress(Exception):
                 await self._index.aclose()

@@ -43,7 +43,9 @@ class RecordingVectors:
         await self.repository.outbox_release(message_ids)
 
     background = False
-    backlogged = False
+
+    async def room(self, timeout: float) -> bool:
+        return True
 
     def submit(self, message_ids: Sequence[str], resource_ids: Iterable[str | None]) -> asyncio.Future[None]:
         return asyncio.ensure_future(self.sync(message_ids))

@@ -49,6 +49,7 @@ class GatedEmbedder:
         self.gate.set()
         self.calls: list[int] = []  # texts per call
         self.fail = False
+        self.delay = 0.0  # seconds per call, for a pipeline that saves can outrun
 
     @property
     def name(self) -> str:
@@ -61,6 +62,7 @@ class GatedEmbedder:
     async def embed(self, texts: Sequence[str]) -> Embedding:
         await self.gate.wait()
         self.calls.append(len(texts))
+        await asyncio.sleep(self.delay)
         if self.fail:
             raise EmbeddingError("the embedder is down")
         return Embedding([list(REF.embed(t)) for t in texts], tokens=None)
@@ -178,16 +180,34 @@ async def test_background_saves_answer_first_and_searches_wait_for_their_vectors
     assert await setup.services.repository.outbox_backlog() == 0
 
 
-async def test_background_saves_wait_when_the_backlog_is_full(make: Any) -> None:
+async def test_background_saves_wait_for_room_when_the_queue_is_full(make: Any) -> None:
     setup = make(background=True, max_backlog=0)
     thread_id, resource_id = await new_thread(setup)
     setup.embedder.gate.clear()
-    save = asyncio.create_task(setup.save(thread_id, resource_id, ["one", "two"]))
+    # The pipeline takes the first save's work at once (and stays in the closed gate): room again.
+    await asyncio.wait_for(setup.save(thread_id, resource_id, ["one", "two"]), 5)
+    save = asyncio.create_task(setup.save(thread_id, resource_id, ["three", "four"]))
     await asyncio.sleep(0.2)
-    assert not save.done(), "over the backlog limit a background save must wait for its vectors"
+    assert not save.done(), "over the queue limit a background save must wait for room"
     setup.embedder.gate.set()
     await asyncio.wait_for(save, 10)
-    assert await setup.index.count(resource_id) == 2
+    assert await setup.semantic.flush(10)
+    assert await setup.index.count(resource_id) == 4
+
+
+async def test_a_writer_that_outruns_the_pipeline_keeps_its_batches_whole(make: Any) -> None:
+    # A save that found the queue full used to wait for its own vectors; the pipeline then found only
+    # that save's messages to take next, and ran on in small batches.
+    setup = make(background=True, pipeline_batch=6, max_backlog=6)
+    setup.embedder.delay = 0.05
+    thread_id, resource_id = await new_thread(setup)
+    for n in range(15):
+        await setup.save(thread_id, resource_id, [f"message {n} part {k}" for k in range(2)])
+    assert await setup.semantic.flush(30)
+    assert sum(setup.embedder.calls) == 30
+    # The first save is taken alone, the last batch takes what is left; every other one is whole.
+    assert setup.embedder.calls[1:-1] == [6] * (len(setup.embedder.calls) - 2), setup.embedder.calls
+    assert await setup.index.count(resource_id) == 30
 
 
 async def test_a_failed_write_leaves_the_work_to_the_drain(make: Any) -> None:
