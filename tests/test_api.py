@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 
@@ -350,6 +352,46 @@ async def test_several_operations_need_an_operation_name(server: ServerProcess) 
     )
     assert body["errors"][0]["extensions"]["code"] == "OPERATION_RESOLUTION_FAILURE"
     assert named.json() == {"data": {"b": "Query"}}
+
+
+@pytest.mark.parametrize(
+    ("method", "kwargs", "status", "code", "message"),
+    [
+        (
+            "POST",
+            {"json": {"query": "{ __typename }", "operationName": "Nope"}},
+            400,
+            "OPERATION_RESOLUTION_FAILURE",
+            'Unknown operation named "Nope".',
+        ),
+        ("POST", {"json": {"query": ""}}, 400, "BAD_REQUEST", "No GraphQL query found in the request"),
+        ("POST", {"json": {"variables": {}}}, 400, "BAD_REQUEST", "No GraphQL query found in the request"),
+        (
+            "POST",
+            {"content": b"{not json", "headers": {"content-type": "application/json"}},
+            400,
+            "BAD_REQUEST",
+            "Unable to parse request body as JSON",
+        ),
+        (
+            "GET",
+            {"params": {"query": 'mutation { deleteThread(threadId: "x") }'}},
+            405,
+            "METHOD_NOT_ALLOWED",
+            "mutations are not allowed when using GET",
+        ),
+    ],
+)
+async def test_requests_refused_before_execution_are_graphql_errors(
+    server: ServerProcess, method: str, kwargs: dict[str, Any], status: int, code: str, message: str
+) -> None:
+    async with httpx.AsyncClient() as client:
+        response = await client.request(method, f"{server.url}/graphql", **kwargs)
+    assert response.status_code == status
+    assert response.headers["content-type"].startswith("application/json")
+    assert response.json() == {"errors": [{"message": message, "extensions": {"code": code}}]}
+    if status == 405:
+        assert response.headers["allow"] == "POST"
 
 
 async def test_graphiql_is_served(server: ServerProcess) -> None:

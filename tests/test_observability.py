@@ -80,6 +80,10 @@ async def test_metrics_grow_with_graphql_traffic(server: ServerProcess) -> None:
         assert missing.json()["errors"][0]["extensions"]["code"] == "NOT_FOUND"
         bad = await gql(client, server.url, "{ recall(")
         assert bad.json()["errors"][0]["extensions"]["code"] == "GRAPHQL_PARSE_FAILED"
+        unknown = await client.post(
+            f"{server.url}/graphql", json={"query": "{ __typename }", "operationName": "Nope"}
+        )
+        assert unknown.json()["errors"][0]["extensions"]["code"] == "OPERATION_RESOLUTION_FAILURE"
         response = await client.get(f"{server.url}/metrics")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
@@ -103,6 +107,7 @@ async def test_metrics_grow_with_graphql_traffic(server: ServerProcess) -> None:
     )
     grew("recallql_graphql_errors_total", 1, code="NOT_FOUND")
     grew("recallql_graphql_errors_total", 1, code="GRAPHQL_PARSE_FAILED")
+    grew("recallql_graphql_errors_total", 1, code="OPERATION_RESOLUTION_FAILURE")
     grew("recallql_db_statement_duration_seconds_count", 5, kind="select")
     grew("recallql_db_statement_duration_seconds_count", 1, kind="insert")
     grew("recallql_db_statement_duration_seconds_count", 1, kind="update")

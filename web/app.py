@@ -8,6 +8,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+from cross_web import HTTPException
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -49,6 +50,19 @@ class RecallQLGraphQL(GraphQL[RequestContext, None]):
 
     authenticator: Authenticator  # set by create_app (web/auth.py)
 
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+        # Strawberry answers the requests it refuses before executing (no query, a body that is not
+        # JSON, an unknown operationName, a mutation over GET) in plain text; a GraphQL client expects
+        # the errors list with a code, as for every other error.
+        try:
+            response = await self.run(Request(scope=scope, receive=receive))
+        except HTTPException as exc:
+            response = http_error_response(exc.status_code, exc.reason)
+        await response(scope, receive, send)
+
     async def get_context(self, request: Any, response: Any = None) -> RequestContext:
         # Who asks: BearerAuth put the principal of an HTTP request in its scope (the compiled read
         # path passes the same scope); a WebSocket's comes from its upgrade header, then connection_init.
@@ -72,6 +86,19 @@ class RecallQLGraphQL(GraphQL[RequestContext, None]):
 
     async def render_graphql_ide(self, request: Any) -> Response:
         return graphiql_response(self.graphql_ide_html)
+
+
+def http_error_response(status: int, reason: str) -> Response:
+    """A request refused before execution, as a GraphQL response: its status, the errors list."""
+    code, headers = "BAD_REQUEST", None
+    if reason.startswith("Unknown operation named"):
+        code = "OPERATION_RESOLUTION_FAILURE"
+    elif reason.endswith("are not allowed when using GET"):
+        # GraphQL over HTTP: a mutation over GET is 405, with the method that would do.
+        status, code, headers = 405, "METHOD_NOT_ALLOWED", {"Allow": "POST"}
+    return JSONResponse(
+        {"errors": [{"message": reason, "extensions": {"code": code}}]}, status_code=status, headers=headers
+    )
 
 
 class BodyLimit:

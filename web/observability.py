@@ -70,6 +70,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strawberry.extensions import SchemaExtension
+from strawberry.schema.exceptions import CannotGetOperationTypeError
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -495,7 +496,10 @@ class GraphQLMetrics(SchemaExtension):
         except GraphQLError as error:  # raised past the extensions (a syntax error from the parser cache)
             GRAPHQL_ERRORS.labels("GRAPHQL_PARSE_FAILED" if "Syntax Error" in error.message else "NONE").inc()
             raise
-        except Exception:  # missing query, unknown operation name: answered 400 by the HTTP layer
+        except CannotGetOperationTypeError:  # an unknown operationName (web/app.py answers it)
+            GRAPHQL_ERRORS.labels("OPERATION_RESOLUTION_FAILURE").inc()
+            raise
+        except Exception:  # a missing query, a mutation over GET: answered by the HTTP layer
             GRAPHQL_ERRORS.labels("BAD_REQUEST").inc()
             raise
         ec = self.execution_context
