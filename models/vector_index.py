@@ -25,7 +25,7 @@ import os
 import threading
 import weakref
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -309,13 +309,7 @@ class ChromaIndex:
 
             client = self._get_client()
             if resource_ids is None:
-                names = [
-                    c.name
-                    for c in client.list_collections()
-                    if (c.metadata or {}).get("recallql_layout") == _LAYOUT_VERSION
-                    and (c.metadata or {}).get("embedding_model") == self.model_name
-                    and (c.metadata or {}).get("dimension") == self.dimension
-                ]
+                names = [c.name for c in client.list_collections() if self._ours(c.metadata)]
             else:
                 names = [
                     collection_name(r, self.model_name, self.dimension) for r in dict.fromkeys(resource_ids)
@@ -331,6 +325,15 @@ class ChromaIndex:
             return dropped
 
         return await self._call("delete collection", drop_sync)
+
+    def _ours(self, metadata: Mapping[str, Any] | None) -> bool:
+        """Whether a collection with this metadata is one of this embedder identity's."""
+        meta = metadata or {}
+        return (
+            meta.get("recallql_layout") == _LAYOUT_VERSION
+            and meta.get("embedding_model") == self.model_name
+            and meta.get("dimension") == self.dimension
+        )
 
     # -- reads ---------------------------------------------------------------------------------------
 
@@ -382,6 +385,52 @@ class ChromaIndex:
         """How many vectors (chunks) this resource holds for this embedder."""
         return await self._call("count", self._with_collection, resource_id, False, _count, 0)
 
+    async def resources(self) -> list[str | None]:
+        """The resources that have a collection of this embedder identity."""
+
+        def resources_sync() -> list[str | None]:
+            found: list[str | None] = []
+            for collection in self._get_client().list_collections():
+                meta = collection.metadata or {}
+                if self._ours(meta):
+                    found.append(None if meta.get("resource_is_null") else str(meta.get("resource_id")))
+            return found
+
+        return await self._call("list collections", resources_sync)
+
+    async def stored(self, resource_id: str | None) -> set[tuple[str, int]]:
+        """The (message id, chunk) of every vector this resource's collection holds."""
+
+        def action(collection: Collection) -> set[tuple[str, int]]:
+            found: set[tuple[str, int]] = set()
+            for ids, _ in _pages(collection, []):
+                found.update(_parse_vector_id(vector_id) for vector_id in ids)
+            return found
+
+        return await self._call("get", self._with_collection, resource_id, False, action, set())
+
+    async def unreachable(self, resource_id: str | None, *, k: int = 10) -> set[str]:
+        """Messages of this resource whose stored vector Chroma's query for that very vector (top ``k``)
+        does not return: records its HNSW graph cannot reach (chroma-core/chroma#7758), which a search
+        would never find. Exact duplicates tie at distance 0, so a vector outranked only by ``k`` of them
+        counts as reached."""
+
+        def action(collection: Collection) -> set[str]:
+            total = collection.count()
+            if not total:
+                return set()
+            n = min(k, total)
+            lost: set[str] = set()
+            for ids, embeddings in _pages(collection, ["embeddings"], size=256):
+                result = collection.query(query_embeddings=embeddings, n_results=n, include=["distances"])
+                distances = result.get("distances") or []
+                for vector_id, found, dist in zip(ids, result["ids"], distances, strict=True):
+                    if vector_id not in found and not (len(found) == n and dist[-1] <= 1e-6):
+                        lost.add(_parse_vector_id(vector_id)[0])
+            return lost
+
+        return await self._call("query", self._with_collection, resource_id, False, action, set())
+
     async def ping(self) -> None:
         """Raise :class:`VectorIndexError` unless Chroma answers."""
         await self._call("heartbeat", lambda: self._get_client().heartbeat())
@@ -402,6 +451,25 @@ class ChromaIndex:
                     session.close()
 
         await self._call("close", close)
+
+
+def _parse_vector_id(vector_id: str) -> tuple[str, int]:
+    message_id, _, chunk = vector_id.rpartition(":")
+    return message_id, int(chunk)
+
+
+def _pages(collection: Collection, include: list[str], size: int = _BATCH) -> Iterator[tuple[list[str], Any]]:
+    """The collection's records, page by page: (ids, and the first included field, if any)."""
+    offset = 0
+    while True:
+        got = collection.get(include=include, limit=size, offset=offset)  # type: ignore[arg-type]
+        ids = list(got["ids"])
+        if not ids:
+            return
+        yield ids, (got.get(include[0]) if include else None)  # type: ignore[misc]
+        if len(ids) < size:
+            return
+        offset += len(ids)
 
 
 def _count(collection: Collection) -> int:

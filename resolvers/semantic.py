@@ -47,6 +47,9 @@ class VectorIndex(Protocol):
         top_k: int,
     ) -> list[VectorHit]: ...
     async def drop(self, resource_ids: Sequence[str | None] | None = None) -> int: ...
+    async def resources(self) -> list[str | None]: ...
+    async def stored(self, resource_id: str | None) -> set[tuple[str, int]]: ...
+    async def unreachable(self, resource_id: str | None) -> set[str]: ...
     async def ping(self) -> None: ...
     async def aclose(self) -> None: ...
 
@@ -79,6 +82,21 @@ class _Prepared:
     jobs: list[_Job]
     work: _VectorWork | None
     error: BaseException | None = None
+
+
+@dataclass(slots=True)
+class IndexCheck:
+    """How one resource's vectors compare with what SQL holds (message ids, sorted)."""
+
+    resource_id: str | None
+    vectors: int  # stored in the resource's collection
+    missing: list[str]  # messages SQL files under the resource whose vectors (or some chunk) are absent
+    stray: list[str]  # messages with vectors here that SQL does not file under the resource
+    unreachable: list[str]  # stored, but Chroma's query cannot reach them (chroma-core/chroma#7758)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.stray or self.unreachable)
 
 
 def embeddable_text(message: MessageRecord) -> str | None:
@@ -397,6 +415,64 @@ class SemanticMemory:
                 on_progress(len(rows))
         await self.drain()
         return done
+
+    async def check(
+        self,
+        *,
+        resource_id: str | None = None,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> list[IndexCheck]:
+        """Compares the index with SQL, resource by resource (one, or every resource with messages or a
+        collection), once the outbox is drained: vectors missing, vectors that should not be there, and
+        vectors Chroma holds but its query cannot reach. `on_progress(done, total)` per resource.
+
+        Meant for a quiet index (the embedded one is only open to one process anyway): a save during the
+        check can show up as missing or stray."""
+        await self.drain()
+        index = await self.index()
+        expected: dict[str | None, set[tuple[str, int]]] = {}
+        after = 0
+        while rows := await self.repository.messages_in_order(
+            after_seq=after, limit=1000, resource_id=resource_id
+        ):
+            for message in rows:
+                text = embeddable_text(message)
+                if text is not None:
+                    chunks = expected.setdefault(message.resource_id, set())
+                    chunks.update((message.id, n) for n in range(len(chunk_text(text))))
+            after = rows[-1].seq
+        resources = (
+            [resource_id]
+            if resource_id is not None
+            else list(dict.fromkeys([*expected, *await index.resources()]))
+        )
+        checks: list[IndexCheck] = []
+        for done, resource in enumerate(resources, 1):
+            stored = await index.stored(resource)
+            wanted = expected.get(resource, set())
+            checks.append(
+                IndexCheck(
+                    resource_id=resource,
+                    vectors=len(stored),
+                    missing=sorted({m for m, _ in wanted - stored}),
+                    stray=sorted({m for m, _ in stored - wanted}),
+                    unreachable=sorted(await index.unreachable(resource)),
+                )
+            )
+            if on_progress is not None:
+                on_progress(done, len(resources))
+        return checks
+
+    async def repair(self, checks: Sequence[IndexCheck]) -> list[str | None]:
+        """Rebuilds (drop, then refill from SQL) the collections of the resources a check found wrong;
+        returns those resources."""
+        broken = [c.resource_id for c in checks if not c.ok]
+        if None in broken:  # messages without a resource: only a rebuild of everything reaches them
+            await self.reindex(rebuild=True)
+        else:
+            for resource in broken:
+                await self.reindex(resource_id=resource, rebuild=True)
+        return broken
 
     async def release(self, message_ids: Sequence[str]) -> None:
         """Hands these messages' vector work to the background drain at once."""

@@ -416,6 +416,71 @@ async def test_reindex_rebuilds_a_deleted_chroma_directory(tmp_path: Path) -> No
                 )
 
 
+def _unit(*xs: float) -> list[float]:
+    padded = [*xs, *([0.0] * (DIMENSION - len(xs)))]
+    norm = sum(x * x for x in padded) ** 0.5
+    return [x / norm for x in padded]
+
+
+@pytest.mark.slow
+async def test_check_index_finds_what_the_index_lacks_holds_wrongly_or_cannot_reach(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    resource_id, thread_id = uid("r"), uid("t")
+    texts = dict(zip((f"m{n}" for n in range(30)), hash_texts(30, "check"), strict=True))
+    messages = [
+        text_message(thread_id=thread_id, id=mid, text=text, created_at=at(n))
+        for n, (mid, text) in enumerate(texts.items())
+    ]
+    async with database("sqlite", tmp_path) as db_url:
+        with embed_server_process() as url:
+            env = {"RECALLQL_DATABASE_URL": db_url, **http_embedder_env(url)}
+            with running_server(data, env) as srv:
+                api = Api(srv.url)
+                await api.execute(CREATE, input={"id": thread_id, "resourceId": resource_id})
+                await api.execute(SAVE, m=messages)
+            done = cli(data, env, "check-index")
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert "checked 1 resource(s): 0 not in line with the database" in done.stdout
+
+            # One message's vector gone, one that SQL does not have, and a resource SQL never had whose
+            # collection holds a record Chroma's query cannot reach (an outlier beside a tight cone of
+            # others, as in test_vector_index).
+            with chroma_client(data / "chroma") as client:
+                client.get_collection(collection_name(resource_id, MODEL, DIMENSION)).delete(ids=["m3:0"])
+            gone = uid("r")
+            planted = ChromaIndex(path=data / "chroma", model_name=MODEL, dimension=DIMENSION)
+            await planted.upsert([VectorItem("ghost", thread_id, resource_id, 0, REF.embed("a ghost"))])
+            await planted.upsert(
+                [
+                    VectorItem("far", "t-gone", gone, 0, _unit(1.0)),
+                    VectorItem("far", "t-gone", gone, 1, _unit(0, 1.0)),
+                ]
+            )
+            await planted.upsert(
+                VectorItem(f"cone{k}", "t-gone", gone, 0, _unit(1.0, k / 2500, (k % 7) / 7, 0.5))
+                for k in range(2500)
+            )
+            await planted.aclose()
+
+            done = cli(data, env, "check-index")
+            assert done.returncode == 1, done.stdout + done.stderr
+            assert (
+                f"resource {resource_id!r}: 30 vector(s); missing 1 (m3), stray 1 (ghost), unreachable 0"
+                in (done.stdout)
+            )
+            assert f"resource {gone!r}: 2502 vector(s); missing 0, stray 2501" in done.stdout
+            assert "unreachable 1 (far)" in done.stdout
+            assert "checked 2 resource(s): 2 not in line with the database" in done.stdout
+
+            done = cli(data, env, "check-index", "--repair")
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert "rebuilt 2 resource(s) from the database; 0 still not in line with it" in done.stdout
+            thread_of = dict.fromkeys(texts, thread_id)
+            assert_exact_vectors(stored_vectors(data / "chroma", resource_id), texts, thread_of)
+            assert stored_vectors(data / "chroma", gone) == {}
+            assert cli(data, env, "check-index").returncode == 0
+
+
 # ------------------------------------------------------------------------------------------------ (c)
 @pytest.fixture
 async def chroma_index(chroma_server: str) -> AsyncIterator[ChromaIndex]:

@@ -328,6 +328,43 @@ async def test_drop_removes_collections_of_this_embedder_only(tmp_path: Path) ->
             await idx.aclose()
 
 
+async def test_what_is_stored_and_whether_a_query_reaches_it(tmp_path: Path) -> None:
+    path = tmp_path / "chroma"
+    a = ChromaIndex(path=path, model_name="model-a", dimension=DIM)
+    b = ChromaIndex(path=path, model_name="model-b", dimension=DIM)
+    try:
+        await a.upsert(
+            [
+                item("m1", E0),
+                item("m1", E1, chunk=1),
+                item("m2", E2, resource_id="r2"),
+                item("m3", E3, resource_id=None),
+            ]
+        )
+        await b.upsert([item("x", E0, resource_id="rb")])
+        assert sorted(await a.resources(), key=str) == sorted(["r1", "r2", None], key=str)
+        assert await a.stored("r1") == {("m1", 0), ("m1", 1)}
+        assert await a.stored(None) == {("m3", 0)}
+        assert await a.stored("never-written") == set()
+        # 2,500 records in a tight cone around E0 (more than one page of each read). m1's chunk 1 (E1)
+        # lies far outside it: no record of the cone keeps a link to it, and Chroma's query for E1 itself
+        # walks the cone and never returns it, a search could never find m1 by that chunk.
+        many = [item(f"n{k}", unit(1.0, k / 2500, (k % 7) / 7, 0.5)) for k in range(2500)]
+        await a.upsert(many)
+        assert len(await a.stored("r1")) == 2502
+        assert await a.unreachable("r1", k=3) == {"m1"}
+        assert "m1" not in ids(await a.query(E1, resource_ids=["r1"], thread_id=None, top_k=3))
+        # A dozen exact duplicates tie at distance 0: those outside the top k still count as reached.
+        await a.upsert(
+            [*(item(f"d{k}", E2, resource_id="r3") for k in range(12)), item("e", E1, resource_id="r3")]
+        )
+        for resource in ("r2", None, "r3", "never-written"):
+            assert await a.unreachable(resource, k=3) == set(), resource
+    finally:
+        for idx in (a, b):
+            await idx.aclose()
+
+
 async def test_data_survives_reopening(tmp_path: Path) -> None:
     first = ChromaIndex(path=tmp_path / "db", model_name=MODEL, dimension=DIM)
     await first.upsert([item("m1", E0)])

@@ -1,16 +1,24 @@
-"""The `recallql` command: serve and migrate."""
+"""The `recallql` command: serve, migrate, import and export, and the vector index's maintenance."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from web.settings import Settings, get_settings
+
+if TYPE_CHECKING:  # imported where used: `recallql serve` need not load them
+    from rich.progress import Progress
+
+    from resolvers.semantic import SemanticMemory
 
 
 def _apply_overrides(args: argparse.Namespace) -> Settings:
@@ -46,9 +54,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _reindex(settings: Settings, resource_id: str | None, rebuild: bool) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
+@contextlib.asynccontextmanager
+async def _semantic_memory(settings: Settings, command: str) -> AsyncIterator[SemanticMemory]:
+    """The configured semantic memory over the configured database, for a maintenance command."""
     from models.db import create_engine
     from models.migrate import upgrade
     from models.repository import Repository
@@ -58,22 +66,31 @@ async def _reindex(settings: Settings, resource_id: str | None, rebuild: bool) -
     try:
         if settings.auto_migrate:
             await upgrade(engine)
-        repository = Repository(engine)
-        semantic = build_semantic(settings, repository)
+        semantic = build_semantic(settings, Repository(engine))
         if semantic is None:
-            raise SystemExit("reindex: no embedder is configured (see RECALLQL_EMBEDDING_MODEL_DIR)")
-        total = await repository.count_all_messages(resource_id)
-        columns = (TextColumn("embedding"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+            raise SystemExit(f"{command}: no embedder is configured (see RECALLQL_EMBEDDING_MODEL_DIR)")
         try:
-            with Progress(*columns) as progress:
-                task = progress.add_task("messages", total=total)
-                return await semantic.reindex(
-                    resource_id=resource_id, on_progress=lambda n: progress.advance(task, n), rebuild=rebuild
-                )
+            yield semantic
         finally:
             await semantic.aclose()
     finally:
         await engine.dispose()
+
+
+def _progress(label: str) -> Progress:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+
+
+async def _reindex(settings: Settings, resource_id: str | None, rebuild: bool) -> int:
+    async with _semantic_memory(settings, "reindex") as semantic:
+        total = await semantic.repository.count_all_messages(resource_id)
+        with _progress("embedding") as progress:
+            task = progress.add_task("messages", total=total)
+            return await semantic.reindex(
+                resource_id=resource_id, on_progress=lambda n: progress.advance(task, n), rebuild=rebuild
+            )
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
@@ -81,6 +98,42 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     done = asyncio.run(_reindex(settings, args.resource, args.rebuild))
     print(f"re-indexed {done} message(s)")  # noqa: T201
     return 0
+
+
+async def _check_index(settings: Settings, resource_id: str | None, repair: bool) -> bool:
+    async with _semantic_memory(settings, "check-index") as semantic:
+        with _progress("checking") as progress:
+            task = progress.add_task("resources", total=None)
+            checks = await semantic.check(
+                resource_id=resource_id,
+                on_progress=lambda done, total: progress.update(task, completed=done, total=total),
+            )
+        broken = [c for c in checks if not c.ok]
+        for c in broken:
+            print(  # noqa: T201
+                f"resource {c.resource_id!r}: {c.vectors} vector(s); "
+                f"missing {_some(c.missing)}, stray {_some(c.stray)}, unreachable {_some(c.unreachable)}"
+            )
+        print(f"checked {len(checks)} resource(s): {len(broken)} not in line with the database")  # noqa: T201
+        if not broken or not repair:
+            return not broken
+        repaired = await semantic.repair(broken)
+        again = [c for r in repaired for c in await semantic.check(resource_id=r) if not c.ok]
+        print(  # noqa: T201
+            f"rebuilt {len(repaired)} resource(s) from the database; {len(again)} still not in line with it"
+        )
+        return not again
+
+
+def _some(message_ids: list[str]) -> str:
+    shown = ", ".join(message_ids[:5])
+    more = f", ... ({len(message_ids)} in all)" if len(message_ids) > 5 else ""
+    return f"{len(message_ids)}" + (f" ({shown}{more})" if message_ids else "")
+
+
+def cmd_check_index(args: argparse.Namespace) -> int:
+    settings = _apply_overrides(args)
+    return 0 if asyncio.run(_check_index(settings, args.resource, args.repair)) else 1
 
 
 def _exit_cleanly(_signum: int, _frame: object) -> None:
@@ -336,6 +389,18 @@ def main(argv: list[str] | None = None) -> int:
     reindex.add_argument("--data-dir", type=Path)
     reindex.add_argument("--database-url")
     reindex.set_defaults(func=cmd_reindex)
+
+    check = sub.add_parser(
+        "check-index",
+        help="compare the vector index with the database (missing, stray and unreachable vectors)",
+    )
+    check.add_argument("--resource", help="only this resource")
+    check.add_argument(
+        "--repair", action="store_true", help="rebuild the collections of the resources found wrong"
+    )
+    check.add_argument("--data-dir", type=Path)
+    check.add_argument("--database-url")
+    check.set_defaults(func=cmd_check_index)
 
     imp = sub.add_parser("import", help="load memory from a Mastra store or a RecallQL export")
     imp_sub = imp.add_subparsers(dest="format", required=True)
