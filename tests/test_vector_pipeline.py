@@ -199,7 +199,9 @@ async def test_a_writer_that_outruns_the_pipeline_keeps_its_batches_whole(make: 
     # A save that found the queue full used to wait for its own vectors; the pipeline then found only
     # that save's messages to take next, and ran on in small batches.
     setup = make(background=True, pipeline_batch=6, max_backlog=6)
-    setup.embedder.delay = 0.05
+    # Slow enough that the writer fills the queue during every embedder call, even with PostgreSQL saves
+    # on a loaded machine.
+    setup.embedder.delay = 0.3
     thread_id, resource_id = await new_thread(setup)
     for n in range(15):
         await setup.save(thread_id, resource_id, [f"message {n} part {k}" for k in range(2)])
