@@ -92,7 +92,9 @@ class IndexCheck:
     vectors: int  # stored in the resource's collection
     missing: list[str]  # messages SQL files under the resource whose vectors (or some chunk) are absent
     stray: list[str]  # messages with vectors here that SQL does not file under the resource
-    unreachable: list[str]  # stored, but Chroma's query cannot reach them (chroma-core/chroma#7758)
+    # Stored, but Chroma's query for their own vectors does not return them: HNSW left them out of reach
+    # (after deletes, chroma-core/chroma#7758; or a lone vector beside a dense cluster).
+    unreachable: list[str]
 
     @property
     def ok(self) -> bool:
@@ -520,6 +522,9 @@ class SemanticMemory:
                 job.done.cancel()
             self._jobs.clear()
             self._queued = 0
+            if self._progress is not None:
+                async with self._progress:
+                    self._progress.notify_all()  # saves waiting for room: there is no queue any more
         if self._index is not None:
             with contextlib.suppress(Exception):
                 await self._index.aclose()

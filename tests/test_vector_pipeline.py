@@ -195,6 +195,21 @@ async def test_background_saves_wait_for_room_when_the_queue_is_full(make: Any) 
     assert await setup.index.count(resource_id) == 4
 
 
+async def test_saves_waiting_for_room_are_let_go_at_shutdown(make: Any) -> None:
+    setup = make(background=True, max_backlog=0)
+    thread_id, resource_id = await new_thread(setup)
+    setup.embedder.gate.clear()
+    await asyncio.wait_for(setup.save(thread_id, resource_id, ["one"]), 5)
+    waiting = asyncio.create_task(setup.save(thread_id, resource_id, ["two"]))
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+    # Shut down with the embedder still stuck: the waiting save answers (its work stays in the outbox)
+    # instead of holding on for the whole sync timeout.
+    await setup.semantic.aclose(flush_timeout=0.1)
+    await asyncio.wait_for(waiting, 5)
+    assert await setup.services.repository.outbox_backlog() == 2
+
+
 async def test_a_writer_that_outruns_the_pipeline_keeps_its_batches_whole(make: Any) -> None:
     # A save that found the queue full used to wait for its own vectors; the pipeline then found only
     # that save's messages to take next, and ran on in small batches.

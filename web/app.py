@@ -60,7 +60,7 @@ class RecallQLGraphQL(GraphQL[RequestContext, None]):
         try:
             response = await self.run(Request(scope=scope, receive=receive))
         except HTTPException as exc:
-            response = http_error_response(exc.status_code, exc.reason)
+            response = _refused(exc.status_code, exc.reason)
         await response(scope, receive, send)
 
     async def get_context(self, request: Any, response: Any = None) -> RequestContext:
@@ -88,7 +88,7 @@ class RecallQLGraphQL(GraphQL[RequestContext, None]):
         return graphiql_response(self.graphql_ide_html)
 
 
-def http_error_response(status: int, reason: str) -> Response:
+def _refused(status: int, reason: str) -> Response:
     """A request refused before execution, as a GraphQL response: its status, the errors list."""
     code, headers = "BAD_REQUEST", None
     if reason.startswith("Unknown operation named"):
