@@ -57,6 +57,7 @@ sys.path.insert(0, str(REPO))
 
 from child_server import ChildServer, chroma_server, recallql_server  # noqa: E402  (this folder)
 
+from models.chroma_process import IsolatedChromaIndex  # noqa: E402
 from models.db import create_engine  # noqa: E402
 from models.embedders import Embedding, OnnxMiniLMEmbedder  # noqa: E402
 from models.migrate import upgrade  # noqa: E402
@@ -1115,21 +1116,30 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
     bg_row = IngestRow(
         "MessageService.save, background mode, 1 writer, in process (clock stops at the last vector)", []
     )
+    iso_row = IngestRow(
+        "MessageService.save, background mode, Chroma in a child process (RECALLQL_CHROMA_PROCESS), "
+        "1 writer, in process",
+        [],
+    )
     sql_row = IngestRow("MessageService.save without semantic recall (SQL only)", [])
     http_row = IngestRow("saveMessages over HTTP (`recallql serve`), wait mode, 1 client", [])
     http_conc_row = IngestRow(f"saveMessages over HTTP, wait mode, {clients} clients", [])
 
-    async def build(name: str, **options: Any) -> tuple[Services, Any, ChromaIndex]:
+    async def build(
+        name: str, *, isolated: bool = False, **options: Any
+    ) -> tuple[Services, Any, ChromaIndex | IsolatedChromaIndex]:
         engine = create_engine(f"sqlite+aiosqlite:///{work / f'ingest-{name}.db'}")
         await upgrade(engine)
         repository = Repository(engine)
-        index = ChromaIndex(path=work / f"ingest-chroma-{name}", model_name=MODEL_NAME, dimension=DIM)
+        kind = IsolatedChromaIndex if isolated else ChromaIndex
+        index = kind(path=work / f"ingest-chroma-{name}", model_name=MODEL_NAME, dimension=DIM)
         semantic = SemanticMemory(repository, embedder, lambda _m, _d: index, **options)
         services = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS), semantic=semantic)
         return services, engine, index
 
     services, engine, index = await build("wait")
     background, bg_engine, bg_index = await build("background", background=True)
+    isolated, iso_engine, iso_index = await build("isolated", isolated=True, background=True)
     # Chroma alone, written the way saves write it (one upsert per batch, to that batch's resource), with
     # vectors embedded beforehand: what the index costs per vector next to what the embedder costs.
     alone_index = ChromaIndex(path=work / "ingest-chroma-alone", model_name=MODEL_NAME, dimension=DIM)
@@ -1164,7 +1174,7 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
     client = None
     try:
         # Warm-up: the first save opens Chroma and creates a collection; not timed.
-        for target in (services, background, plain):
+        for target in (services, background, isolated, plain):
             warm = ingest_batches(chat_texts(args.ingest_batch, seed=1), args.ingest_batch, "warm")
             await ingest_services(target, warm, settle=True)
         if "http" not in args.skip:
@@ -1211,6 +1221,11 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
                     background, ingest_batches(texts, args.ingest_batch, f"b{rnd}"), settle=True
                 )
             )
+            iso_row.rates.append(
+                await ingest_services(
+                    isolated, ingest_batches(texts, args.ingest_batch, f"i{rnd}"), settle=True
+                )
+            )
             before_cpu = cpu_seconds()
             sql_row.rates.append(
                 await ingest_services(plain, ingest_batches(texts, args.ingest_batch, f"q{rnd}"))
@@ -1228,7 +1243,8 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
             log(
                 f"  ingest round {rnd + 1}: raw {raw_row.rates[-1]:.0f}/s ({raw_big_row.rates[-1]:.0f}/s), "
                 f"save {save_row.rates[-1]:.0f}/s, {clients} writers {conc_row.rates[-1]:.0f}/s, "
-                f"background {bg_row.rates[-1]:.0f}/s, sql {sql_row.rates[-1]:.0f}/s"
+                f"background {bg_row.rates[-1]:.0f}/s (Chroma in a child {iso_row.rates[-1]:.0f}/s), "
+                f"sql {sql_row.rates[-1]:.0f}/s"
                 + (f", http {http_row.rates[-1]:.0f}/s ({http_conc_row.rates[-1]:.0f}/s)" if client else "")
             )
         for name, target in (("wait", services), ("background", background)):
@@ -1242,17 +1258,19 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
             await client.aclose()
         if server is not None:
             server.stop()
-        for target in (services, background):
+        for target in (services, background, isolated):
             if target.semantic is not None:
                 await target.semantic.aclose(flush_timeout=0)
         await index.aclose()
         await bg_index.aclose()
+        await iso_index.aclose()
         await alone_index.aclose()
         await embedder.aclose()
         await engine.dispose()
         await bg_engine.dispose()
+        await iso_engine.dispose()
         await plain_engine.dispose()
-    rows = [raw_row, raw_big_row, save_row, conc_row, bg_row, sql_row, alone_row]
+    rows = [raw_row, raw_big_row, save_row, conc_row, bg_row, iso_row, sql_row, alone_row]
     report.ingest.extend(rows + ([http_row, http_conc_row] if http_row.rates else []))
 
 

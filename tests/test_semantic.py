@@ -1,12 +1,14 @@
 """Semantic recall over real HTTP (mastra-behaviour.md §3): one server per Chroma mode (embedded under the
-data dir, or a `chroma run` server) and database engine, with the deterministic hash-64 embeddings server,
-so every score is known in advance: score = 1 - cosine distance = the dot product of embed() vectors."""
+data dir, in the server process or in a child process of it, or a `chroma run` server) and database
+engine, with the deterministic hash-64 embeddings server, so every score is known in advance:
+score = 1 - cosine distance = the dot product of embed() vectors."""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -159,7 +161,9 @@ def best(query: str, texts: Sequence[str], k: int) -> set[int]:
 
 
 # ---------------------------------------------------------------------------------------------- servers
-SCENARIOS = [(mode, engine) for engine in engines() for mode in ("embedded", "server")]
+# embedded: Chroma in the server process; process: the same directory served by a child process
+# (RECALLQL_CHROMA_PROCESS); server: a Chroma server.
+SCENARIOS = [(mode, engine) for engine in engines() for mode in ("embedded", "process", "server")]
 
 
 @dataclass
@@ -192,12 +196,20 @@ async def semantic_server(
     if mode == "server":
         chroma_url = request.getfixturevalue("chroma_server")
         env["RECALLQL_CHROMA_URL"] = chroma_url
+    elif mode == "process":
+        env["RECALLQL_CHROMA_PROCESS"] = "true"
     async with database(engine, tmp) as url:
         env["RECALLQL_DATABASE_URL"] = url
         with running_server(tmp / "data", env) as server:
             yield SemanticServer(server.url, mode, chroma_url)
-        # Each mode really used its own store: the data dir holds a Chroma directory in embedded mode only.
-        assert (tmp / "data" / "chroma" / "chroma.sqlite3").is_file() == (mode == "embedded")
+            if mode == "process":  # the tests ran against Chroma in the server's child process
+                # Each thread lists the children it started (the index starts its child from a worker).
+                tasks = Path(f"/proc/{server.proc.pid}/task").glob("*/children")
+                children = [c for task in tasks for c in task.read_text().split()]
+                commands = [Path(f"/proc/{c}/cmdline").read_bytes() for c in children]
+                assert any(b"multiprocessing.spawn" in c for c in commands), commands
+        # Each mode really used its own store: the data dir holds a Chroma directory unless on a server.
+        assert (tmp / "data" / "chroma" / "chroma.sqlite3").is_file() == (mode != "server")
 
 
 @pytest.fixture

@@ -58,6 +58,9 @@ class Settings(BaseSettings):
     embeddings_api_key: str | None = None
     embeddings_dimension: int | None = None
     chroma_url: str | None = None
+    # Embedded Chroma in a child process (models/chroma_process.py): its writes hold the GIL, which
+    # there stalls neither the requests nor the embedder.
+    chroma_process: bool = False
     vector_drain_interval: float = 1.0
     vector_sync_timeout: float = 10.0
     # wait: a save answers once its vectors are written (Mastra's behaviour); background: once SQL has

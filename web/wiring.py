@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 
 from models.chat import ChatClient
+from models.chroma_process import IsolatedChromaIndex
 from models.embedders import Embedder, HttpEmbedder, OnnxMiniLMEmbedder
 from models.repository import Repository
 from models.vector_index import ChromaIndex
 from resolvers.events import EventBroker, InProcessBroker, RedisBroker
-from resolvers.semantic import SemanticMemory
+from resolvers.semantic import SemanticMemory, VectorIndex
 from web.settings import Settings
 
 log = logging.getLogger("recallql")
@@ -42,17 +43,30 @@ def build_semantic(settings: Settings, repository: Repository) -> SemanticMemory
     if settings.chroma_url:
         url = settings.chroma_url
 
-        def factory(model: str, dimension: int) -> ChromaIndex:
+        def factory(model: str, dimension: int) -> VectorIndex:
             return ChromaIndex(url=url, model_name=model, dimension=dimension)
+
+    elif settings.chroma_process:
+        path = settings.chroma_path
+        path.mkdir(parents=True, exist_ok=True)
+
+        def factory(model: str, dimension: int) -> VectorIndex:
+            return IsolatedChromaIndex(path=path, model_name=model, dimension=dimension)
 
     else:
         path = settings.chroma_path
         path.mkdir(parents=True, exist_ok=True)
 
-        def factory(model: str, dimension: int) -> ChromaIndex:
+        def factory(model: str, dimension: int) -> VectorIndex:
             return ChromaIndex(path=path, model_name=model, dimension=dimension)
 
-    log.info("semantic recall: %r, vectors in %s", embedder, settings.chroma_url or settings.chroma_path)
+    where = settings.chroma_url or settings.chroma_path
+    log.info(
+        "semantic recall: %r, vectors in %s%s",
+        embedder,
+        where,
+        " (a child process)" if settings.chroma_process and not settings.chroma_url else "",
+    )
     return SemanticMemory(
         repository,
         embedder,

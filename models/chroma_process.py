@@ -1,0 +1,265 @@
+"""Embedded Chroma in a child process.
+
+Embedded Chroma holds Python's GIL for the whole of each write (a thread ticking every millisecond stalls
+110 ms during a 200-vector upsert, 0.6-0.8 s during a 1,024-vector one; chroma-core/chroma#3873 released
+it for reads only). In the server process that stalls the event loop, so every request, and the embedder
+thread between its ONNX runs. :class:`IsolatedChromaIndex` runs a :class:`ChromaIndex` on the data
+directory in a child process instead and forwards every call over a pipe: the writes then run beside
+the requests and the embedder, on the other core.
+
+The child is started on first use (spawned, not forked: the parent runs threads). It exits when the
+parent closes the index or dies (its end of the pipe reads EOF). If it dies, the calls waiting on it fail
+with :class:`VectorIndexError` and the next call starts a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import multiprocessing
+import os
+import pickle
+import signal
+import threading
+from collections.abc import Iterable, Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+from models.vector_index import ChromaIndex, VectorHit, VectorIndexError, VectorItem
+
+log = logging.getLogger("recallql.chroma")
+
+__all__ = ["IsolatedChromaIndex"]
+
+
+class IsolatedChromaIndex:
+    """The interface of :class:`ChromaIndex` (embedded mode), served by a child process."""
+
+    def __init__(
+        self, *, path: str | os.PathLike[str], model_name: str, dimension: int, **options: Any
+    ) -> None:
+        # Validated here, where the mistake is made, rather than in the child on first use.
+        ChromaIndex(path=path, model_name=model_name, dimension=dimension, **options)
+        self.model_name = model_name
+        self.dimension = dimension
+        self._options = {"path": os.fspath(path), "model_name": model_name, "dimension": dimension, **options}
+        self._conn: Connection | None = None
+        self._process: multiprocessing.process.BaseProcess | None = None
+        # Calls waiting for an answer, with the connection they went out on (a child that died fails
+        # only its own calls, even when a new child is already serving).
+        self._pending: dict[int, tuple[Connection, asyncio.Future[Any]]] = {}
+        self._ids = itertools.count()
+        self._start_lock = asyncio.Lock()
+        self._send_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (
+            f"IsolatedChromaIndex(path={self._options['path']!r}, model_name={self.model_name!r}, "
+            f"dimension={self.dimension})"
+        )
+
+    # -- plumbing ------------------------------------------------------------------------------------
+
+    async def _connection(self) -> Connection:
+        async with self._start_lock:
+            if self._conn is not None and self._process is not None and self._process.is_alive():
+                return self._conn
+            context = multiprocessing.get_context("spawn")
+            ours, theirs = context.Pipe()
+            process = context.Process(
+                target=_serve, args=(theirs, self._options), name="recallql-chroma", daemon=True
+            )
+            await asyncio.to_thread(process.start)
+            theirs.close()  # the child's end lives in the child only, so its death reads as EOF here
+            self._conn, self._process = ours, process
+            reader = threading.Thread(
+                target=self._read, args=(ours, asyncio.get_running_loop()), name="recallql-chroma-reader"
+            )
+            reader.daemon = True
+            reader.start()
+            return ours
+
+    def _read(self, conn: Connection, loop: asyncio.AbstractEventLoop) -> None:
+        while True:
+            try:
+                call_id, ok, value = conn.recv()
+            except (EOFError, OSError):
+                break
+            loop.call_soon_threadsafe(self._settle, call_id, ok, value)
+        with _suppress_closed_loop():
+            loop.call_soon_threadsafe(self._lost, conn)
+
+    def _settle(self, call_id: int, ok: bool, value: Any) -> None:
+        _, future = self._pending.pop(call_id, (None, None))
+        if future is None or future.done():
+            return
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+    def _lost(self, conn: Connection) -> None:
+        if self._conn is conn:
+            self._conn = None
+        conn.close()
+        for call_id, (sent_on, future) in list(self._pending.items()):
+            if sent_on is conn:
+                del self._pending[call_id]
+                if not future.done():
+                    future.set_exception(VectorIndexError("the Chroma process exited"))
+
+    def _send(self, conn: Connection, data: bytes) -> None:
+        with self._send_lock:
+            conn.send_bytes(data)
+
+    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        conn = await self._connection()
+        call_id = next(self._ids)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[call_id] = (conn, future)
+        data = _dumps((call_id, method, args, kwargs))
+        try:
+            if len(data) <= _INLINE_BYTES:
+                self._send(conn, data)
+            else:  # off the event loop: a large upsert is megabytes, written as fast as the child reads
+                await asyncio.to_thread(self._send, conn, data)
+        except (OSError, ValueError) as exc:  # the pipe broke (or was closed) under us
+            self._pending.pop(call_id, None)
+            raise VectorIndexError(f"the Chroma process is gone: {exc}") from exc
+        return await future
+
+    # -- the index -----------------------------------------------------------------------------------
+
+    async def upsert(self, items: Iterable[VectorItem]) -> None:
+        await self._call("upsert", list(items))
+
+    async def delete_messages(self, message_ids: Sequence[str], resource_ids: Iterable[str | None]) -> None:
+        await self._call("delete_messages", list(message_ids), list(resource_ids))
+
+    async def delete_resource_thread(self, resource_id: str | None, thread_id: str) -> None:
+        await self._call("delete_resource_thread", resource_id, thread_id)
+
+    async def drop(self, resource_ids: Sequence[str | None] | None = None) -> int:
+        return int(await self._call("drop", None if resource_ids is None else list(resource_ids)))
+
+    async def query(
+        self,
+        vector: Sequence[float],
+        *,
+        resource_ids: Sequence[str | None],
+        thread_id: str | None,
+        top_k: int,
+    ) -> list[VectorHit]:
+        hits: list[VectorHit] = await self._call(
+            "query", list(vector), resource_ids=list(resource_ids), thread_id=thread_id, top_k=top_k
+        )
+        return hits
+
+    async def count(self, resource_id: str | None) -> int:
+        return int(await self._call("count", resource_id))
+
+    async def resources(self) -> list[str | None]:
+        found: list[str | None] = await self._call("resources")
+        return found
+
+    async def stored(self, resource_id: str | None) -> set[tuple[str, int]]:
+        found: set[tuple[str, int]] = await self._call("stored", resource_id)
+        return found
+
+    async def unreachable(self, resource_id: str | None, *, k: int = 10) -> set[str]:
+        lost: set[str] = await self._call("unreachable", resource_id, k=k)
+        return lost
+
+    async def ping(self) -> None:
+        await self._call("ping")
+
+    async def aclose(self) -> None:
+        process, conn = self._process, self._conn
+        if process is None:
+            return
+        if conn is not None and process.is_alive():
+            try:
+                await asyncio.wait_for(self._call("aclose"), 30)
+            except (VectorIndexError, TimeoutError) as exc:
+                log.warning("the Chroma process did not close cleanly: %r", exc)
+        await asyncio.to_thread(process.join, 10)
+        if process.is_alive():
+            process.kill()
+            await asyncio.to_thread(process.join, 5)
+        self._process = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+class _suppress_closed_loop:
+    """The reader thread may outlive the loop it reports to (the parent shut down first)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> bool:
+        return kind is RuntimeError
+
+
+# ------------------------------------------------------------------------------------------ the child
+def _serve(conn: Connection, options: dict[str, Any]) -> None:
+    # Ctrl-C reaches the whole process group: the parent closes this process itself, cleanly.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    asyncio.run(_serve_calls(conn, ChromaIndex(**options)))
+
+
+async def _serve_calls(conn: Connection, index: ChromaIndex) -> None:
+    send_lock = threading.Lock()
+
+    def reply(data: bytes) -> None:
+        with send_lock:
+            conn.send_bytes(data)
+
+    async def run(call_id: int, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        try:
+            message: tuple[Any, ...] = (call_id, True, await getattr(index, method)(*args, **kwargs))
+        except Exception as exc:
+            message = (call_id, False, _portable(exc))
+        data = _dumps(message)
+        if len(data) <= _INLINE_BYTES:
+            reply(data)
+        else:
+            await asyncio.to_thread(reply, data)
+
+    running: set[asyncio.Task[None]] = set()
+    while True:
+        try:
+            call_id, method, args, kwargs = await asyncio.to_thread(conn.recv)
+        except (EOFError, OSError):  # the parent is gone
+            break
+        if method == "aclose":
+            await asyncio.gather(*running, return_exceptions=True)
+            await index.aclose()
+            reply(_dumps((call_id, True, None)))
+            return
+        # Concurrently, as in the parent: reads do not wait for writes (ChromaIndex orders the writes
+        # of one collection itself).
+        task = asyncio.create_task(run(call_id, method, args, kwargs))
+        running.add(task)
+        task.add_done_callback(running.discard)
+    await index.aclose()
+
+
+# A pipe holds 64 KiB: a message this small is written at once while the other side reads, so it is sent
+# from the event loop; a larger one from a worker thread.
+_INLINE_BYTES = 16 * 1024
+
+
+def _dumps(message: tuple[Any, ...]) -> bytes:
+    return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _portable(exc: Exception) -> Exception:
+    """The error as the parent can receive it: itself when it pickles, else its text."""
+    try:
+        pickle.dumps(exc)
+    except Exception:
+        return VectorIndexError(f"{type(exc).__name__}: {exc}")
+    return exc

@@ -1,0 +1,133 @@
+"""Embedded Chroma in a child process (models/chroma_process.py): the same index as ChromaIndex, its
+errors, a child that dies, and a parent that dies. Real Chroma directories, real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from models.chroma_process import IsolatedChromaIndex
+from models.vector_index import ChromaIndex, VectorHit, VectorIndexError
+from tests.test_vector_index import DIM, E0, E1, E2, MODEL, ids, item
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+async def index(tmp_path: Path) -> AsyncIterator[IsolatedChromaIndex]:
+    idx = IsolatedChromaIndex(path=tmp_path / "chroma", model_name=MODEL, dimension=DIM)
+    yield idx
+    await idx.aclose()
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by its parent) counts as gone.
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+async def test_the_child_serves_the_whole_index(index: IsolatedChromaIndex, tmp_path: Path) -> None:
+    await index.ping()
+    child = index._process
+    assert child is not None and child.pid != os.getpid() and alive(child.pid)
+    await index.upsert(
+        [
+            item("m1", E0),
+            item("m2", E1, thread_id="t2"),
+            item("m3", E2, resource_id="r2"),
+            item("m4", E1, resource_id=None),
+        ]
+    )
+    assert ids(await index.query(E0, resource_ids=["r1"], thread_id=None, top_k=5)) == ["m1", "m2"]
+    assert ids(await index.query(E1, resource_ids=["r1"], thread_id="t2", top_k=5)) == ["m2"]
+    hits = await index.query(E2, resource_ids=["r1", "r2"], thread_id=None, top_k=1)
+    assert hits == [VectorHit("m3", "t1", pytest.approx(1.0, abs=1e-5))]
+    assert (await index.count("r1"), await index.count(None)) == (2, 1)
+    assert sorted(await index.resources(), key=str) == sorted(["r1", "r2", None], key=str)
+    assert await index.stored("r1") == {("m1", 0), ("m2", 0)}
+    assert await index.unreachable("r1") == set()
+    await index.delete_messages(["m1"], ["r1"])
+    await index.delete_resource_thread("r1", "t2")
+    assert await index.count("r1") == 0
+    assert await index.drop(["r2", "never-written"]) == 1
+    # Errors come back as what they are, with their message.
+    with pytest.raises(ValueError, match="has 3 dimensions, this index holds 4"):
+        await index.upsert([item("bad", [1.0, 0.0, 0.0])])
+    with pytest.raises(ValueError, match="top_k must be at least 1"):
+        await index.query(E0, resource_ids=["r1"], thread_id=None, top_k=0)
+    await index.aclose()
+    assert not alive(child.pid)
+    # The child wrote the same directory a ChromaIndex reads.
+    direct = ChromaIndex(path=tmp_path / "chroma", model_name=MODEL, dimension=DIM)
+    try:
+        assert ids(await direct.query(E1, resource_ids=[None], thread_id=None, top_k=1)) == ["m4"]
+    finally:
+        await direct.aclose()
+
+
+async def test_a_dead_child_fails_its_calls_and_the_next_call_starts_another(
+    index: IsolatedChromaIndex,
+) -> None:
+    await index.upsert([item("m1", E0)])
+    first = index._process
+    assert first is not None and first.pid is not None
+    # Killed in the middle of a long write: that call fails, nothing hangs.
+    many = [item(f"n{k}", [1.0, k / 8000, 0.5, 0.25]) for k in range(8000)]
+    writing = asyncio.create_task(index.upsert(many))
+    await asyncio.sleep(0.3)
+    os.kill(first.pid, signal.SIGKILL)
+    with pytest.raises(VectorIndexError, match=r"exited|gone"):
+        await asyncio.wait_for(writing, 30)
+    # A new child, on the same directory: what was written before is there.
+    assert ids(await index.query(E0, resource_ids=["r1"], thread_id=None, top_k=1)) == ["m1"]
+    second = index._process
+    assert second is not None and second.pid != first.pid
+
+
+async def test_the_child_exits_when_its_parent_dies(tmp_path: Path) -> None:
+    script = (
+        "import asyncio, sys\n"
+        "from models.chroma_process import IsolatedChromaIndex\n"
+        "async def main():\n"
+        f"    index = IsolatedChromaIndex(path={str(tmp_path / 'chroma')!r}, model_name='m', dimension=4)\n"
+        "    await index.ping()\n"
+        "    print(index._process.pid, flush=True)\n"
+        "    await asyncio.sleep(600)\n"
+        "if __name__ == '__main__':\n"
+        "    asyncio.run(main())\n"
+    )
+    (tmp_path / "parent.py").write_text(script)
+    parent = subprocess.Popen(
+        [sys.executable, str(tmp_path / "parent.py")],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert parent.stdout is not None
+        child_pid = int(await asyncio.wait_for(asyncio.to_thread(parent.stdout.readline), 120))
+        assert alive(child_pid)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+        deadline = time.monotonic() + 20
+        while alive(child_pid) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert not alive(child_pid), "the Chroma child outlived its parent"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        if parent.stdout is not None:
+            parent.stdout.close()
