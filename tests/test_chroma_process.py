@@ -131,3 +131,26 @@ async def test_the_child_exits_when_its_parent_dies(tmp_path: Path) -> None:
             parent.wait()
         if parent.stdout is not None:
             parent.stdout.close()
+
+
+def test_serve_refuses_several_workers_on_the_embedded_directory(tmp_path: Path) -> None:
+    # Each worker would open the directory, which Chroma's PersistentClient does not allow safely.
+    env = {
+        **os.environ,
+        "RECALLQL_DATA_DIR": str(tmp_path / "data"),
+        "RECALLQL_EMBEDDINGS_URL": "http://127.0.0.1:9",  # never called: serve stops first
+        "RECALLQL_EMBEDDINGS_MODEL": "hash-64",
+    }
+    env.pop("RECALLQL_CHROMA_URL", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "web.cli", "serve", "--port", "9", "--workers", "2"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "2 workers cannot share the embedded Chroma directory" in done.stderr
+    assert "RECALLQL_CHROMA_URL" in done.stderr
+    assert not (tmp_path / "data").exists()  # refused before anything was created

@@ -149,6 +149,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     os.environ["RECALLQL_HOST"] = host
     port = args.port if args.port is not None else settings.port
     workers = args.workers or settings.workers
+    semantic_on = bool(settings.embeddings_url) or settings.resolved_model_dir() is not None
+    if workers > 1 and semantic_on and not settings.chroma_url:
+        # Each worker would open the embedded Chroma directory, which one process at a time may use
+        # (Chroma's PersistentClient is not process-safe: lost writes, indexes out of step).
+        raise SystemExit(
+            f"serve: {workers} workers cannot share the embedded Chroma directory ({settings.chroma_path}); "
+            "set RECALLQL_CHROMA_URL to a Chroma server (`chroma run`), or run one worker"
+        )
     from web.observability import configure_logging
 
     configure_logging(settings.log_level, settings.log_format, access_log_enabled=settings.access_log)
