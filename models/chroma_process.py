@@ -15,6 +15,7 @@ with :class:`VectorIndexError` and the next call starts a new one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import multiprocessing
@@ -22,7 +23,8 @@ import os
 import pickle
 import signal
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -87,7 +89,8 @@ class IsolatedChromaIndex:
             except (EOFError, OSError):
                 break
             loop.call_soon_threadsafe(self._settle, call_id, ok, value)
-        with _suppress_closed_loop():
+        # The reader may outlive the loop it reports to (the parent shut down first).
+        with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(self._lost, conn)
 
     def _settle(self, call_id: int, ok: bool, value: Any) -> None:
@@ -118,12 +121,8 @@ class IsolatedChromaIndex:
         call_id = next(self._ids)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[call_id] = (conn, future)
-        data = _dumps((call_id, method, args, kwargs))
         try:
-            if len(data) <= _INLINE_BYTES:
-                self._send(conn, data)
-            else:  # off the event loop: a large upsert is megabytes, written as fast as the child reads
-                await asyncio.to_thread(self._send, conn, data)
+            await _write(partial(self._send, conn), (call_id, method, args, kwargs))
         except (OSError, ValueError) as exc:  # the pipe broke (or was closed) under us
             self._pending.pop(call_id, None)
             raise VectorIndexError(f"the Chroma process is gone: {exc}") from exc
@@ -193,16 +192,6 @@ class IsolatedChromaIndex:
             self._conn = None
 
 
-class _suppress_closed_loop:
-    """The reader thread may outlive the loop it reports to (the parent shut down first)."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, *_: object) -> bool:
-        return kind is RuntimeError
-
-
 # ------------------------------------------------------------------------------------------ the child
 def _serve(conn: Connection, options: dict[str, Any]) -> None:
     # Ctrl-C reaches the whole process group: the parent closes this process itself, cleanly.
@@ -222,11 +211,7 @@ async def _serve_calls(conn: Connection, index: ChromaIndex) -> None:
             message: tuple[Any, ...] = (call_id, True, await getattr(index, method)(*args, **kwargs))
         except Exception as exc:
             message = (call_id, False, _portable(exc))
-        data = _dumps(message)
-        if len(data) <= _INLINE_BYTES:
-            reply(data)
-        else:
-            await asyncio.to_thread(reply, data)
+        await _write(reply, message)
 
     running: set[asyncio.Task[None]] = set()
     while True:
@@ -254,6 +239,16 @@ _INLINE_BYTES = 16 * 1024
 
 def _dumps(message: tuple[Any, ...]) -> bytes:
     return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+async def _write(send: Callable[[bytes], None], message: tuple[Any, ...]) -> None:
+    """Sends a message down the pipe: a small one from the event loop, a large one (an upsert is
+    megabytes, written as fast as the other side reads) from a worker thread."""
+    data = _dumps(message)
+    if len(data) <= _INLINE_BYTES:
+        send(data)
+    else:
+        await asyncio.to_thread(send, data)
 
 
 def _portable(exc: Exception) -> Exception:

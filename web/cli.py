@@ -149,8 +149,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     os.environ["RECALLQL_HOST"] = host
     port = args.port if args.port is not None else settings.port
     workers = args.workers or settings.workers
-    semantic_on = bool(settings.embeddings_url) or settings.resolved_model_dir() is not None
-    if workers > 1 and semantic_on and not settings.chroma_url:
+    from web.wiring import has_embedder
+
+    if workers > 1 and not settings.chroma_url and has_embedder(settings):
         # Each worker would open the embedded Chroma directory, which one process at a time may use
         # (Chroma's PersistentClient is not process-safe: lost writes, indexes out of step).
         raise SystemExit(

@@ -16,6 +16,12 @@ from web.settings import Settings
 log = logging.getLogger("recallql")
 
 
+def has_embedder(settings: Settings) -> bool:
+    """Whether semantic recall is on: an embeddings endpoint, or a model folder (build_embedder's
+    choice, without loading anything)."""
+    return bool(settings.embeddings_url) or settings.resolved_model_dir() is not None
+
+
 def build_embedder(settings: Settings) -> Embedder | None:
     if settings.embeddings_url:
         if not settings.embeddings_model:
@@ -46,19 +52,13 @@ def build_semantic(settings: Settings, repository: Repository) -> SemanticMemory
         def factory(model: str, dimension: int) -> VectorIndex:
             return ChromaIndex(url=url, model_name=model, dimension=dimension)
 
-    elif settings.chroma_process:
-        path = settings.chroma_path
-        path.mkdir(parents=True, exist_ok=True)
-
-        def factory(model: str, dimension: int) -> VectorIndex:
-            return IsolatedChromaIndex(path=path, model_name=model, dimension=dimension)
-
     else:
         path = settings.chroma_path
         path.mkdir(parents=True, exist_ok=True)
+        embedded = IsolatedChromaIndex if settings.chroma_process else ChromaIndex
 
         def factory(model: str, dimension: int) -> VectorIndex:
-            return ChromaIndex(path=path, model_name=model, dimension=dimension)
+            return embedded(path=path, model_name=model, dimension=dimension)
 
     where = settings.chroma_url or settings.chroma_path
     log.info(
