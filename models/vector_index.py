@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import os
 import threading
 import weakref
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = ["ChromaIndex", "VectorHit", "VectorIndexError", "VectorItem", "collection_name"]
 
 T = TypeVar("T")
+log = logging.getLogger("recallql.chroma")
 
 # Bump when the layout (naming, metadata) changes incompatibly: old collections are then simply not found.
 _LAYOUT_VERSION = "recallql-v1"
@@ -206,6 +208,13 @@ class ChromaIndex:
                 collection = client.get_collection(name, embedding_function=None)
             except NotFoundError:
                 return None
+        # Chroma 1.5 (local executor: embedded, and a server's own) "backfills" a collection on the first
+        # read of it in a process; coming after a write, that backfill resets the HNSW writer's
+        # high-water mark, and the next write re-applies every record since the last persist as updates,
+        # in parallel with the new inserts, which can leave a record that get() returns but no query
+        # finds (about 1 in 3,000 records on a busy machine, until the process restarts). A read before
+        # any write makes that backfill harmless.
+        collection.count()
         self._collections[name] = collection
         return collection
 
@@ -260,18 +269,20 @@ class ChromaIndex:
     @staticmethod
     def _upsert_sync(collection: Collection, group: dict[str, VectorItem]) -> None:
         ids = list(group)
-        for batch in _chunks(ids):
-            collection.upsert(
-                ids=list(batch),
-                embeddings=[group[i].vector for i in batch],
-                metadatas=[_metadata(group[i]) for i in batch],
-            )
-        message_ids = sorted({item.message_id for item in group.values()})
         keep = set(ids)
-        stale: list[str] = []
-        for batch in _chunks(message_ids):
-            found = collection.get(where={"message_id": {"$in": list(batch)}}, include=[])
-            stale.extend(vid for vid in found["ids"] if vid not in keep)
+        existing: set[str] = set()
+        for batch in _chunks(sorted({item.message_id for item in group.values()})):
+            existing.update(collection.get(where={"message_id": {"$in": list(batch)}}, include=[])["ids"])
+        for batch in _chunks(ids):
+            _write(collection, [group[i] for i in batch])
+        # Chroma applies an upsert of a stored id as an HNSW update, in parallel with the batch's
+        # inserts, and such an update can cut a record of the batch off the graph (chroma-core/chroma
+        # #7758): get() still returns it, no query reaches it. A batch that replaced vectors is checked
+        # and its unreachable records written again.
+        if existing & keep:
+            for batch in _chunks(ids):
+                _reconnect(collection, [group[i] for i in batch])
+        stale = sorted(existing - keep)
         for batch in _chunks(stale):
             collection.delete(ids=list(batch))
 
@@ -451,6 +462,32 @@ class ChromaIndex:
                     session.close()
 
         await self._call("close", close)
+
+
+def _write(collection: Collection, items: Sequence[VectorItem]) -> None:
+    collection.upsert(
+        ids=[_vector_id(i.message_id, i.chunk) for i in items],
+        embeddings=[i.vector for i in items],
+        metadatas=[_metadata(i) for i in items],
+    )
+
+
+def _reconnect(collection: Collection, items: Sequence[VectorItem], attempts: int = 3) -> None:
+    """Writes again, one record per call (a lone upsert repairs the record's links and races with
+    nothing), each record of ``items`` that a query restricted to their ids does not return."""
+    by_id = {_vector_id(i.message_id, i.chunk): i for i in items}
+    lost: list[str] = []
+    for _ in range(attempts):
+        found = collection.query(
+            query_embeddings=[items[0].vector], ids=list(by_id), n_results=len(by_id), include=[]
+        )
+        lost = [vid for vid in by_id if vid not in set(found["ids"][0])]
+        if not lost:
+            return
+        log.warning("Chroma query cannot reach %d record(s) it stores; writing them again", len(lost))
+        for vid in lost:
+            _write(collection, [by_id[vid]])
+    raise RuntimeError(f"Chroma query still cannot reach {len(lost)} record(s) after writing them again")
 
 
 def _parse_vector_id(vector_id: str) -> tuple[str, int]:
