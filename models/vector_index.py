@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
+from filelock import FileLock, Timeout
+
 # Chroma reads this when its Settings are first built; we also pass Settings explicitly, this covers any
 # client created elsewhere in the process.
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
@@ -113,6 +115,7 @@ class ChromaIndex:
         allow_reset: bool = False,
         ef_search: int = 100,
         ef_construction: int = 100,
+        lock_timeout: float = 10.0,
     ) -> None:
         if (path is None) == (url is None):
             raise ValueError("give exactly one of path (embedded Chroma) or url (Chroma server)")
@@ -129,6 +132,8 @@ class ChromaIndex:
         self.model_name = model_name
         self.dimension = dimension
         self._allow_reset = allow_reset
+        self._lock_timeout = lock_timeout
+        self._directory_lock: FileLock | None = None
         self._configuration: dict[str, Any] = {
             "hnsw": {"space": "cosine", "ef_search": ef_search, "ef_construction": ef_construction}
         }
@@ -154,6 +159,7 @@ class ChromaIndex:
                 settings = Settings(anonymized_telemetry=False, allow_reset=self._allow_reset)
                 if self._path is not None:
                     self._path.mkdir(parents=True, exist_ok=True)
+                    self._lock_directory()
                     self._client = chromadb.PersistentClient(path=str(self._path), settings=settings)
                 else:
                     assert self._url is not None
@@ -167,9 +173,30 @@ class ChromaIndex:
                     )
             return self._client
 
+    def _lock_directory(self) -> None:
+        """Chroma's embedded client is not safe for two processes on one directory (chroma-core/chroma
+        #3792): a second one (a CLI command beside a running server, a server started while the child
+        process of a killed one is still closing) waits a moment, then is refused. Indexes of one process
+        share the lock."""
+        assert self._path is not None
+        lock = FileLock(self._path / ".recallql.lock", thread_local=False, is_singleton=True)
+        try:
+            # Only the first attempt waits: later calls (the server's next requests) fail at once until
+            # the other process lets go.
+            lock.acquire(timeout=self._lock_timeout)
+        except Timeout:
+            self._lock_timeout = 0.0
+            raise VectorIndexError(
+                f"the embedded Chroma directory {self._path} is open in another process; stop that process "
+                "(one at a time may open it), or use a Chroma server (RECALLQL_CHROMA_URL)"
+            ) from None
+        self._directory_lock = lock
+
     async def _call(self, operation: str, fn: Callable[..., T], *args: Any) -> T:
         try:
             return await asyncio.to_thread(fn, *args)
+        except VectorIndexError:
+            raise
         except Exception as exc:
             raise VectorIndexError(f"Chroma {operation} failed: {exc}") from exc
 
@@ -452,8 +479,14 @@ class ChromaIndex:
         if client is None:
             return
 
+        lock, self._directory_lock = self._directory_lock, None
+
         def close() -> None:
-            client.close()  # type: ignore[attr-defined]
+            try:
+                client.close()  # type: ignore[attr-defined]
+            finally:
+                if lock is not None:
+                    lock.release()
             # chromadb 1.5's HTTP client never closes its httpx sessions (one for the client, one for its
             # internal admin client), which leaves sockets to the server open until garbage collection.
             for owner in (client, getattr(client, "_admin_client", None)):

@@ -347,6 +347,11 @@ async def test_reindex_rebuilds_a_deleted_chroma_directory(tmp_path: Path) -> No
                 for thread_id, resource_id in zip(threads, resources, strict=True):
                     await api.execute(CREATE, input={"id": thread_id, "resourceId": resource_id})
                 await api.execute(SAVE, m=messages)
+                # The running server has the embedded directory open: a maintenance command is refused.
+                busy = cli(data, env, "reindex")
+                assert busy.returncode == 1, busy.stderr
+                assert "reindex: the embedded Chroma directory" in busy.stderr, busy.stderr
+                assert "is open in another process" in busy.stderr and "Traceback" not in busy.stderr
             for resource_id in resources:
                 stored = stored_vectors(data / "chroma", resource_id)
                 assert_exact_vectors(stored, texts[resource_id], thread_of)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -510,3 +511,58 @@ async def test_resaving_checks_that_the_batch_stays_reachable(
     await index.upsert([item("m7", E3), item("new9", E2)])
     assert checked == [["m7", "new9"]]
     assert ids(await index.query(E3, resource_ids=["r1"], thread_id=None, top_k=1)) == ["m7"]
+
+
+async def test_one_process_at_a_time_opens_an_embedded_directory(tmp_path: Path) -> None:
+    path = tmp_path / "chroma"
+    holder = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        f"""
+import asyncio, sys
+sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
+from models.vector_index import ChromaIndex, VectorItem
+async def main():
+    index = ChromaIndex(path={str(path)!r}, model_name={MODEL!r}, dimension={DIM})
+    await index.upsert([VectorItem("m1", "t1", "r1", 0, [1.0, 0.0, 0.0, 0.0])])
+    print("open", flush=True)
+    await asyncio.to_thread(sys.stdin.read)
+    await index.aclose()
+asyncio.run(main())
+""",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert holder.stdout is not None and holder.stdin is not None
+    assert await asyncio.wait_for(holder.stdout.readline(), 60) == b"open\n"
+    a = ChromaIndex(path=path, model_name=MODEL, dimension=DIM, lock_timeout=0.2)
+    b = ChromaIndex(path=path, model_name="model-b", dimension=DIM, lock_timeout=0.2)
+    try:
+        for _ in range(2):  # refused again on the next call, not stuck
+            with pytest.raises(VectorIndexError, match="open in another process"):
+                await a.count("r1")
+        holder.stdin.close()
+        assert await holder.wait() == 0
+        assert await a.count("r1") == 1  # the holder's vector, written before it let go
+        await b.upsert([item("x", E0)])  # a second index of this process shares the lock
+        await a.aclose()
+        assert await b.count("r1") == 1
+        script = f"""
+import asyncio, sys
+sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
+from models.vector_index import ChromaIndex, VectorIndexError
+async def main():
+    index = ChromaIndex(path={str(path)!r}, model_name={MODEL!r}, dimension={DIM}, lock_timeout=0.2)
+    try:
+        await index.count("r1")
+    except VectorIndexError:
+        sys.exit(3)
+asyncio.run(main())
+"""
+        other = await asyncio.create_subprocess_exec(sys.executable, "-c", script)
+        assert await other.wait() == 3  # b still holds the directory for this process
+    finally:
+        if holder.returncode is None:
+            holder.kill()
+        await a.aclose()
+        await b.aclose()

@@ -60,6 +60,7 @@ async def _semantic_memory(settings: Settings, command: str) -> AsyncIterator[Se
     from models.db import create_engine
     from models.migrate import upgrade
     from models.repository import Repository
+    from models.vector_index import VectorIndexError
     from web.wiring import build_semantic
 
     engine = create_engine(settings.resolved_database_url)
@@ -71,6 +72,8 @@ async def _semantic_memory(settings: Settings, command: str) -> AsyncIterator[Se
             raise SystemExit(f"{command}: no embedder is configured (see RECALLQL_EMBEDDING_MODEL_DIR)")
         try:
             yield semantic
+        except VectorIndexError as exc:  # the directory is busy, the server is down: say so, no traceback
+            raise SystemExit(f"{command}: {exc}") from None
         finally:
             await semantic.aclose()
     finally:
