@@ -196,8 +196,8 @@ async def semantic_server(
     if mode == "server":
         chroma_url = request.getfixturevalue("chroma_server")
         env["RECALLQL_CHROMA_URL"] = chroma_url
-    elif mode == "process":
-        env["RECALLQL_CHROMA_PROCESS"] = "true"
+    else:  # said either way: the default is the child process
+        env["RECALLQL_CHROMA_PROCESS"] = "true" if mode == "process" else "false"
     async with database(engine, tmp) as url:
         env["RECALLQL_DATABASE_URL"] = url
         with running_server(tmp / "data", env) as server:
