@@ -514,7 +514,8 @@ def _reconnect(collection: Collection, items: Sequence[VectorItem], attempts: in
         found = collection.query(
             query_embeddings=[items[0].vector], ids=list(by_id), n_results=len(by_id), include=[]
         )
-        lost = [vid for vid in by_id if vid not in set(found["ids"][0])]
+        returned = set(found["ids"][0])
+        lost = [vid for vid in by_id if vid not in returned]
         if not lost:
             return
         log.warning("Chroma query cannot reach %d record(s) it stores; writing them again", len(lost))
