@@ -59,7 +59,7 @@ class Settings(BaseSettings):
     embeddings_dimension: int | None = None
     chroma_url: str | None = None
     # Embedded Chroma in a child process (models/chroma_process.py): its writes hold the GIL, which
-    # there stalls neither the requests nor the embedder (read p99 during ingest halved, ingest +10%).
+    # there stalls neither the requests nor the embedder (read p99 during ingest about halved).
     chroma_process: bool = True
     vector_drain_interval: float = 1.0
     vector_sync_timeout: float = 10.0
