@@ -407,3 +407,30 @@ def test_chunk_text_never_exceeds_size() -> None:
 )
 def test_embedding_text(content: dict[str, object], expected: str | None) -> None:
     assert embedding_text(content) == expected
+
+
+def test_embedder_off_turns_semantic_recall_off_where_a_model_is_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from web.settings import Settings
+    from web.wiring import build_semantic, has_embedder
+
+    data = tmp_path / "data"
+    model = data / "models" / "all-MiniLM-L6-v2"
+    (model / "onnx").mkdir(parents=True)
+    (model / "onnx" / "model.onnx").write_bytes(b"")  # found by its place; never loaded here
+    monkeypatch.delenv("RECALLQL_EMBEDDING_MODEL_DIR", raising=False)
+    monkeypatch.delenv("RECALLQL_EMBEDDINGS_URL", raising=False)
+    monkeypatch.setenv("RECALLQL_DATA_DIR", str(data))
+    assert Settings().resolved_model_dir() == model and has_embedder(Settings())
+
+    monkeypatch.setenv("RECALLQL_EMBEDDER", "off")
+    monkeypatch.setenv("RECALLQL_EMBEDDINGS_URL", "http://127.0.0.1:9")  # an endpoint too: still off
+    monkeypatch.setenv("RECALLQL_EMBEDDINGS_MODEL", "hash-64")
+    off = Settings()
+    assert not has_embedder(off)
+    assert build_semantic(off, None) is None  # type: ignore[arg-type]
+    assert not (data / "chroma").exists()
+    monkeypatch.setenv("RECALLQL_EMBEDDER", "sometimes")
+    with pytest.raises(ValueError, match="embedder"):
+        Settings()

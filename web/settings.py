@@ -51,7 +51,9 @@ class Settings(BaseSettings):
     generate_title: bool | dict[str, Any] = False
 
     # Semantic recall: the embedder (a local ONNX model folder, or an OpenAI-compatible endpoint) and
-    # the vector index (embedded Chroma under the data dir, or a Chroma server).
+    # the vector index (embedded Chroma under the data dir, or a Chroma server). `embedder` off: no
+    # semantic recall even where a model folder would be found (nothing embedded, no index opened).
+    embedder: Literal["auto", "off"] = "auto"
     embedding_model_dir: Path | None = None
     embeddings_url: str | None = None
     embeddings_model: str | None = None

@@ -19,10 +19,14 @@ log = logging.getLogger("recallql")
 def has_embedder(settings: Settings) -> bool:
     """Whether semantic recall is on: an embeddings endpoint, or a model folder (build_embedder's
     choice, without loading anything)."""
+    if settings.embedder == "off":
+        return False
     return bool(settings.embeddings_url) or settings.resolved_model_dir() is not None
 
 
 def build_embedder(settings: Settings) -> Embedder | None:
+    if settings.embedder == "off":
+        return None
     if settings.embeddings_url:
         if not settings.embeddings_model:
             raise SystemExit("RECALLQL_EMBEDDINGS_MODEL is required with RECALLQL_EMBEDDINGS_URL")
@@ -40,6 +44,9 @@ def build_embedder(settings: Settings) -> Embedder | None:
 
 def build_semantic(settings: Settings, repository: Repository) -> SemanticMemory | None:
     embedder = build_embedder(settings)
+    if embedder is None and settings.embedder == "off":
+        log.info("semantic recall is off (RECALLQL_EMBEDDER=off)")
+        return None
     if embedder is None:
         log.warning(
             "semantic recall is off: no embedding model found. Set RECALLQL_EMBEDDING_MODEL_DIR to a folder "
