@@ -110,15 +110,19 @@ def switchable_embedder() -> Iterator[SwitchableEmbedder]:
 
 @contextlib.contextmanager
 def chroma_client(path: Path) -> Iterator[Any]:
-    """Embedded Chroma opened by the test itself (only while no server uses the directory)."""
+    """Embedded Chroma opened by the test itself, once no server uses the directory: under the lock the
+    server's index takes (a killed server's Chroma child exits a moment after it)."""
     import chromadb
     from chromadb.config import Settings
+    from filelock import FileLock
 
-    client = chromadb.PersistentClient(path=str(path), settings=Settings(anonymized_telemetry=False))
-    try:
-        yield client
-    finally:
-        client.close()
+    path.mkdir(parents=True, exist_ok=True)
+    with FileLock(path / ".recallql.lock", timeout=30, thread_local=False):
+        client = chromadb.PersistentClient(path=str(path), settings=Settings(anonymized_telemetry=False))
+        try:
+            yield client
+        finally:
+            client.close()
 
 
 def stored_vectors(path: Path, resource_id: str) -> dict[str, tuple[dict[str, Any], list[float]]]:
