@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -434,3 +436,16 @@ def test_embedder_off_turns_semantic_recall_off_where_a_model_is_found(
     monkeypatch.setenv("RECALLQL_EMBEDDER", "sometimes")
     with pytest.raises(ValueError, match="embedder"):
         Settings()
+
+    monkeypatch.setenv("RECALLQL_EMBEDDER", "off")
+    done = subprocess.run(
+        [sys.executable, "-m", "web.cli", "reindex"],
+        cwd=Path(__file__).parent.parent,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (
+        done.returncode == 1 and "reindex: no embedder is configured (RECALLQL_EMBEDDER=off)" in done.stderr
+    )

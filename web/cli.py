@@ -69,7 +69,10 @@ async def _semantic_memory(settings: Settings, command: str) -> AsyncIterator[Se
             await upgrade(engine)
         semantic = build_semantic(settings, Repository(engine))
         if semantic is None:
-            raise SystemExit(f"{command}: no embedder is configured (see RECALLQL_EMBEDDING_MODEL_DIR)")
+            why = (
+                "RECALLQL_EMBEDDER=off" if settings.embedder == "off" else "see RECALLQL_EMBEDDING_MODEL_DIR"
+            )
+            raise SystemExit(f"{command}: no embedder is configured ({why})")
         try:
             yield semantic
         except VectorIndexError as exc:  # the directory is busy, the server is down: say so, no traceback
