@@ -565,12 +565,21 @@ class Repository:
         rows = await self._read(lambda conn: conn.execute(stmt).all())
         return [r[0] or None for r in rows]
 
+    async def message_resource_ids(self) -> list[str | None]:
+        """Every resource that holds messages (None: messages without one)."""
+        stmt = select(TR.c.resource_id).where(TR.c.message_count > 0).distinct()
+        rows = await self._read(lambda conn: conn.execute(stmt).all())
+        return sorted({r[0] or None for r in rows}, key=lambda r: (r is not None, r or ""))
+
     async def messages_in_order(
-        self, *, after_seq: int, limit: int, resource_id: str | None = None
+        self, *, after_seq: int, limit: int, resource_id: str | None = None, without_resource: bool = False
     ) -> list[MessageRecord]:
-        """Messages by insertion sequence, for a full re-index."""
+        """Messages by insertion sequence, for a full re-index: all, one resource's, or (with
+        `without_resource`) those stored without a resource."""
         stmt = select(*_MESSAGE_COLUMNS).where(M.c.seq > after_seq)
-        if resource_id is not None:
+        if without_resource:
+            stmt = stmt.where(M.c.resource_id.is_(None))
+        elif resource_id is not None:
             stmt = stmt.where(M.c.resource_id == resource_id)
         async with self.engine.connect() as conn:
             result = await conn.execute(stmt.order_by(M.c.seq).limit(limit))

@@ -432,26 +432,18 @@ class SemanticMemory:
         check can show up as missing or stray."""
         await self.drain()
         index = await self.index()
-        expected: dict[str | None, set[tuple[str, int]]] = {}
-        after = 0
-        while rows := await self.repository.messages_in_order(
-            after_seq=after, limit=1000, resource_id=resource_id
-        ):
-            for message in rows:
-                text = embeddable_text(message)
-                if text is not None:
-                    chunks = expected.setdefault(message.resource_id, set())
-                    chunks.update((message.id, n) for n in range(len(chunk_text(text))))
-            after = rows[-1].seq
         resources = (
             [resource_id]
             if resource_id is not None
-            else list(dict.fromkeys([*expected, *await index.resources()]))
+            else list(
+                dict.fromkeys([*await self.repository.message_resource_ids(), *await index.resources()])
+            )
         )
         checks: list[IndexCheck] = []
         for done, resource in enumerate(resources, 1):
+            # One resource at a time: memory stays that of the largest resource, not of the whole store.
+            wanted = await self._expected_vectors(resource)
             stored = await index.stored(resource)
-            wanted = expected.get(resource, set())
             checks.append(
                 IndexCheck(
                     resource_id=resource,
@@ -464,6 +456,20 @@ class SemanticMemory:
             if on_progress is not None:
                 on_progress(done, len(resources))
         return checks
+
+    async def _expected_vectors(self, resource_id: str | None) -> set[tuple[str, int]]:
+        """(message id, chunk) of every vector SQL says this resource's collection should hold."""
+        wanted: set[tuple[str, int]] = set()
+        after = 0
+        while rows := await self.repository.messages_in_order(
+            after_seq=after, limit=1000, resource_id=resource_id, without_resource=resource_id is None
+        ):
+            for message in rows:
+                text = embeddable_text(message)
+                if text is not None:
+                    wanted.update((message.id, n) for n in range(len(chunk_text(text))))
+            after = rows[-1].seq
+        return wanted
 
     async def repair(self, checks: Sequence[IndexCheck]) -> list[str | None]:
         """Rebuilds (drop, then refill from SQL) the collections of the resources a check found wrong;

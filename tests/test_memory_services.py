@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from models.records import MessageRecord
 from models.repository import Repository
 from resolvers.auth import OPEN
 from resolvers.config import BUILTIN_DEFAULTS
@@ -188,3 +189,28 @@ def test_deep_merge_working_memory_is_mastras() -> None:
     assert existing == {"a": {"x": 1, "y": 2}, "list": [1, 2], "gone": 1}  # not mutated
     assert deep_merge_working_memory(None, {"n": {"m": None}}) == {"n": {}}
     assert deep_merge_working_memory({"k": 1}, {}) == {"k": 1}
+
+
+async def test_messages_in_order_per_resource_and_the_resources_holding_messages(memory: Services) -> None:
+    await seed(
+        memory,
+        msg("a", resource="r1"),
+        msg("b", thread="t2", resource="r2"),
+        threads={"t1": "r1", "t2": "r2"},
+    )
+    repository = memory.repository
+    # Saves always file a message under a resource (the thread's by default); Mastra data may hold
+    # messages without one, which an import keeps.
+    content = {"format": 2, "parts": [{"type": "text", "text": "no resource"}]}
+    await repository.import_messages([MessageRecord("c", "t1", None, "user", "v2", t(3), content)], now=t(3))
+    await seed(memory, msg("d", resource="r1", at=4), threads={})
+
+    async def ids(**where: Any) -> list[str]:
+        return [m.id for m in await repository.messages_in_order(after_seq=0, limit=10, **where)]
+
+    assert await repository.message_resource_ids() == [None, "r1", "r2"]
+    assert await ids() == ["a", "b", "c", "d"]
+    assert await ids(resource_id="r1") == ["a", "d"]
+    assert await ids(without_resource=True) == ["c"]
+    await memory.messages.delete(["b"], principal=OPEN)
+    assert await repository.message_resource_ids() == [None, "r1"]  # r2 holds no message any more
