@@ -455,6 +455,9 @@ async def test_reads_between_writes_do_not_make_chroma_replay_its_log(tmp_path: 
         await index.upsert([item("m6", E2)])
         assert await index.count("r1") == 7
         assert _persisted_hnsw_segments(tmp_path / "chroma") == 0
+        # The signal is live: past the threshold, Chroma persists the segment.
+        await index.upsert([item("m7", unit(0, 1, 1, 0)), item("m8", unit(1, 0, 1, 0))])
+        assert _persisted_hnsw_segments(tmp_path / "chroma") == 1
     finally:
         await index.aclose()
 
