@@ -38,12 +38,12 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 SHARED = Path(os.environ.get("RECALLQL_SHARED_DIR", REPO.parent / "shared"))
 CONFORMANCE = SHARED / "conformance"
+sys.path.insert(0, str(CONFORMANCE))  # the conformance stub embedder, embed_server.embed
 TOP_K = 3
 
 
 def _vectors(dataset: dict[str, Any]) -> list[list[Any]]:
     """Per save of 100 messages: (message id, thread id, resource id, vector) of every embeddable one."""
-    sys.path.insert(0, str(CONFORMANCE))
     from embed_server import embed  # type: ignore[import-not-found]
 
     from models.embedders import chunk_text, embedding_text

@@ -133,6 +133,7 @@ class ChromaIndex:
         self.dimension = dimension
         self._allow_reset = allow_reset
         self._lock_timeout = lock_timeout
+        self._lock_refused = False  # once refused, later calls fail at once until the holder lets go
         self._directory_lock: FileLock | None = None
         self._configuration: dict[str, Any] = {
             "hnsw": {"space": "cosine", "ef_search": ef_search, "ef_construction": ef_construction}
@@ -181,11 +182,9 @@ class ChromaIndex:
         assert self._path is not None
         lock = FileLock(self._path / ".recallql.lock", thread_local=False, is_singleton=True)
         try:
-            # Only the first attempt waits: later calls (the server's next requests) fail at once until
-            # the other process lets go.
-            lock.acquire(timeout=self._lock_timeout)
+            lock.acquire(timeout=0.0 if self._lock_refused else self._lock_timeout)
         except Timeout:
-            self._lock_timeout = 0.0
+            self._lock_refused = True
             raise VectorIndexError(
                 f"the embedded Chroma directory {self._path} is open in another process; stop that process "
                 "(one at a time may open it), or use a Chroma server (RECALLQL_CHROMA_URL)"

@@ -44,14 +44,15 @@ def build_embedder(settings: Settings) -> Embedder | None:
 
 def build_semantic(settings: Settings, repository: Repository) -> SemanticMemory | None:
     embedder = build_embedder(settings)
-    if embedder is None and settings.embedder == "off":
-        log.info("semantic recall is off (RECALLQL_EMBEDDER=off)")
-        return None
     if embedder is None:
-        log.warning(
-            "semantic recall is off: no embedding model found. Set RECALLQL_EMBEDDING_MODEL_DIR to a folder "
-            "holding onnx/model.onnx (all-MiniLM-L6-v2) or RECALLQL_EMBEDDINGS_URL to an embeddings endpoint."
-        )
+        if settings.embedder == "off":
+            log.info("semantic recall is off (RECALLQL_EMBEDDER=off)")
+        else:
+            log.warning(
+                "semantic recall is off: no embedding model found. Set RECALLQL_EMBEDDING_MODEL_DIR to a "
+                "folder holding onnx/model.onnx (all-MiniLM-L6-v2) or RECALLQL_EMBEDDINGS_URL to an "
+                "embeddings endpoint."
+            )
         return None
     if settings.chroma_url:
         url = settings.chroma_url
