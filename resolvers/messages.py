@@ -76,19 +76,31 @@ class VectorSync(Protocol):
 
     async def release(self, message_ids: Sequence[str]) -> None: ...
     def submit(
-        self, message_ids: Sequence[str], resource_ids: Iterable[str | None]
+        self,
+        message_ids: Sequence[str],
+        resource_ids: Iterable[str | None],
+        stored: Sequence[MessageRecord] = (),
     ) -> asyncio.Future[None]: ...
     async def room(self, timeout: float) -> bool: ...
 
 
-async def sync_vectors(vectors: VectorSync | None, messages: Sequence[MessageRecord], timeout: float) -> None:
+async def sync_vectors(
+    vectors: VectorSync | None,
+    messages: Sequence[MessageRecord],
+    timeout: float,
+    *,
+    stored: Sequence[MessageRecord] = (),
+) -> None:
     """Hands these messages' vectors to the write pipeline and waits (within `timeout`) until the index
     matches SQL for them, or in background mode only until the pipeline's queue has room. SQL has
-    committed: if the write fails or runs out of time, the outbox still holds the work for the drain."""
+    committed: if the write fails or runs out of time, the outbox still holds the work for the drain.
+
+    `stored`: those of the messages as this request has just written them (saved or updated, not
+    deleted), which the pipeline may start embedding before it reads them back."""
     if vectors is None or not messages:
         return
     message_ids = [m.id for m in messages]
-    done = vectors.submit(message_ids, {m.resource_id for m in messages})
+    done = vectors.submit(message_ids, {m.resource_id for m in messages}, stored)
     if vectors.background:
         if not await vectors.room(timeout):
             log.warning("vector queue still full after %.1fs; the save answers anyway", timeout)
@@ -128,11 +140,13 @@ class MessageService:
         self.titles = titles
         self.defaults = defaults if defaults is not None else BUILTIN_DEFAULTS
 
-    async def _sync_vectors(self, messages: Sequence[MessageRecord]) -> None:
+    async def _sync_vectors(
+        self, messages: Sequence[MessageRecord], stored: Sequence[MessageRecord] = ()
+    ) -> None:
         """Indexes the messages now, so a recall right after the save finds them. SQL has committed:
         if this fails, the outbox still holds the work and the background drain finishes it."""
         # Bounded: a slow embedder must not hold the save; the drain catches up.
-        await sync_vectors(self.vectors, messages, self.vector_sync_timeout)
+        await sync_vectors(self.vectors, messages, self.vector_sync_timeout, stored=stored)
 
     def _check_batch(self, operation: str, size: int) -> None:
         if self.max_batch is not None and size > self.max_batch:
@@ -213,7 +227,7 @@ class MessageService:
             )
         except RowForbidden as exc:  # a row of another resource appeared since the check above
             raise principal.message_forbidden(exc.args[0]) from None
-        await self._sync_vectors(stored)
+        await self._sync_vectors(stored, stored)
         events = [message_event(MESSAGE_SAVED, m.thread_id, m) for m in stored]
         await publish_quietly(self.events, events + await self._thread_events({m.thread_id for m in stored}))
         if titles is not None and self.titles is not None:
@@ -310,7 +324,7 @@ class MessageService:
             lock_keys=lock_keys,
         )
         # Both sides: a message that moved leaves vectors in its old resource to remove.
-        await self._sync_vectors([*after, *(before[m.id] for m in after)])
+        await self._sync_vectors([*after, *(before[m.id] for m in after)], after)
         events: list[Publication] = []
         for m in after:
             events.append(message_event(MESSAGE_UPDATED, m.thread_id, m))

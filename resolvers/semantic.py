@@ -8,7 +8,9 @@ Requests hand their messages to one write pipeline per process (`submit`): it ta
 waiting requests at once (up to `pipeline_batch` messages), embeds it in one call and writes each
 resource's vectors in one index call, and embeds the next batch while the index writes the previous
 one. Concurrent saves therefore share embedder batches and vector writes instead of each paying Chroma's
-per-call cost, and a stream of saves keeps both the embedder and the index busy.
+per-call cost, and a stream of saves keeps both the embedder and the index busy. A request hands over
+the rows it wrote, so the embedder starts on them while the pipeline reads SQL back; SQL's answer still
+decides what is written.
 """
 
 from __future__ import annotations
@@ -59,11 +61,13 @@ IndexFactory = Callable[[str, int], VectorIndex]
 
 @dataclass(slots=True)
 class _Job:
-    """One request's messages in the write pipeline; `ticket` orders jobs (they finish in order)."""
+    """One request's messages in the write pipeline; `ticket` orders jobs (they finish in order).
+    `stored`: the messages as the request wrote them, for a head start on embedding."""
 
     ticket: int
     message_ids: list[str]
     done: asyncio.Future[None] = field(repr=False)
+    stored: list[MessageRecord] = field(default_factory=list, repr=False)
 
 
 @dataclass(slots=True)
@@ -269,17 +273,24 @@ class SemanticMemory:
         ]
 
     # ------------------------------------------------------------------ the write pipeline
-    def submit(self, message_ids: Sequence[str], resource_ids: Iterable[str | None]) -> asyncio.Future[None]:
+    def submit(
+        self,
+        message_ids: Sequence[str],
+        resource_ids: Iterable[str | None],
+        stored: Sequence[MessageRecord] = (),
+    ) -> asyncio.Future[None]:
         """Queues these messages' vector work; the future is done once the index matches SQL for them
         (or holds the error: the outbox keeps the work for the drain). `resource_ids`: the resources
-        whose searches must wait for this work (background mode)."""
+        whose searches must wait for this work (background mode). `stored`: some of the messages as
+        the caller has just written them; the pipeline embeds those while it reads SQL, and keeps the
+        vectors of each one SQL still holds as written."""
         loop = asyncio.get_running_loop()
         if self._wake is None or self._worker is None or self._worker.done():
             self._wake = asyncio.Event()
             self._progress = asyncio.Condition()
             self._worker = loop.create_task(self._run_pipeline(), name="recallql-vector-pipeline")
         self._tickets += 1
-        job = _Job(self._tickets, list(dict.fromkeys(message_ids)), loop.create_future())
+        job = _Job(self._tickets, list(dict.fromkeys(message_ids)), loop.create_future(), list(stored))
         for resource in resource_ids:
             self._last_ticket[resource] = job.ticket
         self._jobs.append(job)
@@ -340,9 +351,37 @@ class SemanticMemory:
 
     async def _prepare(self, jobs: list[_Job]) -> _Prepared:
         try:
-            return _Prepared(jobs, await self._load([i for job in jobs for i in job.message_ids]))
+            return _Prepared(jobs, await self._load_ahead(jobs))
         except Exception as exc:  # the jobs fail; their outbox entries stay for the drain
             return _Prepared(jobs, None, error=exc)
+
+    async def _load_ahead(self, jobs: list[_Job]) -> _VectorWork:
+        """`_load` for the jobs' messages, with the embedder started on the messages as their requests
+        wrote them while SQL is read (a save's messages almost always read back unchanged), so that
+        the embedder does not wait for the read. A message SQL now holds otherwise (changed since,
+        deleted, moved) gets the treatment `_load` would give it."""
+        ahead: dict[str, MessageRecord] = {}
+        for job in jobs:
+            for message in job.stored:  # a later job's copy of a message is the newer one
+                ahead.pop(message.id, None)
+                if embeddable_text(message) is not None:
+                    ahead[message.id] = message
+        if not ahead:
+            return await self._load([i for job in jobs for i in job.message_ids])
+        early = asyncio.ensure_future(self._embed_messages(list(ahead.values())))
+        try:
+            message_ids = [i for job in jobs for i in job.message_ids]
+            entries, rows = await self.repository.outbox_snapshot(
+                message_ids=message_ids, limit=max(self.drain_batch, len(message_ids) * 4)
+            )
+            embedded = await early
+        finally:
+            early.cancel()  # only when the read failed: the vectors would have no use
+        current = [m for m in rows.values() if embeddable_text(m) is not None]
+        unchanged = {m.id for m in current if m.id in ahead and _same_vectors(ahead[m.id], m)}
+        items = [item for item in embedded if item.message_id in unchanged]
+        items.extend(await self._embed_messages([m for m in current if m.id not in unchanged]))
+        return _VectorWork([e.id for e in entries], _stale_vectors(entries, rows), items)
 
     async def _apply(self, prepared: _Prepared) -> None:
         self._applying = prepared.jobs
@@ -535,6 +574,15 @@ class SemanticMemory:
             with contextlib.suppress(Exception):
                 await self._index.aclose()
         await self.embedder.aclose()
+
+
+def _same_vectors(a: MessageRecord, b: MessageRecord) -> bool:
+    """Whether two versions of a message get the same vectors, in the same place."""
+    return (
+        a.thread_id == b.thread_id
+        and a.resource_id == b.resource_id
+        and embeddable_text(a) == embeddable_text(b)
+    )
 
 
 def _stale_vectors(

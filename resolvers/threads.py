@@ -310,7 +310,7 @@ class ThreadService:
         if result is None:
             raise NotFound(f"Source thread with id {source_thread_id} not found")
         thread, copies = result
-        await sync_vectors(self.vectors, copies, self.vector_sync_timeout)
+        await sync_vectors(self.vectors, copies, self.vector_sync_timeout, stored=copies)
         events = [thread_event(THREAD_CREATED, thread)]
         events.extend(message_event(MESSAGE_SAVED, thread.id, m) for m in copies)
         await publish_quietly(self.events, events)

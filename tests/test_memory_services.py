@@ -33,6 +33,7 @@ class RecordingVectors:
     def __init__(self, repository: Repository) -> None:
         self.repository = repository
         self.seen: list[tuple[str, str | None, bool]] = []  # (message, previous resource, still in SQL)
+        self.stored: list[str] = []  # messages handed over as their request wrote them
 
     async def sync(self, message_ids: Sequence[str] | None = None) -> int:
         entries, rows = await self.repository.outbox_snapshot(message_ids=message_ids)
@@ -48,7 +49,13 @@ class RecordingVectors:
     async def room(self, timeout: float) -> bool:
         return True
 
-    def submit(self, message_ids: Sequence[str], resource_ids: Iterable[str | None]) -> asyncio.Future[None]:
+    def submit(
+        self,
+        message_ids: Sequence[str],
+        resource_ids: Iterable[str | None],
+        stored: Sequence[MessageRecord] = (),
+    ) -> asyncio.Future[None]:
+        self.stored.extend(m.id for m in stored)
         return asyncio.ensure_future(self.sync(message_ids))
 
 
@@ -65,7 +72,10 @@ def memory(repository: Repository, vectors: RecordingVectors) -> Services:
 async def test_every_message_change_reaches_the_vectors(memory: Services, vectors: RecordingVectors) -> None:
     await seed(memory, msg("m1"), msg("m2"), threads={"t1": "r1", "t2": "r2"})
     assert vectors.seen == [("m1", None, True), ("m2", None, True)]
+    # Saves, updates and clones hand over the rows they wrote (a head start for the embedder).
+    assert vectors.stored == ["m1", "m2"]
     vectors.seen.clear()
+    vectors.stored.clear()
 
     await memory.messages.update(
         [MessagePatch("m1", content={"parts": [{"type": "text", "text": "new"}]})], principal=OPEN
@@ -76,17 +86,22 @@ async def test_every_message_change_reaches_the_vectors(memory: Services, vector
     await memory.messages.update([MessagePatch("m1", thread_id="t2")], principal=OPEN)
     assert vectors.seen == [("m1", "r1", True)]
     assert (await memory.repository.get_messages(["m1"]))["m1"].resource_id == "r2"
+    assert vectors.stored == ["m1", "m1"]  # one update each; never the old version of a moved one
     vectors.seen.clear()
+    vectors.stored.clear()
 
     clone = await memory.threads.clone("t1", new_thread_id="t1-copy", principal=OPEN)
     assert [(m, prev, alive) for m, prev, alive in vectors.seen] == [(clone.messages[0].id, None, True)]
+    assert vectors.stored == [clone.messages[0].id]
     vectors.seen.clear()
+    vectors.stored.clear()
 
     await memory.messages.delete(["m1", "ghost"], principal=OPEN)
     assert vectors.seen == [("m1", "r2", False)]
     vectors.seen.clear()
     assert await memory.threads.delete("t1", principal=OPEN) is True
     assert vectors.seen == [("m2", "r1", False)]
+    assert vectors.stored == []  # deletions have nothing to embed
     assert await memory.repository.outbox_backlog() == 0
 
 

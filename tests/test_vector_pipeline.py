@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from models.embedders import Embedding, EmbeddingError
+from models.embedders import Embedding, EmbeddingError, embedding_text
 from models.records import MessageQuery
 from models.repository import Repository
 from models.vector_index import ChromaIndex, VectorItem
@@ -262,6 +263,54 @@ async def test_updates_and_deletes_go_through_the_pipeline_in_order(make: Any) -
     await setup.services.messages.delete([first], principal=OPEN)
     assert await setup.hits("zebra", thread_id, resource_id) == []
     assert await setup.index.count(resource_id) == 0
+
+
+async def test_saved_messages_are_embedded_while_sql_is_read_and_sql_wins(make: Any) -> None:
+    setup = make(background=True)
+    thread_id, resource_id = await new_thread(setup)
+    other_thread, other_resource = await new_thread(setup)
+    repository = setup.services.repository
+    read_gate = asyncio.Event()
+    read = repository.outbox_snapshot
+
+    async def gated_read(**kwargs: Any) -> Any:
+        await read_gate.wait()
+        return await read(**kwargs)
+
+    repository.outbox_snapshot = gated_read  # type: ignore[method-assign]
+    saved = await setup.save(thread_id, resource_id, ["alpha", "bravo", "charlie", "delta"])
+    for _ in range(100):
+        if setup.embedder.calls:
+            break
+        await asyncio.sleep(0.02)
+    # The saved texts are being embedded although the pipeline has not read them back yet.
+    assert setup.embedder.calls == [4]
+    # Before that read, SQL changes under the pipeline (another replica's requests, say): bravo gets a
+    # new text, charlie is deleted, delta moves to another resource's thread.
+    rows = await repository.get_messages(saved)
+    by_text = {embedding_text(m.content): m.id for m in rows.values()}
+    ids = [by_text[text] for text in ("alpha", "bravo", "charlie", "delta")]
+    now = rows[ids[0]].created_at + 1000
+    await repository.save_messages(
+        [
+            replace(rows[ids[1]], content={"format": 2, "parts": [{"type": "text", "text": "foxtrot"}]}),
+            replace(rows[ids[3]], thread_id=other_thread, resource_id=other_resource),
+        ],
+        now=now,
+        track_vectors=True,
+    )
+    await repository.delete_messages([ids[2]], now=now, track_vectors=True)
+    read_gate.set()
+    assert await setup.semantic.flush(10)
+    # What SQL holds wins: the two changed messages were embedded again, charlie was not written.
+    assert setup.embedder.calls == [4, 2]
+    assert await setup.index.stored(resource_id) == {(ids[0], 0), (ids[1], 0)}
+    assert await setup.index.stored(other_resource) == {(ids[3], 0)}
+    found = await setup.semantic.search(
+        "foxtrot", thread_id=thread_id, resource_id=resource_id, resource_scope=True, top_k=1
+    )
+    assert [(h.message_id, round(h.score, 6)) for h in found.hits] == [(ids[1], 1.0)]
+    assert await repository.outbox_backlog() == 0
 
 
 # ---------------------------------------------------------------------------------------------- over HTTP
