@@ -6,17 +6,19 @@ event is published never sees it, and one that falls more than `queue_size` even
 oldest of them (the server logs a warning). Clients that need every change re-read after reconnecting.
 
 Channels: `messages:<threadId>` carries MessageEvent payloads and `threads:<resourceId>` ThreadEvent
-payloads. A payload is a JSON-ready dict; records travel with it (the state right after the change,
-or the last stored state for deletions), so a subscriber needs no database read.
+payloads. A payload is a JSON-ready dict, read-only (it shares the values of the records it carries);
+records travel with it (the state right after the change, or the last stored state for deletions), so
+a subscriber needs no database read.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import asdict
+from dataclasses import fields
 from typing import Any, Protocol
 
 import orjson
@@ -45,6 +47,17 @@ def thread_channel(resource_id: str) -> str:
     return f"threads:{resource_id}"
 
 
+@functools.cache
+def _field_names(kind: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(kind))
+
+
+def _fields(record: MessageRecord | ThreadRecord) -> dict[str, Any]:
+    # Not dataclasses.asdict: its deep copy of every message's content was the costliest step of a
+    # save's own work. Payloads share the record's values, so nothing may change them in place.
+    return {name: getattr(record, name) for name in _field_names(type(record))}
+
+
 def message_event(kind: str, thread_id: str, message: MessageRecord, at: int | None = None) -> Publication:
     """An event on `thread_id`'s channel (a moved message is announced on its old and new threads)."""
     return (
@@ -53,7 +66,7 @@ def message_event(kind: str, thread_id: str, message: MessageRecord, at: int | N
             "kind": kind,
             "threadId": thread_id,
             "messageId": message.id,
-            "message": asdict(message),
+            "message": _fields(message),
             "at": at if at is not None else now_ms(),
         },
     )
@@ -66,7 +79,7 @@ def thread_event(kind: str, thread: ThreadRecord, at: int | None = None) -> Publ
             "kind": kind,
             "threadId": thread.id,
             "resourceId": thread.resource_id,
-            "thread": asdict(thread),
+            "thread": _fields(thread),
             "at": at if at is not None else now_ms(),
         },
     )
