@@ -120,6 +120,16 @@ def chunk_text(text: str, size: int = DEFAULT_CHUNK_SIZE) -> list[str]:
     """
     if size < 1:
         raise ValueError("size must be positive")
+    if 2 * len(text) <= size:
+        # Every chat message: even at two UTF-16 units per character the text fits in one chunk, so
+        # the result is the text with each whitespace run made one space and a leading one dropped.
+        joined = _JS_WHITESPACE_RUN.sub(" ", text)
+        joined = joined[1:] if joined.startswith(" ") else joined
+        return [joined] if joined else []
+    return _chunk_words(text, size)
+
+
+def _chunk_words(text: str, size: int) -> list[str]:
     chunks: list[str] = []
     current: list[str] = []
     current_len = 0

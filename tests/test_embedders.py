@@ -13,6 +13,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from models.embedders import (
     Embedder,
@@ -20,6 +22,7 @@ from models.embedders import (
     EmbeddingError,
     HttpEmbedder,
     OnnxMiniLMEmbedder,
+    _chunk_words,
     chunk_text,
     embedding_text,
 )
@@ -368,6 +371,19 @@ def test_chunk_text_small_cases() -> None:
     assert chunk_text("\U0001f600\U0001f600 a", 4) == ["\U0001f600\U0001f600", "a"]
     with pytest.raises(ValueError, match="positive"):
         chunk_text("a", 0)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    text=st.text(
+        alphabet=st.sampled_from(["a", "b", "\U0001f600", " ", "\n", "\t", "\u00a0", "\u3000", "\x1c"]),
+        max_size=40,
+    ),
+    size=st.integers(min_value=1, max_value=90),
+)
+def test_chunk_text_short_cut_agrees_with_the_word_walk(text: str, size: int) -> None:
+    # chunk_text answers texts that fit whole without walking their words; the walk is Mastra's rule.
+    assert chunk_text(text, size) == _chunk_words(text, size)
 
 
 def test_chunk_text_never_exceeds_size() -> None:
