@@ -227,15 +227,20 @@ class SemanticMemory:
     ) -> _VectorWork:
         """The queued entries (of these messages, or the oldest batch) with what SQL holds now,
         embedded."""
-        entries, rows = await self.repository.outbox_snapshot(
-            message_ids=message_ids,
-            limit=max(self.drain_batch, len(message_ids or ()) * 4),
-            queued_before=queued_before,
-        )
+        entries, rows = await self._snapshot(message_ids, queued_before=queued_before)
         if not entries:
             return _VectorWork([], {}, [])
         items = await self._embed_messages([m for m in rows.values() if embeddable_text(m) is not None])
         return _VectorWork([e.id for e in entries], _stale_vectors(entries, rows), items)
+
+    async def _snapshot(
+        self, message_ids: Sequence[str] | None, *, queued_before: int | None = None
+    ) -> tuple[list[OutboxEntry], dict[str, MessageRecord]]:
+        return await self.repository.outbox_snapshot(
+            message_ids=message_ids,
+            limit=max(self.drain_batch, len(message_ids or ()) * 4),
+            queued_before=queued_before,
+        )
 
     async def _store(self, work: _VectorWork) -> None:
         """Stale vectors out, new ones in, then the entries settled (a crash before that repeats it)."""
@@ -370,10 +375,7 @@ class SemanticMemory:
             return await self._load([i for job in jobs for i in job.message_ids])
         early = asyncio.ensure_future(self._embed_messages(list(ahead.values())))
         try:
-            message_ids = [i for job in jobs for i in job.message_ids]
-            entries, rows = await self.repository.outbox_snapshot(
-                message_ids=message_ids, limit=max(self.drain_batch, len(message_ids) * 4)
-            )
+            entries, rows = await self._snapshot([i for job in jobs for i in job.message_ids])
             embedded = await early
         finally:
             early.cancel()  # only when the read failed: the vectors would have no use

@@ -216,8 +216,8 @@ async def test_a_writer_that_outruns_the_pipeline_keeps_its_batches_whole(make: 
     # that save's messages to take next, and ran on in small batches.
     setup = make(background=True, pipeline_batch=6, max_backlog=6)
     # Slow enough that the writer fills the queue during every embedder call, even with PostgreSQL saves
-    # on a loaded machine.
-    setup.embedder.delay = 0.3
+    # on a loaded machine (the pipeline reads SQL while it embeds, so a call is all the writer gets).
+    setup.embedder.delay = 0.6
     thread_id, resource_id = await new_thread(setup)
     for n in range(15):
         await setup.save(thread_id, resource_id, [f"message {n} part {k}" for k in range(2)])
