@@ -353,7 +353,16 @@ async def test_what_is_stored_and_whether_a_query_reaches_it(tmp_path: Path) -> 
         many = [item(f"n{k}", unit(1.0, k / 2500, (k % 7) / 7, 0.5)) for k in range(2500)]
         await a.upsert(many)
         assert len(await a.stored("r1")) == 2502
-        assert await a.unreachable("r1", k=3) == {"m1"}
+        lost = await a.unreachable("r1", k=3)
+        assert "m1" in lost
+        # HNSW is approximate: in a cone this dense it can also leave the odd record of the cone out of
+        # reach (1 of 2,500 in one CI run). Whatever is reported must be: its own vector's top 3 neither
+        # holds it nor ties at distance 0.
+        assert len(lost) <= 5, lost
+        cone = {i.message_id: i.vector for i in many}
+        for message_id in lost - {"m1"}:
+            hits = await a.query(cone[message_id], resource_ids=["r1"], thread_id=None, top_k=3)
+            assert message_id not in ids(hits) and 1.0 - hits[-1].score > 1e-6, (message_id, hits)
         assert "m1" not in ids(await a.query(E1, resource_ids=["r1"], thread_id=None, top_k=3))
         # A dozen exact duplicates tie at distance 0: those outside the top k still count as reached.
         await a.upsert(
