@@ -20,7 +20,7 @@ import contextlib
 import hashlib
 import logging
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -223,24 +223,32 @@ class SemanticMemory:
         return len(work.entry_ids)
 
     async def _load(
-        self, message_ids: Sequence[str] | None, *, queued_before: int | None = None
+        self,
+        message_ids: Sequence[str] | None,
+        *,
+        queued_before: int | None = None,
+        ahead: Mapping[str, MessageRecord] | None = None,
     ) -> _VectorWork:
         """The queued entries (of these messages, or the oldest batch) with what SQL holds now,
-        embedded."""
-        entries, rows = await self._snapshot(message_ids, queued_before=queued_before)
-        if not entries:
-            return _VectorWork([], {}, [])
-        items = await self._embed_messages([m for m in rows.values() if embeddable_text(m) is not None])
+        embedded. `ahead`: embeddable messages as their requests wrote them (a save's almost always
+        read back unchanged); they are embedded while SQL is read, so the embedder does not wait for
+        the read, and their vectors are kept where SQL still holds them as written."""
+        early = asyncio.ensure_future(self._embed_messages(list(ahead.values()))) if ahead else None
+        try:
+            entries, rows = await self.repository.outbox_snapshot(
+                message_ids=message_ids,
+                limit=max(self.drain_batch, len(message_ids or ()) * 4),
+                queued_before=queued_before,
+            )
+            embedded = await early if early is not None else []
+        finally:
+            if early is not None:
+                early.cancel()  # only when the read failed: the vectors would have no use
+        current = [m for m in rows.values() if embeddable_text(m) is not None]
+        unchanged = {m.id for m in current if ahead and m.id in ahead and _same_vectors(ahead[m.id], m)}
+        items = [item for item in embedded if item.message_id in unchanged]
+        items.extend(await self._embed_messages([m for m in current if m.id not in unchanged]))
         return _VectorWork([e.id for e in entries], _stale_vectors(entries, rows), items)
-
-    async def _snapshot(
-        self, message_ids: Sequence[str] | None, *, queued_before: int | None = None
-    ) -> tuple[list[OutboxEntry], dict[str, MessageRecord]]:
-        return await self.repository.outbox_snapshot(
-            message_ids=message_ids,
-            limit=max(self.drain_batch, len(message_ids or ()) * 4),
-            queued_before=queued_before,
-        )
 
     async def _store(self, work: _VectorWork) -> None:
         """Stale vectors out, new ones in, then the entries settled (a crash before that repeats it)."""
@@ -356,34 +364,11 @@ class SemanticMemory:
 
     async def _prepare(self, jobs: list[_Job]) -> _Prepared:
         try:
-            return _Prepared(jobs, await self._load_ahead(jobs))
+            return _Prepared(
+                jobs, await self._load([i for job in jobs for i in job.message_ids], ahead=_ahead(jobs))
+            )
         except Exception as exc:  # the jobs fail; their outbox entries stay for the drain
             return _Prepared(jobs, None, error=exc)
-
-    async def _load_ahead(self, jobs: list[_Job]) -> _VectorWork:
-        """`_load` for the jobs' messages, with the embedder started on the messages as their requests
-        wrote them while SQL is read (a save's messages almost always read back unchanged), so that
-        the embedder does not wait for the read. A message SQL now holds otherwise (changed since,
-        deleted, moved) gets the treatment `_load` would give it."""
-        ahead: dict[str, MessageRecord] = {}
-        for job in jobs:
-            for message in job.stored:  # a later job's copy of a message is the newer one
-                ahead.pop(message.id, None)
-                if embeddable_text(message) is not None:
-                    ahead[message.id] = message
-        if not ahead:
-            return await self._load([i for job in jobs for i in job.message_ids])
-        early = asyncio.ensure_future(self._embed_messages(list(ahead.values())))
-        try:
-            entries, rows = await self._snapshot([i for job in jobs for i in job.message_ids])
-            embedded = await early
-        finally:
-            early.cancel()  # only when the read failed: the vectors would have no use
-        current = [m for m in rows.values() if embeddable_text(m) is not None]
-        unchanged = {m.id for m in current if m.id in ahead and _same_vectors(ahead[m.id], m)}
-        items = [item for item in embedded if item.message_id in unchanged]
-        items.extend(await self._embed_messages([m for m in current if m.id not in unchanged]))
-        return _VectorWork([e.id for e in entries], _stale_vectors(entries, rows), items)
 
     async def _apply(self, prepared: _Prepared) -> None:
         self._applying = prepared.jobs
@@ -448,12 +433,10 @@ class SemanticMemory:
         index = await self.index()
         if rebuild:
             await index.drop(None if resource_id is None else [resource_id])
-        after, done = 0, 0
-        while rows := await self.repository.messages_in_order(
-            after_seq=after, limit=batch, resource_id=resource_id
-        ):
+        done = 0
+        async for rows in self._messages_in_order(resource_id, batch=batch):
             await self._write(index, [m for m in rows if embeddable_text(m) is not None])
-            after, done = rows[-1].seq, done + len(rows)
+            done += len(rows)
             if on_progress is not None:
                 on_progress(len(rows))
         await self.drain()
@@ -501,16 +484,24 @@ class SemanticMemory:
     async def _expected_vectors(self, resource_id: str | None) -> set[tuple[str, int]]:
         """(message id, chunk) of every vector SQL says this resource's collection should hold."""
         wanted: set[tuple[str, int]] = set()
-        after = 0
-        while rows := await self.repository.messages_in_order(
-            after_seq=after, limit=1000, resource_id=resource_id, without_resource=resource_id is None
-        ):
+        pages = self._messages_in_order(resource_id, batch=1000, without_resource=resource_id is None)
+        async for rows in pages:
             for message in rows:
                 text = embeddable_text(message)
                 if text is not None:
                     wanted.update((message.id, n) for n in range(len(chunk_text(text))))
-            after = rows[-1].seq
         return wanted
+
+    async def _messages_in_order(
+        self, resource_id: str | None, *, batch: int, without_resource: bool = False
+    ) -> AsyncIterator[list[MessageRecord]]:
+        """Pages of messages by insertion sequence (see Repository.messages_in_order)."""
+        after = 0
+        while rows := await self.repository.messages_in_order(
+            after_seq=after, limit=batch, resource_id=resource_id, without_resource=without_resource
+        ):
+            yield rows
+            after = rows[-1].seq
 
     async def repair(self, checks: Sequence[IndexCheck]) -> list[str | None]:
         """Rebuilds (drop, then refill from SQL) the collections of the resources a check found wrong;
@@ -576,6 +567,17 @@ class SemanticMemory:
             with contextlib.suppress(Exception):
                 await self._index.aclose()
         await self.embedder.aclose()
+
+
+def _ahead(jobs: Sequence[_Job]) -> dict[str, MessageRecord]:
+    """The embeddable messages the jobs' requests handed over; a later job's copy is the newer one."""
+    ahead: dict[str, MessageRecord] = {}
+    for job in jobs:
+        for message in job.stored:
+            ahead.pop(message.id, None)
+            if embeddable_text(message) is not None:
+                ahead[message.id] = message
+    return ahead
 
 
 def _same_vectors(a: MessageRecord, b: MessageRecord) -> bool:
