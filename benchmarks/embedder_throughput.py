@@ -1,6 +1,7 @@
 """Throughput of chromadb's ONNXMiniLM_L6_V2 versus OnnxMiniLMEmbedder on short chat messages.
 
-    python benchmarks/embedder_throughput.py [--messages 500] [--model-dir DIR] [--threads N] [--spin]
+    python benchmarks/embedder_throughput.py [--messages 500] [--model-dir DIR] [--threads N] [--workers N]
+        [--spin]
 
 Both read the same model folder (the one that contains onnx/); nothing is downloaded. Chroma pads every
 text to 256 tokens, OnnxMiniLMEmbedder pads each batch to its longest text, so the gap is largest for
@@ -72,7 +73,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=500)
     parser.add_argument("--model-dir", type=Path, default=None)
-    parser.add_argument("--threads", type=int, default=None, help="intra-op threads for ours")
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads per run for ours")
+    parser.add_argument("--workers", type=int, default=None, help="runs at once for ours (default: cores)")
     parser.add_argument("--spin", action="store_true", help="let ours spin-wait (lower latency)")
     args = parser.parse_args()
     model_dir = args.model_dir or Path(os.environ.get("RECALLQL_EMBEDDING_MODEL_DIR") or DEFAULT_MODEL_DIR)
@@ -88,7 +90,7 @@ def main() -> None:
     )
 
     async def run() -> dict[str, float]:
-        ours = OnnxMiniLMEmbedder(model_dir, threads=args.threads, spin=args.spin)
+        ours = OnnxMiniLMEmbedder(model_dir, threads=args.threads, workers=args.workers, spin=args.spin)
         loop = asyncio.get_running_loop()
         await ours.warmup()
 

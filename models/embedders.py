@@ -13,14 +13,18 @@ Two implementations of :class:`Embedder`:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
+import math
 import os
+import queue
 import re
+import sys
 import threading
-from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import httpx
 import numpy as np
@@ -201,13 +205,88 @@ def embedding_text(content: Mapping[str, Any]) -> str | None:
 # Local ONNX model
 
 
-def _default_threads() -> int:
+def _usable_cores() -> int:
     try:
         available = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         available = os.cpu_count() or 1
     # Beyond a handful of threads a 6-layer encoder on short inputs stops scaling.
     return max(1, min(available, 8))
+
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class _Task:
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any]
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():  # cancelled while it ran
+        return
+    if error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)
+
+
+class _Workers:
+    """Threads that take jobs from one priority queue: lower numbers first, equal ones in the order
+    they came. The threads take their next job themselves, so the model never idles while the event
+    loop is busy elsewhere, and a query's single batch overtakes the queued batches of a bulk call."""
+
+    def __init__(self, count: int, name: str) -> None:
+        self._count = count
+        self._name = name
+        self._queue: queue.PriorityQueue[tuple[int, int, _Task | None]] = queue.PriorityQueue()
+        self._order = itertools.count()
+        self._threads: list[threading.Thread] = []
+        self._closed = False
+
+    def submit(self, priority: int, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """Runs ``fn(*args)`` on a worker; cancelling the future before a worker takes it drops it."""
+        if self._closed:
+            raise EmbeddingError("the embedder is closed")
+        if not self._threads:
+            self._threads = [
+                threading.Thread(target=self._work, name=f"{self._name}-{n}", daemon=True)
+                for n in range(self._count)
+            ]
+            for thread in self._threads:
+                thread.start()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._queue.put((priority, next(self._order), _Task(loop, future, fn, args)))
+        return future
+
+    def _work(self) -> None:
+        while True:
+            _, _, task = self._queue.get()
+            if task is None:
+                return
+            # Read from another thread, cancelled() can be stale: at worst a dropped job still runs.
+            if task.future.cancelled():
+                continue
+            result: Any = None
+            error: BaseException | None = None
+            try:
+                result = task.fn(*task.args)
+            except BaseException as exc:
+                error = exc
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting any more
+                task.loop.call_soon_threadsafe(_settle, task.future, result, error)
+
+    def shutdown(self) -> None:
+        """Refuses new jobs, lets the queued ones finish, and joins the threads (blocking)."""
+        self._closed = True
+        for _ in self._threads:
+            self._queue.put((sys.maxsize, next(self._order), None))
+        for thread in self._threads:
+            thread.join()
 
 
 # How much padding a batch may add to its shortest text: longest <= 1.5 x shortest + 8 tokens.
@@ -226,13 +305,21 @@ class OnnxMiniLMEmbedder:
     * texts are tokenized once, sorted by length and padded per batch to the longest text in the batch,
       batches holding texts of similar length (chromadb pads every text to 256 tokens, so a 10-token
       message costs as much as a 256-token one);
-    * all model work runs on one dedicated thread, off the event loop, one batch at a time, so concurrent
-      callers interleave batch by batch instead of oversubscribing the cores;
+    * model work runs on ``workers`` threads of its own (default 1), off the event loop; each takes
+      the next batch itself, so the model does not wait for a busy event loop between batches, and calls
+      with fewer batches go first: a query waits for the batch that is running, not for the queued
+      batches of a bulk save;
     * ``tokens`` reports the real token count (after truncation at 256, special tokens included).
 
-    On a 2-core machine the vectors come out bit-identical to chromadb's, at 10-30x its rate for chat-sized
-    texts (benchmarks/embedder_throughput.py). ``threads`` is onnxruntime's intra-op thread count (default:
-    the usable cores, at most 8); ``spin`` lets its threads spin-wait between runs (lower latency, more CPU).
+    ``threads`` is onnxruntime's intra-op thread count per run (default: the usable cores, at most 8,
+    with one worker; 1 with several). One worker running each batch on every core gives the lowest
+    latency per query. Several single-threaded workers give more throughput for bulk work (their runs
+    do not wait for each other at every layer; on 2 cores, 2 workers embed chat texts about 15% faster
+    and with 10% less CPU per text) but a lone query runs on one core (short texts about 20% slower).
+    ``spin`` lets intra-op threads spin-wait between runs (lower latency, more CPU).
+
+    On a 2-core machine the vectors come out bit-identical to chromadb's, at 10-30x its rate for
+    chat-sized texts (benchmarks/embedder_throughput.py).
     """
 
     MAX_TOKENS = 256
@@ -245,6 +332,7 @@ class OnnxMiniLMEmbedder:
         name: str = "all-MiniLM-L6-v2",
         batch_size: int = 32,
         threads: int | None = None,
+        workers: int = 1,
         spin: bool = False,
     ) -> None:
         self._dir = Path(model_dir) / "onnx"
@@ -253,18 +341,17 @@ class OnnxMiniLMEmbedder:
                 raise FileNotFoundError(
                     f"{self._dir / required} is missing: model_dir must be the folder that contains onnx/"
                 )
-        if batch_size < 1:
-            raise ValueError("batch_size must be positive")
+        if batch_size < 1 or workers < 1 or (threads is not None and threads < 1):
+            raise ValueError("batch_size, threads and workers must be positive")
         self._name = name
         self._batch_size = batch_size
-        self._threads = threads or _default_threads()
+        self._threads = threads or (_usable_cores() if workers == 1 else 1)
         self._spin = spin
         self._load_lock = threading.Lock()
         self._session: onnxruntime.InferenceSession | None = None
         self._tokenizer: tokenizers.Tokenizer | None = None
-        self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="onnx-embedder"
-        )
+        self._workers_count = workers
+        self._workers: _Workers | None = _Workers(workers, "onnx-embedder")
 
     @property
     def name(self) -> str:
@@ -295,8 +382,8 @@ class OnnxMiniLMEmbedder:
                 options.log_severity_level = 3
                 options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
                 options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-                # A BERT encoder is one chain of ops: intra-op threads use the cores, inter-op threads
-                # would only compete with them.
+                # A BERT encoder is one chain of ops: inter-op threads would only compete with the
+                # intra-op ones. One session serves all workers (its run() is thread-safe).
                 options.intra_op_num_threads = self._threads
                 options.inter_op_num_threads = 1
                 # Spin-waiting keeps the worker threads busy after each run. It cuts single-text latency
@@ -337,9 +424,13 @@ class OnnxMiniLMEmbedder:
         # tokenizers' rayon pool (and its fork warnings in subprocess-heavy tests) out of the picture.
         return [tokenizer.encode(text).ids for text in texts]
 
+    def _run_listed(self, ids: list[list[int]]) -> list[list[float]]:
+        # The conversion to Python floats is work too: done here, off the event loop.
+        return self._run_batch(ids).tolist()  # type: ignore[no-any-return]
+
     def embed_sync(self, texts: Sequence[str]) -> Embedding:
         """Blocking version of :meth:`embed`, for scripts and benchmarks (runs on the calling thread)."""
-        if self._executor is None:
+        if self._workers is None:
             raise EmbeddingError("the embedder is closed")
         token_ids = self._tokenize(texts)
         vectors: list[list[float]] = [[] for _ in texts]
@@ -355,15 +446,17 @@ class OnnxMiniLMEmbedder:
         Every text of a run is padded to the run's longest, so a run also ends where the next text is
         longer than 1.5 times the run's shortest plus 8 tokens: a short user message and a long reply
         in one save then do not pay for each other's length (batches of 50 conversation messages:
-        98 -> 148 a second, semantic-2026-11-30-ingest-conversation.md).
+        98 -> 148 a second, semantic-2026-11-30-ingest-conversation.md). A call too small to fill a
+        run per worker is cut into one run per worker, so that it still uses every core.
         """
+        size = max(1, min(self._batch_size, math.ceil(len(token_ids) / self._workers_count)))
         order = sorted(range(len(token_ids)), key=lambda i: len(token_ids[i]))
         batches: list[list[int]] = []
         run: list[int] = []
         limit = 0.0
         for i in order:
             length = len(token_ids[i])
-            if run and (len(run) >= self._batch_size or length > limit):
+            if run and (len(run) >= size or length > limit):
                 batches.append(run)
                 run = []
             if not run:
@@ -373,33 +466,43 @@ class OnnxMiniLMEmbedder:
             batches.append(run)
         return batches
 
-    async def _submit(self, fn: Any, *args: Any) -> Any:
-        if self._executor is None:
+    def _submit(self, priority: int, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        if self._workers is None:
             raise EmbeddingError("the embedder is closed")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        return self._workers.submit(priority, fn, *args)
 
     async def embed(self, texts: Sequence[str]) -> Embedding:
         """Embed ``texts`` (truncated at 256 tokens); vectors are unit length, in input order."""
         texts = list(texts)
         if not texts:
             return Embedding(vectors=[], tokens=0)
-        token_ids: list[list[int]] = await self._submit(self._tokenize, texts)
+        priority = math.ceil(len(texts) / self._batch_size)
+        if priority == 1 and self._tokenizer is not None:
+            # A few texts tokenize in microseconds: a hop to a worker and back would cost more.
+            token_ids = self._tokenize(texts)
+        else:
+            token_ids = await self._submit(priority, self._tokenize, texts)
+        batches = self._batches(token_ids)
+        runs = [self._submit(priority, self._run_listed, [token_ids[i] for i in batch]) for batch in batches]
+        try:
+            outs = await asyncio.gather(*runs)
+        finally:
+            for run in runs:  # after a failure or a cancellation: the queued rest is dropped
+                run.cancel()
         vectors: list[list[float]] = [[] for _ in texts]
-        # One executor job per batch: a query arriving during a large save waits for one batch, not all.
-        for batch in self._batches(token_ids):
-            out: np.ndarray = await self._submit(self._run_batch, [token_ids[i] for i in batch])
-            for i, vec in zip(batch, out.tolist(), strict=True):
+        for batch, out in zip(batches, outs, strict=True):
+            for i, vec in zip(batch, out, strict=True):
                 vectors[i] = vec
         return Embedding(vectors=vectors, tokens=sum(len(ids) for ids in token_ids))
 
     async def warmup(self) -> None:
         """Load the model now rather than on the first :meth:`embed`."""
-        await self._submit(self._load)
+        await self._submit(0, self._load)
 
     async def aclose(self) -> None:
-        executor, self._executor = self._executor, None
-        if executor is not None:
-            await asyncio.to_thread(executor.shutdown, True)
+        workers, self._workers = self._workers, None
+        if workers is not None:
+            await asyncio.to_thread(workers.shutdown)
         self._session = None
         self._tokenizer = None
 

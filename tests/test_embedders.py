@@ -7,6 +7,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from models.embedders import (
     HttpEmbedder,
     OnnxMiniLMEmbedder,
     _chunk_words,
+    _Workers,
     chunk_text,
     embedding_text,
 )
@@ -206,6 +208,107 @@ async def test_onnx_embed_does_not_block_the_event_loop(onnx_embedder: OnnxMiniL
     finally:
         task.cancel()
     assert ticks > 5
+
+
+async def test_workers_take_lower_priorities_first_and_skip_cancelled_jobs() -> None:
+    workers = _Workers(1, "test-workers")
+    gate = threading.Event()
+    ran: list[str] = []
+
+    def job(name: str) -> str:
+        if name == "blocker":
+            assert gate.wait(10)
+        ran.append(name)
+        return name
+
+    try:
+        blocker = workers.submit(0, job, "blocker")
+        await asyncio.sleep(0.05)  # the one worker is now held by the blocker
+        bulk = [workers.submit(5, job, f"bulk{n}") for n in range(3)]
+        dropped = workers.submit(5, job, "dropped")
+        query = workers.submit(1, job, "query")
+        dropped.cancel()
+        gate.set()
+        assert await asyncio.gather(blocker, query, *bulk) == ["blocker", "query", "bulk0", "bulk1", "bulk2"]
+        assert ran == ["blocker", "query", "bulk0", "bulk1", "bulk2"]  # the query overtook the bulk jobs
+
+        def fails() -> None:
+            raise ValueError("boom")
+
+        with pytest.raises(ValueError, match="boom"):
+            await workers.submit(0, fails)
+    finally:
+        gate.set()
+        await asyncio.to_thread(workers.shutdown)
+    assert "dropped" not in ran
+    with pytest.raises(EmbeddingError, match="closed"):
+        workers.submit(0, job, "late")
+
+
+@needs_model
+async def test_onnx_query_overtakes_a_bulk_call_and_a_cancelled_call_leaves_the_queue() -> None:
+    # One text per batch: the bulk call queues 40 runs of a long text (tens of ms each).
+    embedder = OnnxMiniLMEmbedder(MODEL_DIR, batch_size=1)
+    runs = 0
+    listed = embedder._run_listed
+
+    def counted(ids: list[list[int]]) -> list[list[float]]:
+        nonlocal runs
+        runs += 1
+        return listed(ids)
+
+    embedder._run_listed = counted  # type: ignore[method-assign]
+    try:
+        await embedder.warmup()
+        bulk = asyncio.create_task(embedder.embed([f"{LONG_ENGLISH} {n}" for n in range(40)]))
+        while runs == 0:
+            await asyncio.sleep(0.005)
+        query = await embedder.embed(["hello world"])
+        assert len(query.vectors) == 1
+        assert not bulk.done() and runs < 40  # it ran next, not after the bulk call's queue
+        bulk.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await bulk
+        after_cancel = runs
+        # A call of the same priority queues behind whatever the cancelled call left in the queue.
+        await embedder.embed([f"hi {n}" for n in range(40)])
+        assert runs <= after_cancel + 41  # its own 40 runs, and at most one the cancelled call had taken
+    finally:
+        await embedder.aclose()
+
+
+@needs_model
+async def test_onnx_several_workers_give_the_same_vectors(onnx_embedder: OnnxMiniLMEmbedder) -> None:
+    embedder = OnnxMiniLMEmbedder(MODEL_DIR, workers=2, batch_size=4)
+    try:
+        # A call too small for a full batch per worker is cut into one per worker.
+        assert len(embedder._batches([[0] * 10] * 6)) == 2
+        assert len(embedder._batches([[0] * 10] * 20)) == 5
+        alone = await onnx_embedder.embed(TEXTS)
+        spread, small = await asyncio.gather(embedder.embed(TEXTS), embedder.embed(TEXTS[5:9]))
+        assert min(cosines(alone.vectors, spread.vectors)) >= 0.99999
+        assert min(cosines(alone.vectors[5:9], small.vectors)) >= 0.99999
+        assert spread.tokens == alone.tokens
+    finally:
+        await embedder.aclose()
+
+
+@needs_model
+async def test_embedding_workers_setting_reaches_the_embedder(monkeypatch: pytest.MonkeyPatch) -> None:
+    from web.settings import Settings
+    from web.wiring import build_embedder
+
+    monkeypatch.setenv("RECALLQL_EMBEDDING_WORKERS", "3")
+    embedder = build_embedder(Settings(embedding_model_dir=MODEL_DIR, embeddings_url=None))
+    assert isinstance(embedder, OnnxMiniLMEmbedder)
+    try:
+        assert (embedder._workers_count, embedder._threads) == (3, 1)
+        assert len((await embedder.embed(["a", "b", "c"])).vectors) == 3
+    finally:
+        await embedder.aclose()
+    monkeypatch.setenv("RECALLQL_EMBEDDING_WORKERS", "0")
+    with pytest.raises(ValueError, match="greater than or equal to 1"):
+        Settings()
 
 
 @needs_model

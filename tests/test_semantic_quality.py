@@ -56,6 +56,9 @@ async def corpus(tmp_path_factory: pytest.TempPathFactory, chroma_server: str) -
         "RECALLQL_EMBEDDING_MODEL_DIR": str(MODEL_DIR),
         "RECALLQL_EMBEDDINGS_URL": "",  # empty counts as unset: the local ONNX model, whatever the shell says
         "RECALLQL_CHROMA_URL": chroma_server,
+        # Two single-threaded model workers (the other servers of the suite run the default, one):
+        # retrieval quality and the vectors' parity below then hold for both.
+        "RECALLQL_EMBEDDING_WORKERS": "2",
     }
     prefix = uid("q")
     with running_server(tmp_path_factory.mktemp("quality") / "data", env) as server:

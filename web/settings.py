@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     embeddings_model: str | None = None
     embeddings_api_key: str | None = None
     embeddings_dimension: int | None = None
+    # The local model's threads: 1 runs one batch at a time on every core (lowest query latency); N
+    # runs N batches at once on one core each (more throughput for bulk ingest, slower lone queries).
+    embedding_workers: int = Field(default=1, ge=1, le=64)
     chroma_url: str | None = None
     # Embedded Chroma in a child process (models/chroma_process.py): its writes hold the GIL, which
     # there stalls neither the requests nor the embedder (read p99 during ingest about halved).
