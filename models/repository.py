@@ -571,18 +571,38 @@ class Repository:
         rows = await self._read(lambda conn: conn.execute(stmt).all())
         return sorted({r[0] or None for r in rows}, key=lambda r: (r is not None, r or ""))
 
+    def _in_order_statement(
+        self, *, after: MessageRecord | None, limit: int, resource_id: str | None, without_resource: bool
+    ) -> Select[Any]:
+        stmt = select(*_MESSAGE_COLUMNS)
+        if not without_resource and resource_id is None:
+            # All messages: by insertion sequence, the primary key.
+            if after is not None:
+                stmt = stmt.where(M.c.seq > after.seq)
+            return stmt.order_by(M.c.seq).limit(limit)
+        # One resource's (or those without one): in the order of ix_messages_resource_order, so that a
+        # page reads on where the last one ended instead of sorting all the resource's rows again.
+        stmt = stmt.where(M.c.resource_id.is_(None) if without_resource else M.c.resource_id == resource_id)
+        if after is not None:
+            stmt = stmt.where(tuple_(M.c.created_at, M.c.seq) > tuple_(after.created_at, after.seq))
+        return stmt.order_by(M.c.created_at, M.c.seq).limit(limit)
+
     async def messages_in_order(
-        self, *, after_seq: int, limit: int, resource_id: str | None = None, without_resource: bool = False
+        self,
+        *,
+        after: MessageRecord | None,
+        limit: int,
+        resource_id: str | None = None,
+        without_resource: bool = False,
     ) -> list[MessageRecord]:
-        """Messages by insertion sequence, for a full re-index: all, one resource's, or (with
-        `without_resource`) those stored without a resource."""
-        stmt = select(*_MESSAGE_COLUMNS).where(M.c.seq > after_seq)
-        if without_resource:
-            stmt = stmt.where(M.c.resource_id.is_(None))
-        elif resource_id is not None:
-            stmt = stmt.where(M.c.resource_id == resource_id)
+        """A page of messages for a full re-index, the one after `after` (the last message of the
+        page before, None for the first): all messages by insertion sequence, or one resource's (with
+        `without_resource`, those stored without one) by createdAt and sequence."""
+        stmt = self._in_order_statement(
+            after=after, limit=limit, resource_id=resource_id, without_resource=without_resource
+        )
         async with self.engine.connect() as conn:
-            result = await conn.execute(stmt.order_by(M.c.seq).limit(limit))
+            result = await conn.execute(stmt)
             return [_message(row) for row in result]
 
     async def count_all_messages(self, resource_id: str | None = None) -> int:

@@ -495,13 +495,13 @@ class SemanticMemory:
     async def _messages_in_order(
         self, resource_id: str | None, *, batch: int, without_resource: bool = False
     ) -> AsyncIterator[list[MessageRecord]]:
-        """Pages of messages by insertion sequence (see Repository.messages_in_order)."""
-        after = 0
+        """Pages of messages in a stable order (see Repository.messages_in_order)."""
+        after: MessageRecord | None = None
         while rows := await self.repository.messages_in_order(
-            after_seq=after, limit=batch, resource_id=resource_id, without_resource=without_resource
+            after=after, limit=batch, resource_id=resource_id, without_resource=without_resource
         ):
             yield rows
-            after = rows[-1].seq
+            after = rows[-1]
 
     async def repair(self, checks: Sequence[IndexCheck]) -> list[str | None]:
         """Rebuilds (drop, then refill from SQL) the collections of the resources a check found wrong;

@@ -221,7 +221,7 @@ async def test_messages_in_order_per_resource_and_the_resources_holding_messages
     await seed(memory, msg("d", resource="r1", at=4), threads={})
 
     async def ids(**where: Any) -> list[str]:
-        return [m.id for m in await repository.messages_in_order(after_seq=0, limit=10, **where)]
+        return [m.id for m in await repository.messages_in_order(after=None, limit=10, **where)]
 
     assert await repository.message_resource_ids() == [None, "r1", "r2"]
     assert await ids() == ["a", "b", "c", "d"]
@@ -229,3 +229,43 @@ async def test_messages_in_order_per_resource_and_the_resources_holding_messages
     assert await ids(without_resource=True) == ["c"]
     await memory.messages.delete(["b"], principal=OPEN)
     assert await repository.message_resource_ids() == [None, "r1"]  # r2 holds no message any more
+
+
+async def test_messages_in_order_pages_through_a_resource_by_its_index(memory: Services) -> None:
+    # Saved out of createdAt order, with ties: a resource's pages follow (createdAt, seq), every
+    # message once, whatever the page size.
+    times = [5, 1, 3, 3, 9, 1, 7, 3, 2, 8, 1]
+    await seed(
+        memory,
+        *(msg(f"m{n:02d}", resource="r1", at=at) for n, at in enumerate(times)),
+        msg("other", thread="t2", resource="r2", at=4),
+        threads={"t1": "r1", "t2": "r2"},
+    )
+    repository = memory.repository
+    expected = [f"m{n:02d}" for n in sorted(range(len(times)), key=lambda n: (times[n], n))]
+    for size in (1, 2, 3, 4, 100):
+        seen: list[str] = []
+        after: MessageRecord | None = None
+        while page := await repository.messages_in_order(after=after, limit=size, resource_id="r1"):
+            assert len(page) <= size
+            seen.extend(m.id for m in page)
+            after = page[-1]
+        assert seen == expected, size
+    everything: list[str] = []
+    after = None
+    while page := await repository.messages_in_order(after=after, limit=3):
+        everything.extend(m.id for m in page)
+        after = page[-1]
+    assert sorted(everything) == sorted([*expected, "other"]) and len(everything) == len(set(everything))
+    if not repository.is_postgres:
+        # Each page is a range of the resource index, not a sort of the resource's rows.
+        stmt = repository._in_order_statement(
+            after=(await repository.get_messages([expected[3]]))[expected[3]],
+            limit=2,
+            resource_id="r1",
+            without_resource=False,
+        )
+        sql = str(stmt.compile(repository.engine.sync_engine, compile_kwargs={"literal_binds": True}))
+        async with repository.engine.connect() as conn:
+            plan = " / ".join(row[-1] for row in (await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}")))
+        assert "ix_messages_resource_order" in plan and "TEMP B-TREE" not in plan, plan
