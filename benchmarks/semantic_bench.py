@@ -3,7 +3,8 @@
     python benchmarks/semantic_bench.py [--sizes 10000,100000,1000000] [--modes embedded,server]
         [--server-max-size 100000] [--recall-sizes 10000,100000] [--mastra-sizes 10000,100000]
         [--queries 500] [--recall-calls 300] [--mastra-max-seconds 45] [--ingest-messages 2000]
-        [--ingest-batch 50] [--ingest-rounds 3] [--skip search,recall,mastra,ingest,http]
+        [--ingest-batch 50] [--ingest-rounds 3] [--embedding-workers 1]
+        [--skip search,recall,mastra,ingest,http]
         [--resources 1000] [--threads 10] [--model-dir DIR] [--out FILE] [--keep]
 
 Three measurements, all on this machine (see benchmarks/README.md for what each number means):
@@ -1106,8 +1107,12 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
         f"batches of {args.ingest_batch} (one thread per batch, 10 resources), {args.ingest_rounds} rounds; "
         "each round saves new message ids; rows with writers > 1 run that many save loops at once"
     )
-    embedder = OnnxMiniLMEmbedder(model_dir)
+    embedder = OnnxMiniLMEmbedder(model_dir, workers=args.embedding_workers)
     await embedder.warmup()
+    report.ingest_notes.append(
+        f"the embedder runs {args.embedding_workers} batch(es) at a time "
+        f"({embedder._threads} intra-op thread(s) each; RECALLQL_EMBEDDING_WORKERS={args.embedding_workers})"
+    )
     pipeline_batch = 1024
     raw_row = IngestRow(f"OnnxMiniLMEmbedder.embed alone (raw), batches of {args.ingest_batch}", [])
     raw_big_row = IngestRow(f"OnnxMiniLMEmbedder.embed alone (raw), batches of {pipeline_batch}", [])
@@ -1680,6 +1685,9 @@ def main() -> None:
     )
     parser.add_argument("--ingest-batch", type=int, default=50)
     parser.add_argument("--ingest-rounds", type=int, default=3)
+    parser.add_argument(
+        "--embedding-workers", type=int, default=1, help="the ingest embedder's RECALLQL_EMBEDDING_WORKERS"
+    )
     parser.add_argument(
         "--ingest-clients", type=int, default=4, help="concurrent writers in the multi-writer rows"
     )
