@@ -28,7 +28,7 @@ from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any
 
-from models.vector_index import ChromaIndex, VectorHit, VectorIndexError, VectorItem
+from models.vector_index import ChromaIndex, Vector, VectorHit, VectorIndexError, VectorItem
 
 log = logging.getLogger("recallql.chroma")
 
@@ -144,7 +144,7 @@ class IsolatedChromaIndex:
 
     async def query(
         self,
-        vector: Sequence[float],
+        vector: Vector,
         *,
         resource_ids: Sequence[str | None],
         thread_id: str | None,

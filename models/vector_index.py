@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
+import numpy as np
+import numpy.typing as npt
 from filelock import FileLock, Timeout
 
 # Chroma reads this when its Settings are first built; we also pass Settings explicitly, this covers any
@@ -53,6 +55,9 @@ _LAYOUT_VERSION = "recallql-v1"
 # Chroma caps batches (5461 records for the embedded client); stay well below for ids, $in lists and adds.
 _BATCH = 1000
 
+# A list where vectors come from JSON, a float32 array (row) where the model runs in process.
+Vector = Sequence[float] | npt.NDArray[np.float32]
+
 
 @dataclass(frozen=True, slots=True)
 class VectorHit:
@@ -71,7 +76,7 @@ class VectorItem:
     thread_id: str
     resource_id: str | None
     chunk: int
-    vector: list[float]
+    vector: Vector
 
 
 class VectorIndexError(Exception):
@@ -376,7 +381,7 @@ class ChromaIndex:
 
     async def query(
         self,
-        vector: Sequence[float],
+        vector: Vector,
         *,
         resource_ids: Sequence[str | None],
         thread_id: str | None,

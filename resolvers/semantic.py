@@ -27,7 +27,7 @@ from typing import Protocol
 from models.embedders import Embedder, Embedding, EmbeddingError, chunk_text, embedding_text
 from models.records import MessageRecord, OutboxEntry
 from models.repository import Repository
-from models.vector_index import VectorHit, VectorIndexError, VectorItem
+from models.vector_index import Vector, VectorHit, VectorIndexError, VectorItem
 from resolvers.clock import now_ms
 from resolvers.errors import ServiceUnavailable
 from resolvers.recall import SemanticHit, SemanticResult
@@ -42,7 +42,7 @@ class VectorIndex(Protocol):
     ) -> None: ...
     async def query(
         self,
-        vector: Sequence[float],
+        vector: Vector,
         *,
         resource_ids: Sequence[str | None],
         thread_id: str | None,
