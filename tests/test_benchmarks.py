@@ -1,0 +1,58 @@
+"""The benchmark scripts still run against the code they measure (tiny sizes, nothing timed here)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import REPO, SHARED, require
+
+MODEL_DIR = Path(os.environ.get("RECALLQL_EMBEDDING_MODEL_DIR") or SHARED / "models/all-MiniLM-L6-v2")
+
+
+def run(script: str, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / script), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "RECALLQL_EMBEDDING_MODEL_DIR": str(MODEL_DIR)},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.fixture
+def model() -> Path:
+    require((MODEL_DIR / "onnx" / "model.onnx").is_file(), f"all-MiniLM-L6-v2 not found in {MODEL_DIR}/onnx")
+    return MODEL_DIR
+
+
+def test_embedder_throughput_runs(model: Path) -> None:
+    for extra in ((), ("--workers", "2")):
+        out = run("embedder_throughput.py", "--messages", "12", "--model-dir", str(model), *extra)
+        assert "one-query latency (ms)" in out and "one call of 12" in out
+
+
+def test_reindex_paging_runs() -> None:
+    out = run("reindex_paging.py", "--sizes", "1500,3000", "--page", "500")
+    assert "| 1,500 | 3 |" in out and "| 3,000 | 6 |" in out
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_semantic_bench_ingest_runs(model: Path, tmp_path: Path, workers: str) -> None:
+    report = tmp_path / "ingest.md"
+    run(
+        "semantic_bench.py",
+        *("--skip", "search,recall,mastra,http", "--ingest-messages", "60", "--ingest-rounds", "1"),
+        *("--embedding-workers", workers, "--model-dir", str(model), "--out", str(report)),
+    )
+    text = report.read_text(encoding="utf-8")
+    assert "## 3. Ingest throughput with embedding" in text
+    assert f"RECALLQL_EMBEDDING_WORKERS={workers}" in text
+    assert "Chroma in a child process" in text
