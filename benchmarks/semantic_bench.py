@@ -1583,8 +1583,9 @@ def render(report: Report) -> str:
             ]
             for r in report.ingest
         ]
+        small = report.ingest[0].path.rsplit(" ", 1)[-1]
         big = report.ingest[1].path.rsplit(" ", 1)[-1]
-        headers = ["path", "messages/s (median)", "per round", "vs raw (50)", f"vs raw ({big})"]
+        headers = ["path", "messages/s (median)", "per round", f"vs raw ({small})", f"vs raw ({big})"]
         out.extend(md_table(headers, "lrlrr", rows))
         w("")
         for note in report.ingest_notes:
