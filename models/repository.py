@@ -100,6 +100,16 @@ def _row(m: MessageRecord) -> dict[str, Any]:
     }
 
 
+def _select_messages(conn: Connection, ids: Sequence[str]) -> dict[str, MessageRecord]:
+    """The stored rows of these message ids (those that exist), by id."""
+    found: dict[str, MessageRecord] = {}
+    for start in range(0, len(ids), 500):
+        for row in conn.execute(select(*_MESSAGE_COLUMNS).where(M.c.id.in_(ids[start : start + 500]))):
+            rec = _message(row)
+            found[rec.id] = rec
+    return found
+
+
 def _message(row: Any) -> MessageRecord:
     return MessageRecord(
         seq=row[0],
@@ -438,17 +448,9 @@ class Repository:
             return {}
         unique = list(dict.fromkeys(ids))
 
-        def read(conn: Connection) -> dict[str, MessageRecord]:
-            found: dict[str, MessageRecord] = {}
-            for start in range(0, len(unique), 500):
-                for row in conn.execute(
-                    select(*_MESSAGE_COLUMNS).where(M.c.id.in_(unique[start : start + 500]))
-                ):
-                    rec = _message(row)
-                    found[rec.id] = rec
-            return found
-
-        return await self._read(read, bounded=len(unique) <= _INLINE_ROWS)
+        return await self._read(
+            functools.partial(_select_messages, ids=unique), bounded=len(unique) <= _INLINE_ROWS
+        )
 
     async def delete_messages(
         self,
@@ -534,9 +536,25 @@ class Repository:
             stmt = stmt.where(O.c.message_id.in_(list(message_ids)))
         if queued_before is not None:
             stmt = stmt.where(O.c.created_at <= queued_before)
+        if self.read_engine is not None:
+
+            def read(conn: Connection) -> tuple[list[OutboxEntry], dict[str, MessageRecord]]:
+                # One read transaction (WAL: a snapshot that never waits for the writer), on a plain
+                # connection: one thread hop at most instead of one per statement through aiosqlite.
+                raw = conn.connection.driver_connection
+                assert raw is not None
+                conn.exec_driver_sql("BEGIN")
+                try:
+                    entries = [OutboxEntry(r[0], r[1], r[2]) for r in conn.execute(stmt)]
+                    ids = list(dict.fromkeys(e.message_id for e in entries))
+                    return entries, _select_messages(conn, ids)
+                finally:
+                    if raw.in_transaction:
+                        raw.rollback()  # read only: nothing to keep
+
+            return await self._read(read, bounded=message_ids is not None and limit <= _INLINE_ROWS // 4)
         async with self.engine.connect() as conn:
-            if self.is_postgres:
-                conn = await conn.execution_options(isolation_level="REPEATABLE READ")
+            conn = await conn.execution_options(isolation_level="REPEATABLE READ")
             async with conn.begin():
                 entries = [OutboxEntry(r[0], r[1], r[2]) for r in await conn.execute(stmt)]
                 rows = await self._messages_by_id(conn, list(dict.fromkeys(e.message_id for e in entries)))

@@ -4,11 +4,16 @@ titles are written once, working-memory configuration rules."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from models import repository as repository_module
+from models.db import create_engine
+from models.migrate import upgrade
 from models.records import MessageRecord
 from models.repository import Repository
 from resolvers.auth import OPEN
@@ -269,3 +274,36 @@ async def test_messages_in_order_pages_through_a_resource_by_its_index(memory: S
         async with repository.engine.connect() as conn:
             plan = " / ".join(row[-1] for row in (await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}")))
         assert "ix_messages_resource_order" in plan and "TEMP B-TREE" not in plan, plan
+
+
+async def test_outbox_snapshot_on_sqlite_reads_entries_and_rows_at_one_moment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The pipeline's read runs on a plain SQLite connection: entries and rows must still come from one
+    # read transaction, so a change committed between its two statements is not seen by the second.
+    path = tmp_path / "snapshot.db"
+    engine = create_engine(f"sqlite+aiosqlite:///{path}")
+    await upgrade(engine)
+    repository = Repository(engine)
+    try:
+        services = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS))
+        await seed(services, msg("m1", text="before"))
+        records = await repository.get_messages(["m1"])
+        await repository.save_messages(list(records.values()), now=t(1), track_vectors=True)
+        select_messages = repository_module._select_messages
+
+        def changed_in_between(conn: Any, ids: Sequence[str]) -> dict[str, MessageRecord]:
+            with sqlite3.connect(path) as other:
+                content = '{"format":2,"parts":[{"type":"text","text":"after"}]}'
+                other.execute("UPDATE messages SET content = ? WHERE id = 'm1'", (content,))
+            return select_messages(conn, ids)
+
+        monkeypatch.setattr(repository_module, "_select_messages", changed_in_between)
+        entries, rows = await repository.outbox_snapshot(message_ids=["m1"])
+        assert [e.message_id for e in entries] == ["m1"]
+        assert rows["m1"].content["parts"][0]["text"] == "before"
+        monkeypatch.undo()
+        assert (await repository.get_messages(["m1"]))["m1"].content["parts"][0]["text"] == "after"
+    finally:
+        repository.close()
+        await engine.dispose()
