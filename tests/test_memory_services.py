@@ -307,3 +307,38 @@ async def test_outbox_snapshot_on_sqlite_reads_entries_and_rows_at_one_moment(
     finally:
         repository.close()
         await engine.dispose()
+
+
+async def test_sqlite_save_waits_for_the_write_lock_off_the_event_loop(tmp_path: Path) -> None:
+    # A save's transaction runs in one step on a worker thread: while another connection holds the
+    # write lock, the save waits there and the event loop keeps running.
+    path = tmp_path / "lock.db"
+    engine = create_engine(f"sqlite+aiosqlite:///{path}")
+    await upgrade(engine)
+    repository = Repository(engine)
+    try:
+        services = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS))
+        await seed(services, msg("m1"))
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.005)
+                ticks += 1
+
+        ticking = asyncio.create_task(ticker())
+        save = asyncio.create_task(services.messages.save([msg("m2", at=1)], principal=OPEN))
+        await asyncio.sleep(0.3)
+        assert not save.done() and ticks >= 20  # blocked on the lock, not the loop
+        holder.execute("COMMIT")
+        holder.close()
+        assert [m.id for m in (await save).messages] == ["m2"]
+        ticking.cancel()
+        stored = await repository.get_messages(["m1", "m2"])
+        assert sorted(stored) == ["m1", "m2"] and stored["m2"].seq > stored["m1"].seq
+    finally:
+        repository.close()
+        await engine.dispose()
