@@ -39,6 +39,23 @@ def require(condition: bool, reason: str) -> None:
     pytest.skip(reason)
 
 
+@contextlib.asynccontextmanager
+async def loop_ticks(interval: float = 0.001) -> AsyncIterator[list[int]]:
+    """How often a task sleeping `interval` got to run while inside: [count], a free event loop's pulse."""
+    count = [0]
+
+    async def tick() -> None:
+        while True:
+            await asyncio.sleep(interval)
+            count[0] += 1
+
+    task = asyncio.create_task(tick())
+    try:
+        yield count
+    finally:
+        task.cancel()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

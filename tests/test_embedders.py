@@ -29,7 +29,7 @@ from models.embedders import (
     chunk_text,
     embedding_text,
 )
-from tests.support import EMBED_SERVER, SHARED, embed_reference, embed_server_process
+from tests.support import EMBED_SERVER, SHARED, embed_reference, embed_server_process, loop_ticks
 
 MODEL_DIR = Path(os.environ.get("RECALLQL_EMBEDDING_MODEL_DIR") or SHARED / "models/all-MiniLM-L6-v2")
 
@@ -197,20 +197,9 @@ async def test_onnx_concurrent_calls_give_the_same_vectors(onnx_embedder: OnnxMi
 
 @needs_model
 async def test_onnx_embed_does_not_block_the_event_loop(onnx_embedder: OnnxMiniLMEmbedder) -> None:
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            await asyncio.sleep(0.001)
-            ticks += 1
-
-    task = asyncio.create_task(ticker())
-    try:
+    async with loop_ticks() as ticks:
         await onnx_embedder.embed([LONG_ENGLISH] * 64)
-    finally:
-        task.cancel()
-    assert ticks > 5
+    assert ticks[0] > 5
 
 
 async def test_workers_take_lower_priorities_first_and_skip_cancelled_jobs() -> None:

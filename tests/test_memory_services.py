@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from resolvers.working_memory import (
     working_memory_config,
 )
 from tests.factories import msg, seed, t
+from tests.support import loop_ticks
 
 
 class RecordingVectors:
@@ -276,69 +277,64 @@ async def test_messages_in_order_pages_through_a_resource_by_its_index(memory: S
         assert "ix_messages_resource_order" in plan and "TEMP B-TREE" not in plan, plan
 
 
+@pytest.fixture
+async def sqlite_repository(tmp_path: Path) -> AsyncIterator[tuple[Repository, Path]]:
+    """A repository on a SQLite file of its own, whatever engines the suite runs, and that file."""
+    path = tmp_path / "own.db"
+    engine = create_engine(f"sqlite+aiosqlite:///{path}")
+    await upgrade(engine)
+    repository = Repository(engine)
+    try:
+        yield repository, path
+    finally:
+        repository.close()
+        await engine.dispose()
+
+
 async def test_outbox_snapshot_on_sqlite_reads_entries_and_rows_at_one_moment(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    sqlite_repository: tuple[Repository, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The pipeline's read runs on a plain SQLite connection: entries and rows must still come from one
     # read transaction, so a change committed between its two statements is not seen by the second.
-    path = tmp_path / "snapshot.db"
-    engine = create_engine(f"sqlite+aiosqlite:///{path}")
-    await upgrade(engine)
-    repository = Repository(engine)
-    try:
-        services = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS))
-        await seed(services, msg("m1", text="before"))
-        records = await repository.get_messages(["m1"])
-        await repository.save_messages(list(records.values()), now=t(1), track_vectors=True)
-        select_messages = repository_module._select_messages
+    repository, path = sqlite_repository
+    services = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS))
+    await seed(services, msg("m1", text="before"))
+    records = await repository.get_messages(["m1"])
+    await repository.save_messages(list(records.values()), now=t(1), track_vectors=True)
+    select_messages = repository_module._select_messages
 
-        def changed_in_between(conn: Any, ids: Sequence[str]) -> dict[str, MessageRecord]:
-            with sqlite3.connect(path) as other:
-                content = '{"format":2,"parts":[{"type":"text","text":"after"}]}'
-                other.execute("UPDATE messages SET content = ? WHERE id = 'm1'", (content,))
-            return select_messages(conn, ids)
+    def changed_in_between(conn: Any, ids: Sequence[str]) -> dict[str, MessageRecord]:
+        with sqlite3.connect(path) as other:
+            content = '{"format":2,"parts":[{"type":"text","text":"after"}]}'
+            other.execute("UPDATE messages SET content = ? WHERE id = 'm1'", (content,))
+        return select_messages(conn, ids)
 
-        monkeypatch.setattr(repository_module, "_select_messages", changed_in_between)
-        entries, rows = await repository.outbox_snapshot(message_ids=["m1"])
-        assert [e.message_id for e in entries] == ["m1"]
-        assert rows["m1"].content["parts"][0]["text"] == "before"
-        monkeypatch.undo()
-        assert (await repository.get_messages(["m1"]))["m1"].content["parts"][0]["text"] == "after"
-    finally:
-        repository.close()
-        await engine.dispose()
+    monkeypatch.setattr(repository_module, "_select_messages", changed_in_between)
+    entries, rows = await repository.outbox_snapshot(message_ids=["m1"])
+    assert [e.message_id for e in entries] == ["m1"]
+    assert rows["m1"].content["parts"][0]["text"] == "before"
+    monkeypatch.undo()
+    assert (await repository.get_messages(["m1"]))["m1"].content["parts"][0]["text"] == "after"
 
 
-async def test_sqlite_save_waits_for_the_write_lock_off_the_event_loop(tmp_path: Path) -> None:
+async def test_sqlite_save_waits_for_the_write_lock_off_the_event_loop(
+    sqlite_repository: tuple[Repository, Path],
+) -> None:
     # A save's transaction runs in one step on a worker thread: while another connection holds the
     # write lock, the save waits there and the event loop keeps running.
-    path = tmp_path / "lock.db"
-    engine = create_engine(f"sqlite+aiosqlite:///{path}")
-    await upgrade(engine)
-    repository = Repository(engine)
+    repository, path = sqlite_repository
+    services = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS))
+    await seed(services, msg("m1"))
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    save = asyncio.create_task(services.messages.save([msg("m2", at=1)], principal=OPEN))
     try:
-        services = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS))
-        await seed(services, msg("m1"))
-        holder = sqlite3.connect(path, isolation_level=None)
-        holder.execute("BEGIN IMMEDIATE")
-        ticks = 0
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                await asyncio.sleep(0.005)
-                ticks += 1
-
-        ticking = asyncio.create_task(ticker())
-        save = asyncio.create_task(services.messages.save([msg("m2", at=1)], principal=OPEN))
-        await asyncio.sleep(0.3)
-        assert not save.done() and ticks >= 20  # blocked on the lock, not the loop
+        async with loop_ticks(0.005) as ticks:
+            await asyncio.sleep(0.3)
+        assert not save.done() and ticks[0] >= 20  # blocked on the lock, not the loop
+    finally:
         holder.execute("COMMIT")
         holder.close()
-        assert [m.id for m in (await save).messages] == ["m2"]
-        ticking.cancel()
-        stored = await repository.get_messages(["m1", "m2"])
-        assert sorted(stored) == ["m1", "m2"] and stored["m2"].seq > stored["m1"].seq
-    finally:
-        repository.close()
-        await engine.dispose()
+    assert [m.id for m in (await save).messages] == ["m2"]
+    stored = await repository.get_messages(["m1", "m2"])
+    assert sorted(stored) == ["m1", "m2"] and stored["m2"].seq > stored["m1"].seq
