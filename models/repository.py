@@ -6,6 +6,7 @@ It speaks in domain records (models.records) and plain values; callers never see
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import random
@@ -13,7 +14,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -100,9 +101,28 @@ def _row(m: MessageRecord) -> dict[str, Any]:
     }
 
 
-def _outbox_rows(items: Sequence[tuple[str, str | None]], now: int) -> list[dict[str, Any]]:
-    """Outbox entries for (message id, resource the message was filed under before, if any)."""
-    return [{"message_id": m, "previous_resource_id": r, "created_at": now} for m, r in items]
+def _write_outbox(conn: Connection, items: Sequence[tuple[str, str | None]], now: int) -> None:
+    """Queues vector work for (message id, resource the message was filed under before, if any)."""
+    if items:
+        conn.execute(
+            O.insert(), [{"message_id": m, "previous_resource_id": r, "created_at": now} for m, r in items]
+        )
+
+
+@contextlib.contextmanager
+def _sqlite_transaction(conn: Connection, begin: str) -> Iterator[None]:
+    """An explicit transaction on a plain SQLite connection (pysqlite opens one only before a write,
+    so reads would each see their own moment), committed unless the body raises."""
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    conn.exec_driver_sql(begin)
+    try:
+        yield
+    except BaseException:
+        if raw.in_transaction:
+            raw.rollback()
+        raise
+    raw.commit()
 
 
 def _select_messages(conn: Connection, ids: Sequence[str]) -> dict[str, MessageRecord]:
@@ -393,17 +413,14 @@ class Repository:
             for start in range(0, len(rows), 500):
                 conn.execute(stmt, rows[start : start + 500])
             conn.execute(update(T).where(T.c.id.in_(thread_ids)).values(updated_at=now))
-            stats = self._stats_rows(
+            self._write_stats(
+                conn,
                 removed=[(m.thread_id, m.resource_id) for m in previous.values()],
                 added=[(m.thread_id, m.resource_id) for m in last.values()],
             )
-            if stats:
-                conn.execute(self._stats_upsert(), stats)
             if track_vectors:
-                conn.execute(
-                    O.insert(),
-                    _outbox_rows([(i, previous[i].resource_id if i in previous else None) for i in ids], now),
-                )
+                resource_before = {i: m.resource_id for i, m in previous.items()}
+                _write_outbox(conn, [(i, resource_before.get(i)) for i in ids], now)
             written = _select_messages(conn, ids)
             if owned_by is not None:
                 for rec in written.values():
@@ -424,21 +441,18 @@ class Repository:
         be overtaken by another writer. PostgreSQL: transaction-scoped advisory locks on `lock_keys`
         (thread ids), taken in sorted order, serialise writers of the same threads without deadlocks.
         """
-        for attempt in range(_WRITE_ATTEMPTS):
-            try:
-                async with self.engine.begin() as conn:
-                    await self._begin_write(conn)
-                    if self.is_postgres:
-                        for key in sorted(set(lock_keys)):
-                            await conn.execute(
-                                text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"), {"key": key}
-                            )
-                    return await body(conn)
-            except DBAPIError as exc:
-                if attempt + 1 == _WRITE_ATTEMPTS or not _retryable(exc):
-                    raise
-                await asyncio.sleep(0.005 * 2**attempt * (1 + random.random()))
-        raise AssertionError("unreachable")
+
+        async def attempt() -> _T:
+            async with self.engine.begin() as conn:
+                await self._begin_write(conn)
+                if self.is_postgres:
+                    for key in sorted(set(lock_keys)):
+                        await conn.execute(
+                            text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"), {"key": key}
+                        )
+                return await body(conn)
+
+        return await _retried(attempt)
 
     async def _write_in_one_step(
         self, body: Callable[[Connection], _T], *, lock_keys: Iterable[str] = ()
@@ -449,39 +463,15 @@ class Repository:
         SQLite work). On PostgreSQL it runs on the event loop's connection as before."""
         if self.read_engine is None:
             return await self._write_transaction(lambda conn: conn.run_sync(body), lock_keys=lock_keys)
-        for attempt in range(_WRITE_ATTEMPTS):
-            try:
-                return await asyncio.to_thread(self._write_sync, body)
-            except DBAPIError as exc:
-                if attempt + 1 == _WRITE_ATTEMPTS or not _retryable(exc):
-                    raise
-                await asyncio.sleep(0.005 * 2**attempt * (1 + random.random()))
-        raise AssertionError("unreachable")
+        return await _retried(lambda: asyncio.to_thread(self._write_sync, body))
 
     def _write_sync(self, body: Callable[[Connection], _T]) -> _T:
         assert self.read_engine is not None
-        with self.read_engine.connect() as conn:
-            raw = conn.connection.driver_connection
-            assert raw is not None
-            conn.exec_driver_sql("BEGIN IMMEDIATE")  # see _begin_write
-            try:
-                result = body(conn)
-            except BaseException:
-                if raw.in_transaction:
-                    raw.rollback()
-                raise
-            raw.commit()
-            return result
+        with self.read_engine.connect() as conn, _sqlite_transaction(conn, "BEGIN IMMEDIATE"):  # _begin_write
+            return body(conn)
 
     async def _messages_by_id(self, conn: AsyncConnection, ids: Sequence[str]) -> dict[str, MessageRecord]:
-        found: dict[str, MessageRecord] = {}
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            result = await conn.execute(select(*_MESSAGE_COLUMNS).where(M.c.id.in_(chunk)))
-            for row in result:
-                rec = _message(row)
-                found[rec.id] = rec
-        return found
+        return await conn.run_sync(_select_messages, ids)
 
     async def get_messages(self, ids: Sequence[str]) -> dict[str, MessageRecord]:
         if not ids:
@@ -530,16 +520,16 @@ class Repository:
         removed: Iterable[tuple[str, str | None]] = (),
         added: Iterable[tuple[str, str | None]] = (),
     ) -> None:
+        await conn.run_sync(self._write_stats, removed, added)
+
+    def _write_stats(
+        self,
+        conn: Connection,
+        removed: Iterable[tuple[str, str | None]] = (),
+        added: Iterable[tuple[str, str | None]] = (),
+    ) -> None:
         """Applies a write's effect on the per-(thread, resource) message counts and bumps their
         versions: `removed` are the (thread, resource) of rows as they were, `added` as they are now."""
-        rows = self._stats_rows(removed=removed, added=added)
-        if rows:
-            await conn.execute(self._stats_upsert(), rows)
-
-    @staticmethod
-    def _stats_rows(
-        *, removed: Iterable[tuple[str, str | None]], added: Iterable[tuple[str, str | None]]
-    ) -> list[dict[str, Any]]:
         delta: dict[tuple[str, str], int] = {}
         for thread_id, resource_id in removed:
             key = (thread_id, resource_id or _NO_RESOURCE)
@@ -547,28 +537,28 @@ class Repository:
         for thread_id, resource_id in added:
             key = (thread_id, resource_id or _NO_RESOURCE)
             delta[key] = delta.get(key, 0) + 1
-        # Sorted: concurrent writers touch the rows in one order (no deadlocks).
-        return [
-            {"thread_id": t, "resource_id": r, "message_count": n, "version": 1}
-            for (t, r), n in sorted(delta.items())
-        ]
-
-    def _stats_upsert(self) -> Any:
+        if not delta:
+            return
         stmt = self._insert(TR)
-        return stmt.on_conflict_do_update(
+        stmt = stmt.on_conflict_do_update(
             index_elements=["thread_id", "resource_id"],
             set_={
                 "message_count": TR.c.message_count + stmt.excluded.message_count,
                 "version": TR.c.version + 1,
             },
         )
+        # Sorted: concurrent writers touch the rows in one order (no deadlocks).
+        rows = [
+            {"thread_id": t, "resource_id": r, "message_count": n, "version": 1}
+            for (t, r), n in sorted(delta.items())
+        ]
+        conn.execute(stmt, rows)
 
     # ------------------------------------------------------------------ vector outbox
     async def _enqueue(
         self, conn: AsyncConnection, items: Sequence[tuple[str, str | None]], now: int
     ) -> None:
-        if items:
-            await conn.execute(O.insert(), _outbox_rows(items, now))
+        await conn.run_sync(_write_outbox, items, now)
 
     async def outbox_snapshot(
         self, *, message_ids: Sequence[str] | None = None, limit: int = 256, queued_before: int | None = None
@@ -585,18 +575,13 @@ class Repository:
             def read(conn: Connection) -> tuple[list[OutboxEntry], dict[str, MessageRecord]]:
                 # One read transaction (WAL: a snapshot that never waits for the writer), on a plain
                 # connection: one thread hop at most instead of one per statement through aiosqlite.
-                raw = conn.connection.driver_connection
-                assert raw is not None
-                conn.exec_driver_sql("BEGIN")
-                try:
+                with _sqlite_transaction(conn, "BEGIN"):
                     entries = [OutboxEntry(r[0], r[1], r[2]) for r in conn.execute(stmt)]
                     ids = list(dict.fromkeys(e.message_id for e in entries))
                     return entries, _select_messages(conn, ids)
-                finally:
-                    if raw.in_transaction:
-                        raw.rollback()  # read only: nothing to keep
 
-            return await self._read(read, bounded=message_ids is not None and limit <= _INLINE_ROWS // 4)
+            # Bounded: at most `limit` entries, looked up by message id, and as many message rows.
+            return await self._read(read, bounded=message_ids is not None and 2 * limit <= _INLINE_ROWS)
         async with self.engine.connect() as conn:
             conn = await conn.execution_options(isolation_level="REPEATABLE READ")
             async with conn.begin():
@@ -1498,6 +1483,19 @@ def _resource(row: Any) -> ResourceRecord:
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
+
+
+async def _retried(attempt: Callable[[], Awaitable[_T]]) -> _T:
+    """`attempt()`, again after a short random pause when the database reports a deadlock or a
+    serialization failure, up to _WRITE_ATTEMPTS times."""
+    for n in range(_WRITE_ATTEMPTS):
+        try:
+            return await attempt()
+        except DBAPIError as exc:
+            if n + 1 == _WRITE_ATTEMPTS or not _retryable(exc):
+                raise
+            await asyncio.sleep(0.005 * 2**n * (1 + random.random()))
+    raise AssertionError("unreachable")
 
 
 def _retryable(exc: DBAPIError) -> bool:
