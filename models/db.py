@@ -87,8 +87,9 @@ _LOST_MARKERS = ("connection was closed in the middle of operation", "connection
 
 
 def create_read_engine(url: str) -> Engine | None:
-    """SQLite only: a synchronous engine for reads, used from worker threads (WAL lets them run beside
-    the writer). None for PostgreSQL, whose async driver needs no threads."""
+    """SQLite only: a synchronous engine used from worker threads, for reads (WAL lets them run beside
+    the writer) and for write transactions, one thread hop each. None for PostgreSQL, whose async
+    driver needs no threads."""
     if not is_sqlite(url):
         return None
     sync_url = make_url(url).set(drivername="sqlite+pysqlite")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import inspect
 import random
@@ -15,11 +16,14 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
-from typing import Any, TypeVar
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeAlias, TypeVar
 
 import orjson
 from sqlalchemy import (
+    BindParameter,
     ColumnElement,
+    Executable,
     Select,
     and_,
     bindparam,
@@ -38,7 +42,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from models.db import DatabaseUnavailable, create_read_engine, is_unavailable
 from models.records import (
@@ -57,6 +61,8 @@ from models.tables import thread_resources_table as TR
 from models.tables import threads_table as T
 
 _T = TypeVar("_T")
+# Any SELECT, whatever its columns (SQLAlchemy 2.1 types a Select by the types of its columns).
+_AnySelect: TypeAlias = "Select[*tuple[Any, ...]]"
 # thread_resources' key for messages stored without a resource.
 _NO_RESOURCE = ""
 _COUNT_CACHE_SIZE = 10_000
@@ -107,6 +113,15 @@ def _write_outbox(conn: Connection, items: Sequence[tuple[str, str | None]], now
         conn.execute(
             O.insert(), [{"message_id": m, "previous_resource_id": r, "created_at": now} for m, r in items]
         )
+
+
+def _one_statement(stmt: Executable) -> Callable[[Connection], None]:
+    """A write transaction's body that runs one statement."""
+
+    def body(conn: Connection) -> None:
+        conn.execute(stmt)
+
+    return body
 
 
 @contextlib.contextmanager
@@ -176,17 +191,27 @@ class Repository:
     def __init__(self, engine: AsyncEngine, *, read_engine: Engine | None = None) -> None:
         self.engine = engine
         self.dialect = engine.dialect.name
-        self._statements: dict[tuple[Any, ...], Select[Any]] = {}
+        self._statements: dict[tuple[Any, ...], _AnySelect] = {}
+        self._thread_statements: dict[tuple[Any, ...], tuple[_AnySelect, _AnySelect]] = {}  # (page, count)
         # Filtered counts by (filter, thread version); reads run in several threads.
         # Values: (thread version, matching rows, the thread's rows then).
         self._count_cache: OrderedDict[tuple[Any, ...], tuple[int, int, int]] = OrderedDict()
         self._count_lock = threading.Lock()
-        # SQLite: hot reads run on plain sqlite3 connections in a worker thread, one hop per read,
-        # instead of one aiosqlite thread hop per statement and cursor operation.
+        # SQLite: hot reads and every write transaction run on plain sqlite3 connections in a worker
+        # thread, one hop each, instead of one aiosqlite thread hop per statement and cursor operation.
         self.read_engine = read_engine or create_read_engine(engine.url.render_as_string(hide_password=False))
+        # SQLite has one writer at a time: one thread runs this process's write transactions in turn,
+        # rather than several parking on the database lock in the executor the reads need.
+        self._writer = (
+            ThreadPoolExecutor(1, thread_name_prefix="recallql-sqlite-writer")
+            if self.read_engine is not None
+            else None
+        )
 
     def close(self) -> None:
-        """Releases the SQLite read connections (the async engine is its owner's to dispose)."""
+        """Releases the SQLite connections and writer thread (the async engine is its owner's to dispose)."""
+        if self._writer is not None:
+            self._writer.shutdown(wait=False)
         if self.read_engine is not None:
             self.read_engine.dispose()
 
@@ -212,6 +237,7 @@ class Repository:
         assert self.read_engine is not None
         with self.read_engine.connect() as conn:
             raw = conn.connection.driver_connection
+            assert raw is not None
             deadline = time.perf_counter() + _INLINE_BUDGET
             raw.set_progress_handler(lambda: time.perf_counter() > deadline, 2000)
             try:
@@ -280,14 +306,17 @@ class Repository:
 
     async def insert_thread(self, thread: ThreadRecord) -> bool:
         """Inserts a new thread (and its resource row); False when the id is taken."""
-        async with self.engine.begin() as conn:
-            inserted = (await conn.execute(self._insert_new_thread(thread))).rowcount == 1
-            if inserted:
-                await self._ensure_resource(conn, thread.resource_id, thread.created_at)
-        return inserted
 
-    async def _ensure_resource(self, conn: AsyncConnection, resource_id: str, now: int) -> None:
-        await conn.execute(
+        def body(conn: Connection) -> bool:
+            inserted = conn.execute(self._insert_new_thread(thread)).rowcount == 1
+            if inserted:
+                self._ensure_resource(conn, thread.resource_id, thread.created_at)
+            return inserted
+
+        return await self._write_transaction(body)
+
+    def _ensure_resource(self, conn: Connection, resource_id: str, now: int) -> None:
+        conn.execute(
             self._insert(R)
             .values(id=resource_id, working_memory=None, metadata={}, created_at=now, updated_at=now)
             .on_conflict_do_nothing(index_elements=["id"])
@@ -297,9 +326,9 @@ class Repository:
         self, thread_id: str, *, title: str | None, metadata: dict[str, Any] | None, now: int
     ) -> ThreadRecord | None:
         """Sets the title (when given) and shallow-merges metadata, atomically."""
-        async with self.engine.begin() as conn:
-            await self._begin_write(conn)
-            row = (await conn.execute(self._lock(select(T).where(T.c.id == thread_id)))).first()
+
+        def body(conn: Connection) -> ThreadRecord | None:
+            row = conn.execute(self._lock(select(T).where(T.c.id == thread_id))).first()
             if row is None:
                 return None
             merged = row.metadata
@@ -308,11 +337,12 @@ class Repository:
             values: dict[str, Any] = {"metadata": merged, "updated_at": now}
             if title is not None:
                 values["title"] = title
-            await conn.execute(update(T).where(T.c.id == thread_id).values(**values))
-            row = (await conn.execute(select(T).where(T.c.id == thread_id))).one()
-        return _thread(row)
+            conn.execute(update(T).where(T.c.id == thread_id).values(**values))
+            return _thread(conn.execute(select(T).where(T.c.id == thread_id)).one())
 
-    def _lock(self, stmt: Select[Any]) -> Select[Any]:
+        return await self._write_transaction(body)
+
+    def _lock(self, stmt: _AnySelect) -> _AnySelect:
         # SQLite serialises writers per database; PostgreSQL needs the row lock for read-modify-write.
         return stmt.with_for_update() if self.is_postgres else stmt
 
@@ -333,7 +363,7 @@ class Repository:
         if limit is not None:
             params["limit"] = min(limit, _SQL_INT_MAX)
         key = ("threads", order_field, descending, limit is None)
-        cached = self._statements.get(key) if not metadata else None
+        cached = self._thread_statements.get(key) if not metadata else None
         if cached is None:
             where: list[ColumnElement[bool]] = [T.c.resource_id == bindparam("resource_id")]
             for name, value in (metadata or {}).items():
@@ -353,10 +383,10 @@ class Repository:
                 )
             cached = (page, count)
             if not metadata:  # the common shape is built once; metadata filters vary too much to keep
-                self._statements[key] = cached  # type: ignore[assignment]
-        stmt, count = cached  # type: ignore[misc]
+                self._thread_statements[key] = cached
+        stmt, count = cached
 
-        def read(conn: Connection) -> tuple[int, list[Any]]:
+        def read(conn: Connection) -> tuple[int, Sequence[Any]]:
             if limit is not None:
                 rows = conn.execute(stmt, params).all()
                 if rows:
@@ -428,50 +458,46 @@ class Repository:
                         raise RowForbidden(rec.id)  # rolls the transaction back
             return written
 
-        stored = await self._write_in_one_step(write, lock_keys=thread_ids)
+        stored = await self._write_transaction(write, lock_keys=thread_ids)
         return [stored[i] for i in ids if i in stored]
 
     async def _write_transaction(
-        self, body: Callable[[AsyncConnection], Awaitable[_T]], *, lock_keys: Iterable[str] = ()
+        self, body: Callable[[Connection], _T], *, lock_keys: Iterable[str] = ()
     ) -> _T:
-        """Runs `body` in a write transaction, retried when the database reports a deadlock or a
-        serialization failure (replicas writing the same rows at once).
+        """Runs the synchronous `body` in a write transaction, retried when the database reports a
+        deadlock or a serialization failure (replicas writing the same rows at once).
 
-        SQLite: BEGIN IMMEDIATE makes it the single writer from the start, so a read inside can never
-        be overtaken by another writer. PostgreSQL: transaction-scoped advisory locks on `lock_keys`
-        (thread ids), taken in sorted order, serialise writers of the same threads without deadlocks.
-        """
+        SQLite: the whole transaction runs on a plain connection in one worker-thread hop, where
+        aiosqlite would hop to its thread and back for every statement and fetch (a save of 2
+        messages: several ms of hops for well under one of SQLite work). BEGIN IMMEDIATE makes it the
+        single writer from its first statement: SQLite reads without a lock until the first write, so
+        two read-modify-write transactions could otherwise read the same state and one update would
+        be lost. PostgreSQL: on the event loop's connection; transaction-scoped advisory locks on
+        `lock_keys` (thread ids), taken in sorted order, serialise writers of the same threads without
+        deadlocks, and read-modify-write bodies lock the rows they read (`_lock`)."""
+        if self._writer is not None:
+            writer = self._writer
+
+            def attempt_on_sqlite() -> asyncio.Future[_T]:
+                run = functools.partial(contextvars.copy_context().run, self._write_sync, body)
+                return asyncio.get_running_loop().run_in_executor(writer, run)
+
+            return await _retried(attempt_on_sqlite)
 
         async def attempt() -> _T:
             async with self.engine.begin() as conn:
-                await self._begin_write(conn)
-                if self.is_postgres:
-                    for key in sorted(set(lock_keys)):
-                        await conn.execute(
-                            text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"), {"key": key}
-                        )
-                return await body(conn)
+                for key in sorted(set(lock_keys)):
+                    await conn.execute(
+                        text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"), {"key": key}
+                    )
+                return await conn.run_sync(body)
 
         return await _retried(attempt)
 
-    async def _write_in_one_step(
-        self, body: Callable[[Connection], _T], *, lock_keys: Iterable[str] = ()
-    ) -> _T:
-        """`_write_transaction` for a synchronous body. On SQLite the whole transaction runs on a plain
-        connection in one worker-thread hop, where aiosqlite would hop to its thread and back for
-        every statement and fetch (a save of 2 messages: several ms of hops for well under one of
-        SQLite work). On PostgreSQL it runs on the event loop's connection as before."""
-        if self.read_engine is None:
-            return await self._write_transaction(lambda conn: conn.run_sync(body), lock_keys=lock_keys)
-        return await _retried(lambda: asyncio.to_thread(self._write_sync, body))
-
     def _write_sync(self, body: Callable[[Connection], _T]) -> _T:
         assert self.read_engine is not None
-        with self.read_engine.connect() as conn, _sqlite_transaction(conn, "BEGIN IMMEDIATE"):  # _begin_write
+        with self.read_engine.connect() as conn, _sqlite_transaction(conn, "BEGIN IMMEDIATE"):
             return body(conn)
-
-    async def _messages_by_id(self, conn: AsyncConnection, ids: Sequence[str]) -> dict[str, MessageRecord]:
-        return await conn.run_sync(_select_messages, ids)
 
     async def get_messages(self, ids: Sequence[str]) -> dict[str, MessageRecord]:
         if not ids:
@@ -495,33 +521,22 @@ class Repository:
         if not ids:
             return []
 
-        async def body(conn: AsyncConnection) -> list[MessageRecord]:
-            existing = await self._locked_messages(conn, list(dict.fromkeys(ids)))
+        def body(conn: Connection) -> list[MessageRecord]:
+            existing = self._locked_messages(conn, list(dict.fromkeys(ids)))
             if guard is not None:
                 guard(existing)
             if existing:
-                await conn.execute(delete(M).where(M.c.id.in_(list(existing))))
-                await self._bump_stats(
-                    conn, removed=[(m.thread_id, m.resource_id) for m in existing.values()]
-                )
+                conn.execute(delete(M).where(M.c.id.in_(list(existing))))
+                self._write_stats(conn, removed=[(m.thread_id, m.resource_id) for m in existing.values()])
                 threads = {m.thread_id for m in existing.values()}
-                await conn.execute(update(T).where(T.c.id.in_(threads)).values(updated_at=now))
+                conn.execute(update(T).where(T.c.id.in_(threads)).values(updated_at=now))
                 if track_vectors:
-                    await self._enqueue(conn, [(m.id, m.resource_id) for m in existing.values()], now)
+                    _write_outbox(conn, [(m.id, m.resource_id) for m in existing.values()], now)
             return list(existing.values())
 
         return await self._write_transaction(body)
 
     # ------------------------------------------------------------------ thread statistics
-    async def _bump_stats(
-        self,
-        conn: AsyncConnection,
-        *,
-        removed: Iterable[tuple[str, str | None]] = (),
-        added: Iterable[tuple[str, str | None]] = (),
-    ) -> None:
-        await conn.run_sync(self._write_stats, removed, added)
-
     def _write_stats(
         self,
         conn: Connection,
@@ -555,11 +570,6 @@ class Repository:
         conn.execute(stmt, rows)
 
     # ------------------------------------------------------------------ vector outbox
-    async def _enqueue(
-        self, conn: AsyncConnection, items: Sequence[tuple[str, str | None]], now: int
-    ) -> None:
-        await conn.run_sync(_write_outbox, items, now)
-
     async def outbox_snapshot(
         self, *, message_ids: Sequence[str] | None = None, limit: int = 256, queued_before: int | None = None
     ) -> tuple[list[OutboxEntry], dict[str, MessageRecord]]:
@@ -586,21 +596,20 @@ class Repository:
             conn = await conn.execution_options(isolation_level="REPEATABLE READ")
             async with conn.begin():
                 entries = [OutboxEntry(r[0], r[1], r[2]) for r in await conn.execute(stmt)]
-                rows = await self._messages_by_id(conn, list(dict.fromkeys(e.message_id for e in entries)))
+                ids = list(dict.fromkeys(e.message_id for e in entries))
+                rows = await conn.run_sync(_select_messages, ids)
         return entries, rows
 
     async def outbox_release(self, message_ids: Sequence[str]) -> None:
         """Marks these messages' queued changes as due now (their request could not write them)."""
         if message_ids:
-            async with self.engine.begin() as conn:
-                await conn.execute(
-                    update(O).where(O.c.message_id.in_(list(message_ids))).values(created_at=0)
-                )
+            stmt = update(O).where(O.c.message_id.in_(list(message_ids))).values(created_at=0)
+            await self._write_transaction(_one_statement(stmt))
 
     async def outbox_done(self, entry_ids: Sequence[int]) -> None:
         if entry_ids:
-            async with self.engine.begin() as conn:
-                await conn.execute(delete(O).where(O.c.id.in_(list(entry_ids))))
+            stmt = delete(O).where(O.c.id.in_(list(entry_ids)))
+            await self._write_transaction(_one_statement(stmt))
 
     async def outbox_backlog(self) -> int:
         async with self.engine.connect() as conn:
@@ -620,7 +629,7 @@ class Repository:
 
     def _in_order_statement(
         self, *, after: MessageRecord | None, limit: int, resource_id: str | None, without_resource: bool
-    ) -> Select[Any]:
+    ) -> _AnySelect:
         stmt = select(*_MESSAGE_COLUMNS)
         if not without_resource and resource_id is None:
             # All messages: by insertion sequence, the primary key.
@@ -720,16 +729,16 @@ class Repository:
         if has_resource:
             where.append(M.c.resource_id == bindparam("resource_id"))
         if has_start:
-            start = bindparam("start")
+            start: BindParameter[int] = bindparam("start")
             where.append(M.c.created_at > start if start_exclusive else M.c.created_at >= start)
         if has_end:
-            end = bindparam("end")
+            end: BindParameter[int] = bindparam("end")
             where.append(M.c.created_at < end if end_exclusive else M.c.created_at <= end)
         if kinds == ("jsonb",):
             where.append(_PG_METADATA.op("@>")(func.cast(bindparam("metadata"), postgresql.JSONB)))
         else:
             for n, kind in enumerate(kinds):
-                path = bindparam(f"path{n}")
+                path: BindParameter[str] = bindparam(f"path{n}")
                 json_type = func.json_type(M.c.content, path)
                 if kind in ("null", "true", "false"):
                     where.append(json_type == kind)
@@ -746,7 +755,7 @@ class Repository:
                     where.append(and_(typed, extracted))
         return where
 
-    def _page_template(self, shape: tuple[Any, ...], descending: bool) -> Select[Any]:
+    def _page_template(self, shape: tuple[Any, ...], descending: bool) -> _AnySelect:
         key = ("page", shape, descending)
         stmt = self._statements.get(key)
         if stmt is None:
@@ -765,7 +774,7 @@ class Repository:
             self._statements[key] = stmt
         return stmt
 
-    def _count_template(self, shape: tuple[Any, ...]) -> Select[Any]:
+    def _count_template(self, shape: tuple[Any, ...]) -> _AnySelect:
         key = ("count", shape)
         stmt = self._statements.get(key)
         if stmt is None:
@@ -815,12 +824,12 @@ class Repository:
                 self._count_cache.popitem(last=False)
         return total
 
-    def page_statement(self, q: MessageQuery, *, descending: bool, limit: int, offset: int) -> Select[Any]:
+    def page_statement(self, q: MessageQuery, *, descending: bool, limit: int, offset: int) -> _AnySelect:
         """The page query with its values bound (for EXPLAIN in tests)."""
         shape, params = self._filter_params(q)
         return self._page_template(shape, descending).params(**params, limit=limit, offset=offset)
 
-    def count_statement(self, q: MessageQuery) -> Select[Any]:
+    def count_statement(self, q: MessageQuery) -> _AnySelect:
         shape, params = self._filter_params(q)
         return self._count_template(shape).params(**params)
 
@@ -981,18 +990,15 @@ class Repository:
             return [r[0] for r in rows]
 
     # ------------------------------------------------------------------ import / export (resolvers.transfer)
-    async def _begin_import(self, conn: AsyncConnection) -> None:
-        # SQLite: take the write lock before reading what is stored, so the compare-then-write of an
-        # import batch cannot interleave with another writer. PostgreSQL's upserts are atomic as they are.
+    # Imports compare what is stored with what comes in, then write: in a write transaction, whose
+    # BEGIN IMMEDIATE on SQLite keeps another writer from slipping in between (PostgreSQL's upserts
+    # are atomic as they are).
+    def _stored_for_import(self, conn: Connection, ids: list[str]) -> dict[str, MessageRecord]:
         if not self.is_postgres:
-            await conn.execute(text("BEGIN IMMEDIATE"))
-
-    async def _stored_for_import(self, conn: AsyncConnection, ids: list[str]) -> dict[str, MessageRecord]:
-        if not self.is_postgres:
-            return await self._messages_by_id(conn, ids)
+            return _select_messages(conn, ids)
         # One array parameter instead of an expanded IN list: much cheaper to build for a large batch.
         ids_param = bindparam("import_ids", value=ids, type_=postgresql.ARRAY(M.c.id.type))
-        result = await conn.execute(select(*_MESSAGE_COLUMNS).where(M.c.id == func.any(ids_param)))
+        result = conn.execute(select(*_MESSAGE_COLUMNS).where(M.c.id == func.any(ids_param)))
         return {rec.id: rec for rec in map(_message, result)}
 
     async def import_resources(self, records: Sequence[ResourceRecord]) -> tuple[int, int]:
@@ -1001,13 +1007,13 @@ class Repository:
         last = {r.id: r for r in records}
         if not last:
             return 0, 0
-        async with self.engine.begin() as conn:
-            await self._begin_import(conn)
+
+        def body(conn: Connection) -> tuple[int, int]:
             stored: dict[str, tuple[Any, ...]] = {}
             ids = list(last)
             for start in range(0, len(ids), 500):
                 stmt = select(R.c.id, R.c.working_memory, R.c.metadata, R.c.created_at, R.c.updated_at)
-                for row in await conn.execute(stmt.where(R.c.id.in_(ids[start : start + 500]))):
+                for row in conn.execute(stmt.where(R.c.id.in_(ids[start : start + 500]))):
                     stored[row[0]] = tuple(row[1:])
             write = [
                 r
@@ -1023,7 +1029,7 @@ class Repository:
                         for c in ("working_memory", "metadata", "created_at", "updated_at")
                     },
                 )
-                await conn.execute(
+                conn.execute(
                     stmt,
                     [
                         {
@@ -1036,8 +1042,10 @@ class Repository:
                         for r in write
                     ],
                 )
-        inserted = sum(1 for r in write if r.id not in stored)
-        return inserted, len(write) - inserted
+            inserted = sum(1 for r in write if r.id not in stored)
+            return inserted, len(write) - inserted
+
+        return await self._write_transaction(body)
 
     async def import_threads(self, records: Sequence[ThreadRecord]) -> tuple[int, int]:
         """Upserts threads as given (resource, title, metadata, both times), in one transaction, and
@@ -1046,15 +1054,15 @@ class Repository:
         last = {t.id: t for t in records}
         if not last:
             return 0, 0
-        async with self.engine.begin() as conn:
-            await self._begin_import(conn)
+
+        def body(conn: Connection) -> tuple[int, int]:
             stored: dict[str, tuple[Any, ...]] = {}
             ids = list(last)
             for start in range(0, len(ids), 500):
                 stmt = select(
                     T.c.id, T.c.resource_id, T.c.title, T.c.metadata, T.c.created_at, T.c.updated_at
                 )
-                for row in await conn.execute(stmt.where(T.c.id.in_(ids[start : start + 500]))):
+                for row in conn.execute(stmt.where(T.c.id.in_(ids[start : start + 500]))):
                     stored[row[0]] = tuple(row[1:])
             write = [
                 t
@@ -1070,7 +1078,7 @@ class Repository:
                         for c in ("resource_id", "title", "metadata", "created_at", "updated_at")
                     },
                 )
-                await conn.execute(
+                conn.execute(
                     stmt,
                     [
                         {
@@ -1087,15 +1095,17 @@ class Repository:
                 owners: dict[str, int] = {}
                 for t in write:
                     owners[t.resource_id] = min(owners.get(t.resource_id, t.created_at), t.created_at)
-                await conn.execute(
+                conn.execute(
                     self._insert(R).on_conflict_do_nothing(index_elements=["id"]),
                     [
                         {"id": r, "working_memory": None, "metadata": {}, "created_at": at, "updated_at": at}
                         for r, at in sorted(owners.items())
                     ],
                 )
-        inserted = sum(1 for t in write if t.id not in stored)
-        return inserted, len(write) - inserted
+            inserted = sum(1 for t in write if t.id not in stored)
+            return inserted, len(write) - inserted
+
+        return await self._write_transaction(body)
 
     async def import_messages(
         self, records: Sequence[MessageRecord], *, now: int, track_vectors: bool = False
@@ -1111,9 +1121,9 @@ class Repository:
             last[rec.id] = rec
         if not last:
             return 0, 0
-        async with self.engine.begin() as conn:
-            await self._begin_import(conn)
-            stored = await self._stored_for_import(conn, list(last))
+
+        def body(conn: Connection) -> tuple[int, int]:
+            stored = self._stored_for_import(conn, list(last))
             write = [
                 m
                 for m in last.values()
@@ -1126,8 +1136,8 @@ class Repository:
                 stmt = self._upsert_messages()
                 rows = [_row(m) for m in write]
                 for start in range(0, len(rows), 500):
-                    await conn.execute(stmt, rows[start : start + 500])
-                await self._bump_stats(
+                    conn.execute(stmt, rows[start : start + 500])
+                self._write_stats(
                     conn,
                     removed=[
                         (stored[m.id].thread_id, stored[m.id].resource_id) for m in write if m.id in stored
@@ -1135,13 +1145,15 @@ class Repository:
                     added=[(m.thread_id, m.resource_id) for m in write],
                 )
                 if track_vectors:
-                    await self._enqueue(
+                    _write_outbox(
                         conn,
                         [(m.id, stored[m.id].resource_id if m.id in stored else None) for m in write],
                         now,
                     )
-        inserted = sum(1 for m in write if m.id not in stored)
-        return inserted, len(write) - inserted
+            inserted = sum(1 for m in write if m.id not in stored)
+            return inserted, len(write) - inserted
+
+        return await self._write_transaction(body)
 
     async def export_rows(
         self,
@@ -1204,23 +1216,13 @@ class Repository:
         return done
 
     # ------------------------------------------------------------------ memory API (issue 4)
-    async def _begin_write(self, conn: AsyncConnection) -> None:
-        """Makes a read-modify-write transaction the only writer from its first statement.
-
-        SQLite reads without a lock until the first write, so two transactions could read the same
-        state and one update would be lost; BEGIN IMMEDIATE takes the database write lock up front
-        (waiting up to busy_timeout). It must be the transaction's first statement. PostgreSQL callers
-        lock the rows they read instead (`_lock`: SELECT ... FOR UPDATE)."""
-        if not self.is_postgres:
-            await conn.execute(text("BEGIN IMMEDIATE"))
-
-    async def _locked_messages(self, conn: AsyncConnection, ids: Sequence[str]) -> dict[str, MessageRecord]:
+    def _locked_messages(self, conn: Connection, ids: Sequence[str]) -> dict[str, MessageRecord]:
         found: dict[str, MessageRecord] = {}
         ids = sorted(ids)
         for start in range(0, len(ids), 500):
             chunk = ids[start : start + 500]
             stmt = self._lock(select(*_MESSAGE_COLUMNS).where(M.c.id.in_(chunk)).order_by(M.c.id))
-            for row in await conn.execute(stmt):
+            for row in conn.execute(stmt):
                 rec = _message(row)
                 found[rec.id] = rec
         return found
@@ -1237,25 +1239,25 @@ class Repository:
         was deleted (the thread row may be missing while messages exist, and vice versa). `guard` sees
         the thread and messages before anything is deleted; if it raises, nothing is."""
 
-        async def body(conn: AsyncConnection) -> tuple[ThreadRecord | None, list[MessageRecord]]:
-            row = (await conn.execute(self._lock(select(T).where(T.c.id == thread_id)))).first()
+        def body(conn: Connection) -> tuple[ThreadRecord | None, list[MessageRecord]]:
+            row = (conn.execute(self._lock(select(T).where(T.c.id == thread_id)))).first()
             stmt = (
                 select(*_MESSAGE_COLUMNS)
                 .where(M.c.thread_id == thread_id)
                 .order_by(M.c.created_at.asc(), M.c.seq.asc())
             )
-            messages = [_message(r) for r in await conn.execute(stmt)]
+            messages = [_message(r) for r in conn.execute(stmt)]
             if guard is not None:
                 guard(_thread(row) if row is not None else None, messages)
             if messages:
-                await conn.execute(delete(M).where(M.c.thread_id == thread_id))
+                conn.execute(delete(M).where(M.c.thread_id == thread_id))
                 if track_vectors:
-                    await self._enqueue(conn, [(m.id, m.resource_id) for m in messages], now)
+                    _write_outbox(conn, [(m.id, m.resource_id) for m in messages], now)
             # Rows stay (counts 0, versions bumped): a thread recreated under this id must not meet
             # count-cache entries of its predecessor.
-            await self._bump_stats(conn, removed=[(m.thread_id, m.resource_id) for m in messages])
+            self._write_stats(conn, removed=[(m.thread_id, m.resource_id) for m in messages])
             if row is not None:
-                await conn.execute(delete(T).where(T.c.id == thread_id))
+                conn.execute(delete(T).where(T.c.id == thread_id))
             return (_thread(row) if row is not None else None), messages
 
         return await self._write_transaction(body, lock_keys=[thread_id])
@@ -1282,8 +1284,8 @@ class Repository:
         taken. With `copy_resource_working_memory`, the source resource's working memory (when set) is
         copied to the new thread's resource."""
 
-        async def body(conn: AsyncConnection) -> tuple[ThreadRecord, list[MessageRecord]] | None:
-            row = (await conn.execute(select(T).where(T.c.id == source_id))).first()
+        def body(conn: Connection) -> tuple[ThreadRecord, list[MessageRecord]] | None:
+            row = (conn.execute(select(T).where(T.c.id == source_id))).first()
             if row is None:
                 return None
             source = _thread(row)
@@ -1297,34 +1299,34 @@ class Repository:
             stmt = select(*_MESSAGE_COLUMNS).where(*where)
             if limit:
                 stmt = stmt.order_by(M.c.created_at.desc(), M.c.seq.desc()).limit(limit)
-                selected = [_message(r) for r in await conn.execute(stmt)][::-1]
+                selected = [_message(r) for r in conn.execute(stmt)][::-1]
             else:
                 stmt = stmt.order_by(M.c.created_at.asc(), M.c.seq.asc())
-                selected = [_message(r) for r in await conn.execute(stmt)]
+                selected = [_message(r) for r in conn.execute(stmt)]
             thread, copies = build(source, selected)
-            inserted = await conn.execute(self._insert_new_thread(thread))
+            inserted = conn.execute(self._insert_new_thread(thread))
             if inserted.rowcount != 1:
                 raise RowConflict(thread.id)
-            await self._ensure_resource(conn, thread.resource_id, now)
+            self._ensure_resource(conn, thread.resource_id, now)
             if copies:
                 rows = [_row(m) for m in copies]
                 # In chronological order, so the new insertion sequences keep the source's tie order.
                 for chunk in range(0, len(rows), 500):
-                    await conn.execute(M.insert(), rows[chunk : chunk + 500])
-                await self._bump_stats(conn, added=[(m.thread_id, m.resource_id) for m in copies])
+                    conn.execute(M.insert(), rows[chunk : chunk + 500])
+                self._write_stats(conn, added=[(m.thread_id, m.resource_id) for m in copies])
                 if track_vectors:
-                    await self._enqueue(conn, [(m.id, None) for m in copies], now)
+                    _write_outbox(conn, [(m.id, None) for m in copies], now)
             if copy_resource_working_memory and thread.resource_id != source.resource_id:
                 value = (
-                    await conn.execute(select(R.c.working_memory).where(R.c.id == source.resource_id))
+                    conn.execute(select(R.c.working_memory).where(R.c.id == source.resource_id))
                 ).scalar()
                 if value:
-                    await conn.execute(
+                    conn.execute(
                         update(R)
                         .where(R.c.id == thread.resource_id)
                         .values(working_memory=value, updated_at=now)
                     )
-            stored = await self._messages_by_id(conn, [m.id for m in copies])
+            stored = _select_messages(conn, [m.id for m in copies])
             return thread, [stored[m.id] for m in copies if m.id in stored]
 
         return await self._write_transaction(body)
@@ -1347,8 +1349,8 @@ class Repository:
         if not unique:
             return {}, []
 
-        async def body(conn: AsyncConnection) -> tuple[dict[str, MessageRecord], list[MessageRecord]]:
-            before = await self._locked_messages(conn, unique)
+        def body(conn: Connection) -> tuple[dict[str, MessageRecord], list[MessageRecord]]:
+            before = self._locked_messages(conn, unique)
             if not before:
                 return {}, []
             after = apply(dict(before))
@@ -1366,7 +1368,7 @@ class Repository:
                         legacy_reminder=bindparam("b_legacy_reminder"),
                     )
                 )
-                await conn.execute(
+                conn.execute(
                     stmt,
                     [
                         {
@@ -1383,15 +1385,15 @@ class Repository:
                     ],
                 )
                 threads = {m.thread_id for m in after} | {before[m.id].thread_id for m in after}
-                await conn.execute(update(T).where(T.c.id.in_(threads)).values(updated_at=now))
-                await self._bump_stats(
+                conn.execute(update(T).where(T.c.id.in_(threads)).values(updated_at=now))
+                self._write_stats(
                     conn,
                     removed=[(before[m.id].thread_id, before[m.id].resource_id) for m in after],
                     added=[(m.thread_id, m.resource_id) for m in after],
                 )
                 if track_vectors:
-                    await self._enqueue(conn, [(m.id, before[m.id].resource_id) for m in after], now)
-            stored = await self._messages_by_id(conn, [m.id for m in after])
+                    _write_outbox(conn, [(m.id, before[m.id].resource_id) for m in after], now)
+            stored = _select_messages(conn, [m.id for m in after])
             return before, [stored[m.id] for m in after if m.id in stored]
 
         return await self._write_transaction(body, lock_keys=lock_keys)
@@ -1402,16 +1404,16 @@ class Repository:
         """Creates the resource row if needed (metadata {}), then replaces its working memory with
         `change(current)` under a row lock: concurrent updates of one resource are serialised."""
 
-        async def body(conn: AsyncConnection) -> ResourceRecord:
-            await self._ensure_resource(conn, resource_id, now)
-            row = (await conn.execute(self._lock(select(R).where(R.c.id == resource_id)))).one()
+        def body(conn: Connection) -> ResourceRecord:
+            self._ensure_resource(conn, resource_id, now)
+            row = (conn.execute(self._lock(select(R).where(R.c.id == resource_id)))).one()
             value = change(row.working_memory)
             # Never backwards: the last committed update has the latest updatedAt.
             stamp = max(now, row.updated_at)
-            await conn.execute(
+            conn.execute(
                 update(R).where(R.c.id == resource_id).values(working_memory=value, updated_at=stamp)
             )
-            return _resource((await conn.execute(select(R).where(R.c.id == resource_id))).one())
+            return _resource((conn.execute(select(R).where(R.c.id == resource_id))).one())
 
         return await self._write_transaction(body)
 
@@ -1421,32 +1423,32 @@ class Repository:
         """Sets metadata.workingMemory to `change(current)` under a row lock; None when the thread is
         missing. Bumps updatedAt (the thread changed)."""
 
-        async def body(conn: AsyncConnection) -> ThreadRecord | None:
-            row = (await conn.execute(self._lock(select(T).where(T.c.id == thread_id)))).first()
+        def body(conn: Connection) -> ThreadRecord | None:
+            row = (conn.execute(self._lock(select(T).where(T.c.id == thread_id)))).first()
             if row is None:
                 return None
             metadata = dict(row.metadata or {})
             current = metadata.get("workingMemory")
             metadata["workingMemory"] = change(current if isinstance(current, str) else None)
             stamp = max(now, row.updated_at)
-            await conn.execute(
-                update(T).where(T.c.id == thread_id).values(metadata=metadata, updated_at=stamp)
-            )
-            return _thread((await conn.execute(select(T).where(T.c.id == thread_id))).one())
+            conn.execute(update(T).where(T.c.id == thread_id).values(metadata=metadata, updated_at=stamp))
+            return _thread((conn.execute(select(T).where(T.c.id == thread_id))).one())
 
         return await self._write_transaction(body, lock_keys=[thread_id])
 
     async def set_title_if_untitled(self, thread_id: str, title: str, *, now: int) -> ThreadRecord | None:
         """Sets a generated title unless the thread has one by now (a user's title always wins);
         createdAt is untouched. Returns the updated thread, or None when nothing changed."""
-        async with self.engine.begin() as conn:
-            result = await conn.execute(
+
+        def body(conn: Connection) -> ThreadRecord | None:
+            result = conn.execute(
                 update(T).where(T.c.id == thread_id, T.c.title == "").values(title=title, updated_at=now)
             )
             if result.rowcount != 1:
                 return None
-            row = (await conn.execute(select(T).where(T.c.id == thread_id))).one()
-        return _thread(row)
+            return _thread(conn.execute(select(T).where(T.c.id == thread_id)).one())
+
+        return await self._write_transaction(body)
 
     async def get_resources(self, ids: Sequence[str]) -> dict[str, ResourceRecord]:
         if not ids:

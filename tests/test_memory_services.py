@@ -4,8 +4,10 @@ titles are written once, working-memory configuration rules."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import sqlite3
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import pytest
 from models import repository as repository_module
 from models.db import create_engine
 from models.migrate import upgrade
-from models.records import MessageRecord
+from models.records import MessageRecord, ResourceRecord, ThreadRecord
 from models.repository import Repository
 from resolvers.auth import OPEN
 from resolvers.config import BUILTIN_DEFAULTS
@@ -29,7 +31,7 @@ from resolvers.working_memory import (
     deep_merge_working_memory,
     working_memory_config,
 )
-from tests.factories import msg, seed, t
+from tests.factories import BASE_MS, msg, seed, t
 from tests.support import loop_ticks
 
 
@@ -291,6 +293,18 @@ async def sqlite_repository(tmp_path: Path) -> AsyncIterator[tuple[Repository, P
         await engine.dispose()
 
 
+@contextlib.contextmanager
+def held_write_lock(path: Path) -> Iterator[None]:
+    """Another connection holds the SQLite database's write lock while inside."""
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        holder.execute("COMMIT")
+        holder.close()
+
+
 async def test_outbox_snapshot_on_sqlite_reads_entries_and_rows_at_one_moment(
     sqlite_repository: tuple[Repository, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -325,16 +339,117 @@ async def test_sqlite_save_waits_for_the_write_lock_off_the_event_loop(
     repository, path = sqlite_repository
     services = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS))
     await seed(services, msg("m1"))
-    holder = sqlite3.connect(path, isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")
-    save = asyncio.create_task(services.messages.save([msg("m2", at=1)], principal=OPEN))
-    try:
+    with held_write_lock(path):
+        save = asyncio.create_task(services.messages.save([msg("m2", at=1)], principal=OPEN))
         async with loop_ticks(0.005) as ticks:
             await asyncio.sleep(0.3)
         assert not save.done() and ticks[0] >= 20  # blocked on the lock, not the loop
-    finally:
-        holder.execute("COMMIT")
-        holder.close()
     assert [m.id for m in (await save).messages] == ["m2"]
     stored = await repository.get_messages(["m1", "m2"])
     assert sorted(stored) == ["m1", "m2"] and stored["m2"].seq > stored["m1"].seq
+
+
+async def test_sqlite_writes_waiting_for_the_lock_leave_the_reads_their_threads(
+    sqlite_repository: tuple[Repository, Path],
+) -> None:
+    # More writes wait for the database lock than the default executor has threads (min(32, cores + 4)):
+    # they queue for the one writer thread, and a read that needs a worker thread still runs.
+    repository, path = sqlite_repository
+    await seed(Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS)), msg("m1"))
+    with held_write_lock(path):
+        writes = [
+            asyncio.create_task(repository.update_thread("t1", title=f"title {n}", metadata=None, now=t(n)))
+            for n in range(40)
+        ]
+        await asyncio.sleep(0.2)
+        assert await asyncio.wait_for(repository.thread_resource_ids("t1"), timeout=5) == ["r1"]
+        assert not any(w.done() for w in writes)
+    await asyncio.gather(*writes)
+    assert (await repository.get_thread("t1")).title == "title 39"  # in the order they came
+
+
+class _NoAsyncEngine:
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"a SQLite write went through the aiosqlite engine ({name})")
+
+
+def _writes(now: int) -> dict[str, Any]:
+    """Every write of the repository, as a function of it (over the data `seed` left: t1/r1, m1, m2)."""
+
+    def clone(
+        source: ThreadRecord, selected: list[MessageRecord]
+    ) -> tuple[ThreadRecord, list[MessageRecord]]:
+        copy = dataclasses.replace(source, id="t2", resource_id="r2", created_at=now, updated_at=now)
+        return copy, [
+            dataclasses.replace(m, id=f"c-{m.id}", thread_id="t2", resource_id="r2") for m in selected
+        ]
+
+    def retitle(before: dict[str, MessageRecord]) -> list[MessageRecord]:
+        return [dataclasses.replace(m, role="assistant") for m in before.values()]
+
+    thread = ThreadRecord(id="t3", resource_id="r3", title="", metadata=None, created_at=now, updated_at=now)
+    return {
+        "insert_thread": lambda r: r.insert_thread(thread),
+        "save_messages": lambda r: r.save_messages([_MESSAGE], now=now, track_vectors=True),
+        "update_thread": lambda r: r.update_thread("t1", title="new", metadata={"k": 1}, now=now),
+        "set_title_if_untitled": lambda r: r.set_title_if_untitled("t1", "generated", now=now),
+        "delete_messages": lambda r: r.delete_messages(["m1"], now=now, track_vectors=True),
+        "update_messages": lambda r: r.update_messages(["m1", "m2"], retitle, now=now, track_vectors=True),
+        "delete_thread": lambda r: r.delete_thread("t1", now=now, track_vectors=True),
+        "clone_thread": lambda r: r.clone_thread("t1", clone, now=now, track_vectors=True),
+        "resource_working_memory": lambda r: r.modify_resource_working_memory("r1", lambda _: "wm", now=now),
+        "thread_working_memory": lambda r: r.modify_thread_working_memory("t1", lambda _: "wm", now=now),
+        "import_resources": lambda r: r.import_resources(
+            [ResourceRecord(id="r9", working_memory=None, metadata={}, created_at=now, updated_at=now)]
+        ),
+        "import_threads": lambda r: r.import_threads([thread]),
+        "import_messages": lambda r: r.import_messages([_MESSAGE], now=now),
+        "outbox_release": lambda r: r.outbox_release(["m1"]),
+        "outbox_done": lambda r: r.outbox_done([1]),
+    }
+
+
+_MESSAGE = MessageRecord(
+    id="m0",
+    thread_id="t1",
+    resource_id="r1",
+    role="user",
+    type="text",
+    created_at=BASE_MS,
+    content={"format": 2, "parts": [{"type": "text", "text": "imported"}]},
+)
+
+
+@pytest.mark.parametrize("write", sorted(_writes(0)))
+async def test_sqlite_writes_run_in_one_step_on_a_plain_connection(
+    sqlite_repository: tuple[Repository, Path], monkeypatch: pytest.MonkeyPatch, write: str
+) -> None:
+    # Every write transaction on SQLite is one worker-thread hop on a plain connection (BEGIN
+    # IMMEDIATE ... COMMIT), never a hop through aiosqlite per statement.
+    repository, path = sqlite_repository
+    services = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS))
+    await seed(services, msg("m1", at=1), msg("m2", at=2))
+    await repository.save_messages(
+        list((await repository.get_messages(["m1"])).values()), now=t(3), track_vectors=True
+    )
+    before = _dump(path)
+    hops = 0
+    write_sync = repository._write_sync
+
+    def counted(body: Any) -> Any:
+        nonlocal hops
+        hops += 1
+        return write_sync(body)
+
+    monkeypatch.setattr(repository, "_write_sync", counted)
+    monkeypatch.setattr(repository, "engine", _NoAsyncEngine())
+    await _writes(t(10))[write](repository)
+    monkeypatch.undo()
+    assert hops == 1
+    assert _dump(path) != before  # it wrote
+
+
+def _dump(path: Path) -> dict[str, list[Any]]:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        tables = ("resources", "threads", "messages", "thread_resources", "vector_outbox")
+        return {name: conn.execute(f"SELECT * FROM {name} ORDER BY 1").fetchall() for name in tables}
