@@ -44,6 +44,8 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
     from chromadb.api.models.Collection import Collection
+    from chromadb.api.types import Where
+    from chromadb.base_types import InclusionExclusionOperator, LiteralValue
 
 __all__ = ["ChromaIndex", "VectorHit", "VectorIndexError", "VectorItem", "collection_name"]
 
@@ -303,7 +305,7 @@ class ChromaIndex:
         keep = set(ids)
         existing: set[str] = set()
         for batch in _chunks(sorted({item.message_id for item in group.values()})):
-            existing.update(collection.get(where={"message_id": {"$in": list(batch)}}, include=[])["ids"])
+            existing.update(collection.get(where=_message_in(batch), include=[])["ids"])
         for batch in _chunks(ids):
             _write(collection, [group[i] for i in batch])
         # Chroma applies an upsert of a stored id as an HNSW update, in parallel with the batch's
@@ -325,7 +327,7 @@ class ChromaIndex:
 
         def action(collection: Collection) -> None:
             for batch in _chunks(ids):
-                collection.delete(where={"message_id": {"$in": list(batch)}})
+                collection.delete(where=_message_in(batch))
 
         for resource_id in dict.fromkeys(resource_ids):
             async with self._write_lock(resource_id):
@@ -397,12 +399,12 @@ class ChromaIndex:
             raise ValueError("top_k must be at least 1")
         if len(vector) != self.dimension:
             raise ValueError(f"query vector has {len(vector)} dimensions, this index holds {self.dimension}")
-        query_vector = [float(x) for x in vector]
-        where = {"thread_id": thread_id} if thread_id is not None else None
+        query_vector = np.asarray([vector], dtype=np.float32)
+        where: Where | None = {"thread_id": thread_id} if thread_id is not None else None
 
         def action(collection: Collection) -> list[VectorHit]:
             result = collection.query(
-                query_embeddings=[query_vector],
+                query_embeddings=query_vector,
                 n_results=top_k,
                 where=where,
                 include=["metadatas", "distances"],
@@ -504,7 +506,7 @@ class ChromaIndex:
 def _write(collection: Collection, items: Sequence[VectorItem]) -> None:
     collection.upsert(
         ids=[_vector_id(i.message_id, i.chunk) for i in items],
-        embeddings=[i.vector for i in items],
+        embeddings=np.asarray([i.vector for i in items], dtype=np.float32),
         metadatas=[_metadata(i) for i in items],
     )
 
@@ -516,7 +518,10 @@ def _reconnect(collection: Collection, items: Sequence[VectorItem], attempts: in
     lost: list[str] = []
     for _ in range(attempts):
         found = collection.query(
-            query_embeddings=[items[0].vector], ids=list(by_id), n_results=len(by_id), include=[]
+            query_embeddings=np.asarray([items[0].vector], dtype=np.float32),
+            ids=list(by_id),
+            n_results=len(by_id),
+            include=[],
         )
         returned = set(found["ids"][0])
         lost = [vid for vid in by_id if vid not in returned]
@@ -541,7 +546,7 @@ def _pages(collection: Collection, include: list[str], size: int = _BATCH) -> It
         ids = list(got["ids"])
         if not ids:
             return
-        yield ids, (got.get(include[0]) if include else None)  # type: ignore[misc]
+        yield ids, (got.get(include[0]) if include else None)
         if len(ids) < size:
             return
         offset += len(ids)
@@ -549,6 +554,13 @@ def _pages(collection: Collection, include: list[str], size: int = _BATCH) -> It
 
 def _count(collection: Collection) -> int:
     return collection.count()
+
+
+def _message_in(message_ids: Sequence[str]) -> Where:
+    """Chroma's filter for the records of these messages."""
+    values: list[LiteralValue] = list(message_ids)
+    condition: dict[InclusionExclusionOperator, list[LiteralValue]] = {"$in": values}
+    return {"message_id": condition}
 
 
 def _metadata(item: VectorItem) -> dict[str, str]:
