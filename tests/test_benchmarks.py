@@ -44,6 +44,11 @@ def test_reindex_paging_runs() -> None:
     assert "| 1,500 | 3 |" in out and "| 3,000 | 6 |" in out
 
 
+def test_write_latency_runs() -> None:
+    out = run("write_latency.py", "--calls", "5")
+    assert "| write (5 calls each) |" in out and "| delete of 2 messages |" in out
+
+
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_semantic_bench_ingest_runs(model: Path, tmp_path: Path, workers: str) -> None:
     report = tmp_path / "ingest.md"
