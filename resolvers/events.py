@@ -55,7 +55,10 @@ def _field_names(kind: type) -> tuple[str, ...]:
 def _fields(record: MessageRecord | ThreadRecord) -> dict[str, Any]:
     # Not dataclasses.asdict: its deep copy of every message's content was the costliest step of a
     # save's own work. Payloads share the record's values, so nothing may change them in place.
-    return {name: getattr(record, name) for name in _field_names(type(record))}
+    # Widened to plain `type`: mypy checks type[SomeClass] against Hashable with the instances' __hash__
+    # and rejects it, though every class object is hashable.
+    kind: type = type(record)
+    return {name: getattr(record, name) for name in _field_names(kind)}
 
 
 def message_event(kind: str, thread_id: str, message: MessageRecord, at: int | None = None) -> Publication:

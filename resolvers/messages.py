@@ -170,8 +170,8 @@ class MessageService:
         now = now_ms()
         owners = await self.repository.get_threads([m.thread_id for m in inputs if m.thread_id])
         if principal.restricted:
-            stored = await self.repository.get_messages([m.id for m in inputs if m.id])
-            principal.require_messages(stored.values())
+            existing = await self.repository.get_messages([m.id for m in inputs if m.id])
+            principal.require_messages(existing.values())
         records: list[MessageRecord] = []
         transient = 0
         last_generated = 0

@@ -103,7 +103,8 @@ def transcript(messages: Iterable[MessageRecord]) -> str:
     for message in messages:
         role = message.role[:1].upper() + message.role[1:]
         content = message.content
-        parts = content.get("parts") if isinstance(content.get("parts"), list) else []
+        raw_parts = content.get("parts")
+        parts = raw_parts if isinstance(raw_parts, list) else []
         direct = content.get("content")
         if (
             isinstance(direct, str)

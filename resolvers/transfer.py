@@ -18,9 +18,9 @@ from __future__ import annotations
 import inspect
 import json
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard
 
 import orjson
 
@@ -290,7 +290,7 @@ def message_record(
     )
 
 
-def _nonempty(value: Any) -> bool:
+def _nonempty(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and value.strip() != ""
 
 
@@ -317,9 +317,9 @@ async def import_mastra(
     counts = await source.counts()
 
     progress.start("resources", counts[RESOURCES])
-    async for rows in source.resources(batch):
+    async for resource_rows in source.resources(batch):
         resources: list[ResourceRecord] = []
-        for r in rows:
+        for r in resource_rows:
             report.stats["resource"].read += 1
             created = r.created_at if r.created_at is not None else r.updated_at
             if not _nonempty(r.id) or created is None:
@@ -336,13 +336,13 @@ async def import_mastra(
                 )
             )
         await sink.resources(resources)
-        progress.advance("resources", len(rows))
+        progress.advance("resources", len(resource_rows))
 
     thread_ids: set[str] = set()
     progress.start("threads", counts[THREADS])
-    async for rows in source.threads(batch):
+    async for thread_rows in source.threads(batch):
         threads: list[ThreadRecord] = []
-        for t in rows:
+        for t in thread_rows:
             report.stats["thread"].read += 1
             created = t.created_at if t.created_at is not None else t.updated_at
             if not _nonempty(t.id) or not _nonempty(t.resource_id) or created is None:
@@ -361,12 +361,12 @@ async def import_mastra(
                 )
             )
         await sink.threads(threads)
-        progress.advance("threads", len(rows))
+        progress.advance("threads", len(thread_rows))
 
     progress.start("messages", counts[MESSAGES])
-    async for rows in source.messages(batch):
+    async for message_rows in source.messages(batch):
         messages: list[MessageRecord] = []
-        for m in rows:
+        for m in message_rows:
             report.stats["message"].read += 1
             if not (_nonempty(m.id) and _nonempty(m.thread_id) and _nonempty(m.role)) or m.created_at is None:
                 report.stats["message"].skipped += 1
@@ -387,7 +387,7 @@ async def import_mastra(
                 )
             )
         await sink.messages(messages)
-        progress.advance("messages", len(rows))
+        progress.advance("messages", len(message_rows))
     return report
 
 
@@ -558,7 +558,12 @@ async def import_jsonl(
     it written; the import is idempotent, so running it again after a fix completes it."""
     report = ImportReport()
     sink = ImportSink(repository, report, track_vectors=track_vectors)
-    writers = {"resource": sink.resources, "thread": sink.threads, "message": sink.messages}
+    # A batch holds records of its kind only (pending_kind), so each writer gets the list it expects.
+    writers: dict[str, Callable[[list[Any]], Awaitable[None]]] = {
+        "resource": sink.resources,
+        "thread": sink.threads,
+        "message": sink.messages,
+    }
     pending: list[Any] = []
     pending_kind: str | None = None
 
@@ -569,11 +574,11 @@ async def import_jsonl(
         pending = []
 
     async def each() -> AsyncIterator[bytes]:
-        if hasattr(lines, "__aiter__"):
-            async for line in lines:  # type: ignore[union-attr]
+        if isinstance(lines, AsyncIterable):
+            async for line in lines:
                 yield line
         else:
-            for line in lines:  # type: ignore[union-attr]
+            for line in lines:
                 yield line
 
     number = 0

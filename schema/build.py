@@ -7,8 +7,13 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import strawberry
-from graphql import GraphQLError, OperationDefinitionNode, ValidationContext, ValidationRule
+from graphql import (
+    ASTValidationRule,
+    GraphQLError,
+    OperationDefinitionNode,
+    ValidationContext,
+    ValidationRule,
+)
 from graphql.validation import NoSchemaIntrospectionCustomRule
 from strawberry.extensions import (
     AddValidationRules,
@@ -119,15 +124,19 @@ class ErrorPolicy(SchemaExtension):
     def on_operation(self) -> Iterator[None]:
         yield
         result = self.execution_context.result
-        if result is None or not getattr(result, "errors", None):
+        # getattr: an incremental (@defer/@stream) result from graphql-core has no `errors`.
+        errors: list[GraphQLError] | None = getattr(result, "errors", None)
+        if result is None or not errors:
             return
         request_id = getattr(self.execution_context.context, "request_id", None)
-        result.errors = [self._shape(error, request_id) for error in result.errors]
+        result.errors = [self._shape(error, request_id) for error in errors]
 
     def _shape(self, error: GraphQLError, request_id: str | None) -> GraphQLError:
         extensions: dict[str, Any] = dict(error.extensions or {})
-        unavailable = outage(error.original_error) if _is_internal(error) else None
-        bad_text = unstorable_text(error.original_error) if _is_internal(error) else None
+        # An internal error always has its original error.
+        original = error.original_error if _is_internal(error) else None
+        unavailable = outage(original) if original is not None else None
+        bad_text = unstorable_text(original) if original is not None else None
         if bad_text is not None:  # input no database can store: the client's error, and nothing was written
             error = GraphQLError(bad_text.message, nodes=error.nodes, path=error.path)
             extensions = dict(bad_text.extensions)
@@ -205,11 +214,11 @@ def build_schema(
     introspection: bool = True,
     max_entities: int | None = 1000,
     extensions: Sequence[Callable[[], SchemaExtension]] = (),
-) -> strawberry.Schema:
+) -> RecallQLSchema:
     """`extensions`: extra extension factories (metrics, tracing), run outside the error policy so that
     they see the errors as clients will. `introspection=False` rejects `__schema` and `__type`
     (GRAPHQL_VALIDATION_FAILED); `__typename` stays allowed."""
-    limit_rules = [_depth_rule(max_depth), alias_validator(max_aliases)]
+    limit_rules: list[type[ASTValidationRule]] = [_depth_rule(max_depth), alias_validator(max_aliases)]
     schema = RecallQLSchema(
         query=Query,
         mutation=Mutation,

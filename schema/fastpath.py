@@ -30,6 +30,7 @@ from graphql import (
     FragmentSpreadNode,
     GraphQLBoolean,
     GraphQLID,
+    GraphQLInterfaceType,
     GraphQLList,
     GraphQLNonNull,
     GraphQLObjectType,
@@ -132,10 +133,11 @@ class FastPath:
         if validate_document(self.schema, document, self._rules):
             raise _Unsupported
         operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
+        operation: OperationDefinitionNode | None
         if operation_name is None and len(operations) == 1:
             operation = operations[0]
         else:
-            operation = next((o for o in operations if o.name and o.name.value == operation_name), None)  # type: ignore[assignment]
+            operation = next((o for o in operations if o.name and o.name.value == operation_name), None)
             if operation is None:
                 raise _Unsupported
         if operation.operation is not OperationType.QUERY or operation.directives:
@@ -189,9 +191,10 @@ class FastPath:
         target = self.schema.type_map.get(condition)
         if isinstance(target, GraphQLUnionType):
             return parent in target.types
+        # Only interfaces have implementations (an object or input type has no possible types).
         return target is parent or (
-            hasattr(target, "fields") and parent in self.schema.get_possible_types(target)
-        )  # type: ignore[arg-type]
+            isinstance(target, GraphQLInterfaceType) and parent in self.schema.get_possible_types(target)
+        )
 
     def _compile_object(
         self, parent: GraphQLObjectType, nodes: list[FieldNode], fragments: dict[str, FragmentDefinitionNode]
@@ -207,7 +210,7 @@ class FastPath:
             name = sub_nodes[0].name.value
             if name == "__typename":
                 type_name = parent.name
-                plan.append(_Field(key, lambda _obj, n=type_name: n, False, _identity, None, None, 0, False))
+                plan.append(_Field(key, _constant(type_name), False, _identity, None, None, 0, False))
                 continue
             field_def = parent.fields[name]
             if any(n.arguments for n in sub_nodes) or field_def.args:
@@ -276,6 +279,7 @@ class FastPath:
             raise _Unsupported
         resolver = field.base_resolver
         attr: str | None = None
+        getter: _Getter
         if resolver is None:
             attr = python_name = field.python_name
 
@@ -283,10 +287,13 @@ class FastPath:
                 return getattr(obj, python_name)
         else:
             func = resolver.wrapped_func
+            # An unbound classmethod object (not callable) made inspect.signature raise here anyway.
+            if not callable(func):
+                raise _Unsupported
             params = [p for p in inspect.signature(func).parameters.values() if p.name != "self"]
             if resolver.is_async or params or field.extensions:
                 raise _Unsupported
-            getter = func  # type: ignore[assignment]
+            getter = func
         self._getters[cache_key] = (getter, attr)
         return getter, attr
 
@@ -316,8 +323,11 @@ class FastPath:
                     plan.operation,
                     coerced,
                     context,
-                    inspect.isawaitable,
+                    # graphql-core types this as returning TypeGuard, typeshed's isawaitable as TypeIs:
+                    # the same check, the two stubs disagree.
+                    inspect.isawaitable,  # type: ignore[arg-type]
                     None,
+                    # No async-work helpers: the root fields allowed here do not track or gather work.
                     None,  # type: ignore[arg-type]
                 )
                 assert field_def.resolve is not None
@@ -325,7 +335,8 @@ class FastPath:
                 if inspect.isawaitable(value):
                     value = await value
                 if value is None:
-                    data[root.key] = _null(root.shape)
+                    _check_nullable(root.shape)
+                    data[root.key] = None
                 else:
                     data[root.key] = _complete(value, root.shape, root.shape.list_depth)
         except Exception:  # any failure: the normal path re-runs the query and reports it properly
@@ -381,18 +392,17 @@ def _serializer(plan: list[_Field]) -> _Serializer:
     # The source holds only GraphQL names (validated: [_A-Za-z][_0-9A-Za-z]*, written with repr) and
     # Python attribute names of the schema's types; every value is passed in through env.
     exec(compile("\n".join(lines), "<fastpath serializer>", "exec"), env)
-    return env["serialize"]  # type: ignore[no-any-return]
+    return env["serialize"]
 
 
-def _null(field: _Field) -> None:
+def _check_nullable(field: _Field) -> None:
     if not field.nullable:
         raise _NullInNonNull(field.key)
-    return None
 
 
 def _complete(value: Any, field: _Field, depth: int) -> Any:
     if depth:
-        items = []
+        items: list[Any] = []
         for item in value:
             if item is None:
                 if not field.item_nullable:
@@ -425,6 +435,10 @@ def _type_name(cls: type) -> str:
 
 def _identity(value: Any) -> Any:
     return value
+
+
+def _constant(value: str) -> _Getter:
+    return lambda _obj: value
 
 
 def _camel(name: str) -> str:

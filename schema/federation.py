@@ -48,7 +48,7 @@ machinery (`_service`, `_entities`, `_Any`, `_Entity`, `@link`, `@key`, `@tag`, 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Final
 
 import strawberry
 from graphql import (
@@ -78,7 +78,7 @@ from resolvers.errors import BadUserInput
 # The federation spec the subgraph links. Pinned (Strawberry's default moves with its releases) and
 # kept at the lowest version whose directives the schema uses, so older gateways and routers compose
 # it too; Strawberry refuses to build the schema if a directive needs a newer one.
-FEDERATION_VERSION = "2.0"
+FEDERATION_VERSION: Final = "2.0"
 # The @tag every entity carries (contracts can include or exclude RecallQL's types by it).
 ENTITY_TAG = "memory"
 
@@ -136,7 +136,9 @@ class FederatedSchema(strawberry.federation.Schema):
         entities = self._entity_types()
         results: list[Any] = []
         for index, representation in enumerate(representations):
-            typename = representation.get("__typename") if isinstance(representation, dict) else None
+            # Anything but an object has no __typename, so it is reported like an unknown one.
+            data = representation if isinstance(representation, dict) else {}
+            typename = data.get("__typename")
             entity = entities.get(typename) if isinstance(typename, str) else None
             if entity is None:
                 results.append(
@@ -146,10 +148,10 @@ class FederatedSchema(strawberry.federation.Schema):
                     )
                 )
                 continue
-            fields = {k: v for k, v in representation.items() if k != "__typename"}
+            fields = {k: v for k, v in data.items() if k != "__typename"}
             # A coroutine: graphql-core awaits the items together, so the loads share one batch.
             results.append(entity.resolve_reference(info, **fields))
-        return results  # type: ignore[return-value]
+        return results
 
     def _entity_types(self) -> dict[str, Any]:
         cached = getattr(self, "_entities_by_name", None)
@@ -244,12 +246,15 @@ def _strip(document: DocumentNode) -> DocumentNode:
         if _is_federation_type(name) or _has_inaccessible(definition):
             continue
         changes: dict[str, Any] = {"directives": _without_federation(definition.directives)}
-        if getattr(definition, "fields", None) is not None:
-            changes["fields"] = tuple(_strip_field(f) for f in definition.fields if not _hidden_field(f))
-        if getattr(definition, "values", None) is not None:
+        # Only some type definitions have fields (object, interface, input) or values (enum).
+        field_nodes = getattr(definition, "fields", None)
+        if field_nodes is not None:
+            changes["fields"] = tuple(_strip_field(f) for f in field_nodes if not _hidden_field(f))
+        value_nodes = getattr(definition, "values", None)
+        if value_nodes is not None:
             changes["values"] = tuple(
                 _copy(v, directives=_without_federation(v.directives))
-                for v in definition.values
+                for v in value_nodes
                 if not _has_inaccessible(v)
             )
         kept.append(_copy(definition, **changes))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 
 import strawberry
 from strawberry import UNSET
@@ -114,7 +114,8 @@ class HideSignalsInput:
     def to_value(self) -> bool | list[str]:
         if given(self.all) is not None:
             return bool(self.all)
-        return [t.value for t in self.types or []]
+        # @strawberry.enum has replaced each member's EnumValueDefinition by its string.
+        return [cast(str, t.value) for t in self.types or []]
 
 
 @strawberry.input(description="A context window: messages before and after each hit.")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from enum import Enum
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import strawberry
 from strawberry import UNSET
@@ -41,6 +41,10 @@ def _per_page(value: object) -> int | bool:
     return value
 
 
+# Query.threads and Resource.threads: the page size when perPage is omitted.
+THREADS_PER_PAGE = PerPage(100)
+
+
 async def thread_page(
     info: Ctx, resource_id: str, page: int, per_page: object, order_by: Any, metadata: Any
 ) -> ThreadPage:
@@ -59,7 +63,7 @@ async def thread_page(
         threads=[Thread(_record=t) for t in result.threads],
         total=result.total,
         page=result.page,
-        per_page=result.per_page,
+        per_page=PerPage(result.per_page),
         has_more=result.has_more,
     )
 
@@ -116,7 +120,8 @@ class Resource:
 
     @strawberry.field(description="The resource metadata, as stored.")
     def metadata(self) -> JSON | None:
-        return self._record.metadata
+        metadata = self._record.metadata
+        return JSON(metadata) if metadata is not None else None
 
     @strawberry.field(description="When the resource row was created (first thread or working memory).")
     def created_at(self) -> DateTime:
@@ -131,7 +136,7 @@ class Resource:
         self,
         info: Ctx,
         page: Annotated[int, _arg("Zero-based page.")] = 0,
-        per_page: Annotated[PerPage, _arg("Page size (default 100); false returns all.")] = 100,
+        per_page: Annotated[PerPage, _arg("Page size (default 100); false returns all.")] = THREADS_PER_PAGE,
         order_by: Annotated[ThreadOrderBy | None, _arg("Ordering (default createdAt DESC).")] = UNSET,
         metadata: Annotated[JSON | None, _arg("Exact-type equality on thread metadata keys.")] = UNSET,
     ) -> ThreadPage:
@@ -451,7 +456,8 @@ class MemoryMutation:
             given(resource_id),
             working_memory,
             _config(memory_config),
-            mode=mode.value,
+            # @strawberry.enum has replaced each member's EnumValueDefinition by its string.
+            mode=cast(str, mode.value),
             principal=info.context.principal,
         )
         return WorkingMemoryPayload(

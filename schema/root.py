@@ -23,7 +23,7 @@ from schema.inputs import (
     UpdateThreadInput,
     given,
 )
-from schema.memory import MemoryMutation, MemoryQuery, thread_page
+from schema.memory import THREADS_PER_PAGE, MemoryMutation, MemoryQuery, thread_page
 from schema.scalars import JSON, PerPage
 from schema.types import EmbeddingUsage, Message, RecallResult, SaveMessagesPayload, Thread, ThreadPage
 
@@ -110,7 +110,7 @@ class Query(MemoryQuery):
             messages=[Message(_record=m) for m in result.messages],
             total=result.total,
             page=result.page,
-            per_page=result.per_page,
+            per_page=PerPage(result.per_page),
             has_more=result.has_more,
             usage=EmbeddingUsage(tokens=result.usage["tokens"]) if result.usage else None,
         )
@@ -133,7 +133,7 @@ class Query(MemoryQuery):
         info: Ctx,
         resource_id: Annotated[str, _arg("The owning resource.")],
         page: Annotated[int, _arg("Zero-based page.")] = 0,
-        per_page: Annotated[PerPage, _arg("Page size (default 100); false returns all.")] = 100,
+        per_page: Annotated[PerPage, _arg("Page size (default 100); false returns all.")] = THREADS_PER_PAGE,
         order_by: Annotated[ThreadOrderBy | None, _arg("Ordering (default createdAt DESC).")] = UNSET,
         metadata: Annotated[JSON | None, _arg("Exact-type equality on thread metadata keys.")] = UNSET,
     ) -> ThreadPage:

@@ -8,6 +8,7 @@ from typing import Any, NewType
 import strawberry
 from graphql import BooleanValueNode, FloatValueNode, IntValueNode, ValueNode
 from strawberry.scalars import JSON
+from strawberry.types.scalar import ScalarDefinition
 
 from resolvers.clock import parse_iso, to_iso
 
@@ -66,6 +67,6 @@ PER_PAGE = strawberry.scalar(
     parse_literal=_parse_per_page_literal,
 )
 
-SCALAR_MAP = {DateTime: DATETIME, PerPage: PER_PAGE}
+SCALAR_MAP: dict[object, ScalarDefinition] = {DateTime: DATETIME, PerPage: PER_PAGE}
 
 __all__ = ["JSON", "SCALAR_MAP", "DateTime", "PerPage"]

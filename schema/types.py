@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import strawberry
 from strawberry.types import Info
@@ -32,7 +32,8 @@ class SignalType(Enum):
     )
 
 
-SIGNAL_TYPES_BY_VALUE = {member.value: member for member in SignalType}
+# @strawberry.enum has replaced each member's EnumValueDefinition by its string (mypy sees the former).
+SIGNAL_TYPES_BY_VALUE: dict[str, SignalType] = {cast(str, member.value): member for member in SignalType}
 
 
 @strawberry.enum(description="Sort direction.")
@@ -157,7 +158,7 @@ def _part(raw: dict[str, Any]) -> Any:
         return StepStartPart(type=kind)
     if isinstance(kind, str) and kind.startswith("data-"):
         return DataPart(type=kind, name=kind[5:], id=_str(raw.get("id")), data=raw.get("data"))
-    return UnknownPart(type=str(kind), raw=raw)
+    return UnknownPart(type=str(kind), raw=JSON(raw))
 
 
 def _str(value: Any) -> str | None:
@@ -189,7 +190,7 @@ class MessageContent:
 
     @strawberry.field(description="The whole stored content JSON, as is.")
     def raw(self) -> JSON:
-        return self._raw
+        return JSON(self._raw)
 
 
 @strawberry.federation.type(keys=["id"], tags=[ENTITY_TAG], description="A stored message.")
@@ -305,7 +306,8 @@ class Thread:
 
     @strawberry.field(description="The thread metadata, as stored.")
     def metadata(self) -> JSON | None:
-        return self._record.metadata
+        metadata = self._record.metadata
+        return JSON(metadata) if metadata is not None else None
 
     @strawberry.field(description="When the thread was created; never changes.")
     def created_at(self) -> DateTime:

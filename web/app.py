@@ -216,21 +216,21 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
                 await engine.dispose()
             observability.shutdown()
 
+    schema = build_schema(
+        max_depth=settings.max_query_depth,
+        max_tokens=settings.max_query_tokens,
+        max_aliases=settings.max_aliases,
+        mask_errors=not settings.debug,
+        introspection=settings.introspection,
+        max_entities=settings.max_entities,
+        extensions=observability.graphql_extensions(),
+    )
     graphql_app = RecallQLGraphQL(
-        build_schema(
-            max_depth=settings.max_query_depth,
-            max_tokens=settings.max_query_tokens,
-            max_aliases=settings.max_aliases,
-            mask_errors=not settings.debug,
-            introspection=settings.introspection,
-            max_entities=settings.max_entities,
-            extensions=observability.graphql_extensions(),
-        ),
+        schema,
         graphql_ide="graphiql",
         max_subscriptions_per_connection=settings.max_subscriptions_per_connection,
     )
     graphql_app.authenticator = authenticator
-    schema = graphql_app.schema
     graphql_endpoint = GraphQLFront(
         graphql_app,
         # Hot read queries skip graphql-core's per-field machinery (same results; see schema/fastpath.py).

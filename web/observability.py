@@ -206,10 +206,10 @@ def make_formatter(fmt: str) -> logging.Formatter:
     return JsonFormatter() if fmt == "json" else TextFormatter()
 
 
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class _StderrHandler(logging.StreamHandler):
     """Writes to whatever sys.stderr is at the time (test runners swap it)."""
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> Any:
         return sys.stderr
 
@@ -340,8 +340,8 @@ def _scrape_registry(backlog: int | None) -> CollectorRegistry:
 
         multiprocess.MultiProcessCollector(registry)
     else:
-        registry.register(_Forward(REGISTRY))  # type: ignore[arg-type]
-    registry.register(_Backlog(backlog))  # type: ignore[arg-type]
+        registry.register(_Forward(REGISTRY))
+    registry.register(_Backlog(backlog))
     return registry
 
 
@@ -508,8 +508,8 @@ class GraphQLMetrics(SchemaExtension):
         if op_type != "subscription":
             GRAPHQL_DURATION.labels(op_type, name, fields).observe(time.perf_counter() - start)
         result = ec.result
-        for error in (getattr(result, "errors", None) or []) if result is not None else []:
-            GRAPHQL_ERRORS.labels(_error_code(error)).inc()
+        for result_error in (getattr(result, "errors", None) or []) if result is not None else []:
+            GRAPHQL_ERRORS.labels(_error_code(result_error)).inc()
 
 
 def observe_compiled_operation(
