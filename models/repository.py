@@ -1240,7 +1240,7 @@ class Repository:
         the thread and messages before anything is deleted; if it raises, nothing is."""
 
         def body(conn: Connection) -> tuple[ThreadRecord | None, list[MessageRecord]]:
-            row = (conn.execute(self._lock(select(T).where(T.c.id == thread_id)))).first()
+            row = conn.execute(self._lock(select(T).where(T.c.id == thread_id))).first()
             stmt = (
                 select(*_MESSAGE_COLUMNS)
                 .where(M.c.thread_id == thread_id)
@@ -1285,7 +1285,7 @@ class Repository:
         copied to the new thread's resource."""
 
         def body(conn: Connection) -> tuple[ThreadRecord, list[MessageRecord]] | None:
-            row = (conn.execute(select(T).where(T.c.id == source_id))).first()
+            row = conn.execute(select(T).where(T.c.id == source_id)).first()
             if row is None:
                 return None
             source = _thread(row)
@@ -1317,9 +1317,7 @@ class Repository:
                 if track_vectors:
                     _write_outbox(conn, [(m.id, None) for m in copies], now)
             if copy_resource_working_memory and thread.resource_id != source.resource_id:
-                value = (
-                    conn.execute(select(R.c.working_memory).where(R.c.id == source.resource_id))
-                ).scalar()
+                value = conn.execute(select(R.c.working_memory).where(R.c.id == source.resource_id)).scalar()
                 if value:
                     conn.execute(
                         update(R)
@@ -1406,7 +1404,7 @@ class Repository:
 
         def body(conn: Connection) -> ResourceRecord:
             self._ensure_resource(conn, resource_id, now)
-            row = (conn.execute(self._lock(select(R).where(R.c.id == resource_id)))).one()
+            row = conn.execute(self._lock(select(R).where(R.c.id == resource_id))).one()
             value = change(row.working_memory)
             # Never backwards: the last committed update has the latest updatedAt.
             stamp = max(now, row.updated_at)
@@ -1424,7 +1422,7 @@ class Repository:
         missing. Bumps updatedAt (the thread changed)."""
 
         def body(conn: Connection) -> ThreadRecord | None:
-            row = (conn.execute(self._lock(select(T).where(T.c.id == thread_id)))).first()
+            row = conn.execute(self._lock(select(T).where(T.c.id == thread_id))).first()
             if row is None:
                 return None
             metadata = dict(row.metadata or {})
