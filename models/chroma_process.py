@@ -26,7 +26,10 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
 
 from models.vector_index import ChromaIndex, Vector, VectorHit, VectorIndexError, VectorItem
 
@@ -131,7 +134,11 @@ class IsolatedChromaIndex:
     # -- the index -----------------------------------------------------------------------------------
 
     async def upsert(self, items: Iterable[VectorItem]) -> None:
-        await self._call("upsert", list(items))
+        items = list(items)
+        if items and all(len(i.vector) == self.dimension for i in items):
+            await self._call("upsert_columns", _Columns.of(items))
+        else:  # nothing to write, or a vector of the wrong size: the child says so as ChromaIndex does
+            await self._call("upsert", items)
 
     async def delete_messages(self, message_ids: Sequence[str], resource_ids: Iterable[str | None]) -> None:
         await self._call("delete_messages", list(message_ids), list(resource_ids))
@@ -192,6 +199,36 @@ class IsolatedChromaIndex:
             self._conn = None
 
 
+class _Columns(NamedTuple):
+    """An upsert as it crosses the pipe: one float32 array and plain lists. A list of VectorItems
+    pickles an array object per vector: for 1,000 vectors about 10 ms on the sender's event loop and
+    8 ms to unpickle in the child, against about 1 ms each way for this."""
+
+    message_ids: list[str]
+    thread_ids: list[str]
+    resource_ids: list[str | None]
+    chunks: list[int]
+    vectors: npt.NDArray[np.float32]
+
+    @classmethod
+    def of(cls, items: Sequence[VectorItem]) -> _Columns:
+        return cls(
+            [i.message_id for i in items],
+            [i.thread_id for i in items],
+            [i.resource_id for i in items],
+            [i.chunk for i in items],
+            np.asarray([i.vector for i in items], dtype=np.float32),
+        )
+
+    def items(self) -> list[VectorItem]:
+        return [
+            VectorItem(m, t, r, c, v)
+            for m, t, r, c, v in zip(
+                self.message_ids, self.thread_ids, self.resource_ids, self.chunks, self.vectors, strict=True
+            )
+        ]
+
+
 # ------------------------------------------------------------------------------------------ the child
 def _serve(conn: Connection, options: dict[str, Any]) -> None:
     # Ctrl-C reaches the whole process group: the parent closes this process itself, cleanly.
@@ -207,6 +244,8 @@ async def _serve_calls(conn: Connection, index: ChromaIndex) -> None:
             conn.send_bytes(data)
 
     async def run(call_id: int, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if method == "upsert_columns":
+            method, args = "upsert", (args[0].items(),)
         try:
             message: tuple[Any, ...] = (call_id, True, await getattr(index, method)(*args, **kwargs))
         except Exception as exc:

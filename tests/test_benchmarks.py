@@ -61,3 +61,8 @@ def test_semantic_bench_ingest_runs(model: Path, tmp_path: Path, workers: str) -
     assert "## 3. Ingest throughput with embedding" in text
     assert f"RECALLQL_EMBEDDING_WORKERS={workers}" in text
     assert "Chroma in a child process" in text
+
+
+def test_chroma_child_pipe_runs() -> None:
+    out = run("chroma_child_pipe.py", "--vectors", "20", "--calls", "2", "--dimension", "8")
+    assert "| one float32 array and plain lists (upsert) |" in out and "(before) |" in out

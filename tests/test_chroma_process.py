@@ -10,12 +10,14 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from models.chroma_process import IsolatedChromaIndex
-from models.vector_index import ChromaIndex, VectorHit, VectorIndexError
+from models.vector_index import ChromaIndex, VectorHit, VectorIndexError, VectorItem
 from tests.test_vector_index import DIM, E0, E1, E2, MODEL, ids, item
 
 REPO = Path(__file__).resolve().parent.parent
@@ -74,6 +76,31 @@ async def test_the_child_serves_the_whole_index(index: IsolatedChromaIndex, tmp_
         assert ids(await direct.query(E1, resource_ids=[None], thread_id=None, top_k=1)) == ["m4"]
     finally:
         await direct.aclose()
+
+
+async def test_float32_rows_cross_to_the_child_each_with_its_own_message(tmp_path: Path) -> None:
+    # The local embedder hands over rows of one float32 array; they travel as one array beside the
+    # ids, threads, resources and chunk numbers, and each must land on its own record.
+    rng = np.random.default_rng(7)
+    vectors = rng.standard_normal((300, 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    items = [VectorItem(f"m{k}", f"t{k % 3}", f"r{k % 2}", k % 2, vectors[k]) for k in range(len(vectors))]
+    idx = IsolatedChromaIndex(path=tmp_path / "chroma", model_name=MODEL, dimension=8)
+    try:
+        await idx.upsert(items)
+        assert (await idx.count("r0"), await idx.count("r1")) == (150, 150)
+        assert await idx.stored("r1") == {(f"m{k}", 1) for k in range(1, 300, 2)}
+        for k in range(0, 300, 37):
+            (hit,) = await idx.query(vectors[k], resource_ids=[f"r{k % 2}"], thread_id=f"t{k % 3}", top_k=1)
+            assert (hit.message_id, hit.thread_id) == (f"m{k}", f"t{k % 3}")
+            assert hit.score == pytest.approx(1.0, abs=1e-5)
+        # One vector of the wrong size fails the whole write, which stores nothing of it.
+        bad = [*items[:5], VectorItem("m-bad", "t0", "r0", 0, vectors[0][:4])]
+        with pytest.raises(ValueError, match="has 4 dimensions, this index holds 8"):
+            await idx.upsert([replace(i, message_id=f"x{i.message_id}") for i in bad])
+        assert await idx.count("r0") == 150
+    finally:
+        await idx.aclose()
 
 
 async def test_a_dead_child_fails_its_calls_and_the_next_call_starts_another(
