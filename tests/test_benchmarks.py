@@ -61,6 +61,7 @@ def test_semantic_bench_ingest_runs(model: Path, tmp_path: Path, workers: str) -
     assert "## 3. Ingest throughput with embedding" in text
     assert f"RECALLQL_EMBEDDING_WORKERS={workers}" in text
     assert "Chroma in a child process" in text
+    assert "With a core left to the rest (the embedder on one intra-op thread)" in text
 
 
 def test_chroma_child_pipe_runs() -> None:
