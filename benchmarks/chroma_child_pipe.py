@@ -52,7 +52,7 @@ async def timed(index: IsolatedChromaIndex, items: list[VectorItem], way: str) -
     cpu, wall = time.thread_time(), time.perf_counter()
     if way == "columns":
         await index.upsert(items)
-    else:
+    else:  # the list as it is, as upsert sent it before
         await index._call("upsert", items)
     cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
     stop = True

@@ -1157,10 +1157,15 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
     services, engine, index = await build("wait")
     background, bg_engine, bg_index = await build("background", background=True)
     isolated, iso_engine, iso_index = await build("isolated", isolated=True, background=True)
-    spared = None
+    spared: Services | None = None
+    spare_engine: Any = None
+    spare_index: ChromaIndex | IsolatedChromaIndex | None = None
     if one_thread is not None:
         await one_thread.warmup()
-        spared = await build("spare", isolated=True, using=one_thread, background=True)
+        spared, spare_engine, spare_index = await build(
+            "spare", isolated=True, using=one_thread, background=True
+        )
+    measured = [services, background, isolated, *([spared] if spared else [])]
     # Chroma alone, written the way saves write it (one upsert per batch, to that batch's resource), with
     # vectors embedded beforehand: what the index costs per vector next to what the embedder costs.
     alone_index = ChromaIndex(path=work / "ingest-chroma-alone", model_name=MODEL_NAME, dimension=DIM)
@@ -1195,7 +1200,7 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
     client = None
     try:
         # Warm-up: the first save opens Chroma and creates a collection; not timed.
-        for target in (services, background, isolated, plain, *([spared[0]] if spared else [])):
+        for target in [*measured, plain]:
             warm = ingest_batches(chat_texts(args.ingest_batch, seed=1), args.ingest_batch, "warm")
             await ingest_services(target, warm, settle=True)
         if "http" not in args.skip:
@@ -1253,7 +1258,7 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
                 )
                 spare_row.rates.append(
                     await ingest_services(
-                        spared[0], ingest_batches(texts, args.ingest_batch, f"o{rnd}"), settle=True
+                        spared, ingest_batches(texts, args.ingest_batch, f"o{rnd}"), settle=True
                     )
                 )
             before_cpu = cpu_seconds()
@@ -1288,15 +1293,15 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
             await client.aclose()
         if server is not None:
             server.stop()
-        for target in (services, background, isolated, *([spared[0]] if spared else [])):
+        for target in measured:
             if target.semantic is not None:
                 await target.semantic.aclose(flush_timeout=0)
         await index.aclose()
         await bg_index.aclose()
         await iso_index.aclose()
-        if spared is not None:
-            await spared[2].aclose()
-            await spared[1].dispose()
+        if spare_index is not None:
+            await spare_index.aclose()
+            await spare_engine.dispose()
         if one_thread is not None:
             await one_thread.aclose()
         await alone_index.aclose()
@@ -1670,7 +1675,7 @@ def render(report: Report) -> str:
         # raw rate measured just before it shows how much of the spread is the machine's.
         best_row = report.ingest[1] if raw_big >= raw else report.ingest[0]
         for r in report.ingest[2:]:
-            if "SQL only" in r.path or "alone" in r.path or r.path == SPARE_INGEST:
+            if "SQL only" in r.path or "alone" in r.path or r.path in (SPARE_RAW, SPARE_INGEST):
                 continue
             share = r.median / best
             paired = [x / y for x, y in zip(r.rates, best_row.rates, strict=True)]

@@ -23,10 +23,11 @@ import os
 import pickle
 import signal
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from functools import partial
 from multiprocessing.connection import Connection
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -135,10 +136,12 @@ class IsolatedChromaIndex:
 
     async def upsert(self, items: Iterable[VectorItem]) -> None:
         items = list(items)
-        if items and all(len(i.vector) == self.dimension for i in items):
-            await self._call("upsert_columns", _Columns.of(items))
-        else:  # nothing to write, or a vector of the wrong size: the child says so as ChromaIndex does
-            await self._call("upsert", items)
+        if not items:
+            return
+        # Rows of one size stack into one array; a wrong-sized one goes as it is, for ChromaIndex in
+        # the child to refuse with its own message.
+        rows = _Columns.of(items) if len({len(i.vector) for i in items}) == 1 else items
+        await self._call("upsert", rows)
 
     async def delete_messages(self, message_ids: Sequence[str], resource_ids: Iterable[str | None]) -> None:
         await self._call("delete_messages", list(message_ids), list(resource_ids))
@@ -199,10 +202,12 @@ class IsolatedChromaIndex:
             self._conn = None
 
 
-class _Columns(NamedTuple):
-    """An upsert as it crosses the pipe: one float32 array and plain lists. A list of VectorItems
-    pickles an array object per vector: for 1,000 vectors about 10 ms on the sender's event loop and
-    8 ms to unpickle in the child, against about 1 ms each way for this."""
+@dataclass(frozen=True, slots=True)
+class _Columns:
+    """VectorItems as they cross the pipe: one float32 array and plain lists, iterated back into
+    VectorItems by ChromaIndex.upsert in the child. A list of VectorItems pickles an array object per
+    vector: for 1,000 vectors about 10 ms on the sender's event loop and 8 ms to unpickle in the child,
+    against about 1 ms each way for this."""
 
     message_ids: list[str]
     thread_ids: list[str]
@@ -220,13 +225,10 @@ class _Columns(NamedTuple):
             np.asarray([i.vector for i in items], dtype=np.float32),
         )
 
-    def items(self) -> list[VectorItem]:
-        return [
-            VectorItem(m, t, r, c, v)
-            for m, t, r, c, v in zip(
-                self.message_ids, self.thread_ids, self.resource_ids, self.chunks, self.vectors, strict=True
-            )
-        ]
+    def __iter__(self) -> Iterator[VectorItem]:
+        columns = (self.message_ids, self.thread_ids, self.resource_ids, self.chunks, self.vectors)
+        for m, t, r, c, v in zip(*columns, strict=True):
+            yield VectorItem(m, t, r, c, v)
 
 
 # ------------------------------------------------------------------------------------------ the child
@@ -244,8 +246,6 @@ async def _serve_calls(conn: Connection, index: ChromaIndex) -> None:
             conn.send_bytes(data)
 
     async def run(call_id: int, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if method == "upsert_columns":
-            method, args = "upsert", (args[0].items(),)
         try:
             message: tuple[Any, ...] = (call_id, True, await getattr(index, method)(*args, **kwargs))
         except Exception as exc:
