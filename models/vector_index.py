@@ -47,7 +47,14 @@ if TYPE_CHECKING:
     from chromadb.api.types import Where
     from chromadb.base_types import InclusionExclusionOperator, LiteralValue
 
-__all__ = ["ChromaIndex", "VectorHit", "VectorIndexError", "VectorItem", "collection_name"]
+__all__ = [
+    "ChromaIndex",
+    "VectorHit",
+    "VectorIndexError",
+    "VectorItem",
+    "collection_name",
+    "raise_open_file_limit",
+]
 
 T = TypeVar("T")
 log = logging.getLogger("recallql.chroma")
@@ -93,6 +100,48 @@ def collection_name(resource_id: str | None, model_name: str, dimension: int) ->
     """
     key = json.dumps([_LAYOUT_VERSION, resource_id, model_name, dimension], ensure_ascii=False)
     return "rql-" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:40]
+
+
+# Embedded Chroma keeps at most (soft RLIMIT_NOFILE) // 5 collections' HNSW indexes loaded (chromadb's
+# RustBindingsAPI: four data files and a metadata file each, read when the client starts); a query or
+# write of any other resource reloads its index from disk first. The usual soft limit of 1,024 caps that
+# at 204 resources (400 resources of 2,000 vectors, random queries: p95 59.7 ms against 13.6 ms with all
+# of them loaded, benchmarks/chroma_cache.py). The hard limit is the operator's; the soft one is ours to
+# raise up to it. 65,536 files is 13,107 indexes, far past the point where memory is the real bound.
+_OPEN_FILES_WANTED = 65536
+# Below this many loaded indexes, say so at start: searches across more resources will reload.
+_FEW_INDEXES = 1000
+_FILES_PER_INDEX = 5
+
+
+def raise_open_file_limit(wanted: int = _OPEN_FILES_WANTED) -> int | None:
+    """Raises this process's soft limit on open files to ``wanted`` (or the hard limit, if lower);
+    returns how many collections' indexes embedded Chroma opened after this can keep loaded (None where
+    the platform has no such limit)."""
+    try:
+        import resource
+    except ImportError:  # Windows: chromadb asks msvcrt instead, nothing to raise here
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    # An unlimited soft limit is made finite too: chromadb sizes its cache from it.
+    if soft == resource.RLIM_INFINITY or soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (OSError, ValueError) as exc:
+            log.warning("could not set the open-file limit to %d: %s", target, exc)
+    slots = max(soft, 0) // _FILES_PER_INDEX
+    if slots < _FEW_INDEXES:
+        log.warning(
+            "embedded Chroma can keep only %d resources' vector indexes loaded (open-file limit %d, hard "
+            "limit %s); searches and writes across more resources reload indexes from disk. Raise the hard "
+            "limit (ulimit -Hn, or LimitNOFILE= for a systemd service) to let RecallQL raise it further.",
+            slots,
+            soft,
+            "unlimited" if hard == resource.RLIM_INFINITY else hard,
+        )
+    return slots
 
 
 def _vector_id(message_id: str, chunk: int) -> str:
@@ -168,6 +217,7 @@ class ChromaIndex:
                 if self._path is not None:
                     self._path.mkdir(parents=True, exist_ok=True)
                     self._lock_directory()
+                    raise_open_file_limit()
                     self._client = chromadb.PersistentClient(path=str(self._path), settings=settings)
                 else:
                     assert self._url is not None
@@ -261,17 +311,23 @@ class ChromaIndex:
     ) -> T:
         from chromadb.errors import NotFoundError
 
-        for attempt in range(2):
+        forgotten = reloaded = False
+        while True:
             collection = self._collection(resource_id, create=create)
             if collection is None:
                 return default
             try:
                 return action(collection)
             except NotFoundError:
-                self._forget(resource_id)
-                if attempt:
+                if forgotten:
                     raise
-        raise AssertionError("unreachable")
+                forgotten = True
+                self._forget(resource_id)
+            except Exception as exc:
+                if reloaded or _EVICTED_UNPERSISTED not in str(exc):
+                    raise
+                reloaded = True
+                _reload(collection)
 
     # -- writes --------------------------------------------------------------------------------------
 
@@ -509,6 +565,30 @@ def _write(collection: Collection, items: Sequence[VectorItem]) -> None:
         embeddings=np.asarray([i.vector for i in items], dtype=np.float32),
         metadatas=[_metadata(i) for i in items],
     )
+
+
+# Chroma 1.5 drops a collection's HNSW index from its cache (see raise_open_file_limit) without saving
+# it, and saves an index only every `sync_threshold` (1,000) records: a collection with fewer records
+# written since it was created has nothing on disk, and reads of it then fail with this error, every
+# one of them (300 resources of 20 vectors at the usual open-file limit: 128 unreadable). A write
+# rebuilds the index from Chroma's own log, where the records still are; deleting an id that cannot
+# exist is a write that changes nothing.
+_EVICTED_UNPERSISTED = "Nothing found on disk"
+_RELOAD_ID = "recallql:reload"  # never a vector id: those end in ":<chunk number>"
+_reloads = 0
+
+
+def _reload(collection: Collection) -> None:
+    global _reloads
+    _reloads += 1
+    level = logging.WARNING if _reloads == 1 or _reloads % 1000 == 0 else logging.DEBUG
+    log.log(
+        level,
+        "Chroma had dropped an unsaved vector index from its cache; rebuilt it from Chroma's log (%d so "
+        "far). A higher open-file limit lets Chroma keep more indexes loaded.",
+        _reloads,
+    )
+    collection.delete(ids=[_RELOAD_ID])
 
 
 def _reconnect(collection: Collection, items: Sequence[VectorItem], attempts: int = 3) -> None:

@@ -67,3 +67,8 @@ def test_semantic_bench_ingest_runs(model: Path, tmp_path: Path, workers: str) -
 def test_chroma_child_pipe_runs() -> None:
     out = run("chroma_child_pipe.py", "--vectors", "20", "--calls", "2", "--dimension", "8")
     assert "| one float32 array and plain lists (upsert) |" in out and "(before) |" in out
+
+
+def test_chroma_cache_runs() -> None:
+    out = run("chroma_cache.py", "--resources", "12", "--vectors", "5", "--queries", "10", "--nofile", "512")
+    assert "| as started | 512 | 102 |" in out and "| raised |" in out

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -578,3 +580,80 @@ asyncio.run(main())
             holder.kill()
         await a.aclose()
         await b.aclose()
+
+
+def _run_limited(script: str, soft: int, hard: int | None = None) -> subprocess.CompletedProcess[str]:
+    """Runs a Python script in a process whose open-file limit is (soft, hard or the current hard)."""
+    import resource
+
+    current_hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    limits = (soft, current_hard if hard is None else hard)
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+
+    prelude = f"import sys\nsys.path.insert(0, {str(Path(__file__).parent.parent)!r})\n"
+    command = [sys.executable, "-c", prelude + script]
+    done = subprocess.run(command, preexec_fn=limit, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+_OPEN_AND_REPORT = """
+import asyncio, json, logging, resource
+from models.vector_index import ChromaIndex, VectorItem
+logging.basicConfig(level=logging.WARNING)
+async def main():
+    index = ChromaIndex(path=PATH, model_name="m", dimension=4)
+    await index.upsert([VectorItem("m1", "t1", "r1", 0, [1.0, 0.0, 0.0, 0.0])])
+    cached = index._get_client()._server.hnsw_cache_size
+    await index.aclose()
+    print(json.dumps({"soft": resource.getrlimit(resource.RLIMIT_NOFILE)[0], "cached": cached}))
+asyncio.run(main())
+"""
+
+
+def test_embedded_chroma_opens_with_the_open_file_limit_raised(tmp_path: Path) -> None:
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 1024:
+        pytest.skip(f"this machine's hard open-file limit is {hard}")
+    script = _OPEN_AND_REPORT.replace("PATH", repr(str(tmp_path / "chroma")))
+    report = json.loads(_run_limited(script, soft=256).stdout.splitlines()[-1])
+    wanted = 65536 if hard == resource.RLIM_INFINITY else min(65536, hard)
+    # Chroma sizes its cache of loaded indexes from the limit it finds: a fifth of it.
+    assert report == {"soft": wanted, "cached": wanted // 5}
+
+    # A low hard limit is as far as it goes, and the server says what that costs.
+    done = _run_limited(script.replace("chroma", "chroma-2"), soft=256, hard=600)
+    assert json.loads(done.stdout.splitlines()[-1]) == {"soft": 600, "cached": 120}
+    assert "can keep only 120 resources' vector indexes loaded" in done.stderr
+
+
+def test_reads_survive_chroma_dropping_an_unsaved_index(tmp_path: Path) -> None:
+    # At a low open-file limit Chroma keeps a couple of indexes per cache shard; collections this small
+    # (5 records, under Chroma's save threshold of 1,000) are never saved, so once dropped every read of
+    # them fails inside Chroma until a write rebuilds them from its log.
+    script = f"""
+import asyncio, json
+import models.vector_index as vector_index
+from models.vector_index import ChromaIndex, VectorItem
+vector_index.raise_open_file_limit = lambda wanted=0: None  # keep the limit this test gave
+async def main():
+    index = ChromaIndex(path={str(tmp_path / "chroma")!r}, model_name="m", dimension=4)
+    for r in range(60):
+        vectors = [[1.0, float(i), float(r % 7), 0.5] for i in range(5)]
+        await index.upsert(VectorItem(f"r{{r}}-m{{i}}", "t", f"r{{r}}", 0, v) for i, v in enumerate(vectors))
+    wrong = []
+    for r in range(60):
+        hits = await index.query([1.0, 0.0, 0.0, 0.0], resource_ids=[f"r{{r}}"], thread_id=None, top_k=10)
+        if sorted(h.message_id for h in hits) != [f"r{{r}}-m{{i}}" for i in range(5)]:
+            wrong.append(r)
+    await index.aclose()
+    print(json.dumps({{"wrong": wrong, "reloads": vector_index._reloads}}))
+asyncio.run(main())
+"""
+    report = json.loads(_run_limited(script, soft=512).stdout.splitlines()[-1])
+    assert report["wrong"] == []
+    assert report["reloads"] > 0  # Chroma did drop unsaved indexes: the reads above went through a rebuild
