@@ -62,6 +62,8 @@ def test_semantic_bench_ingest_runs(model: Path, tmp_path: Path, workers: str) -
     assert f"RECALLQL_EMBEDDING_WORKERS={workers}" in text
     assert "Chroma in a child process" in text
     assert "With a core left to the rest (the embedder on one intra-op thread)" in text
+    assert "each round between two raw runs of the embedder" in text
+    assert "| after the last run (the last vector write), ms |" in text
 
 
 def test_chroma_child_pipe_runs() -> None:
