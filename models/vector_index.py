@@ -105,7 +105,7 @@ def collection_name(resource_id: str | None, model_name: str, dimension: int) ->
 # Embedded Chroma keeps at most (soft RLIMIT_NOFILE) // 5 collections' HNSW indexes loaded (chromadb's
 # RustBindingsAPI: four data files and a metadata file each, read when the client starts); a query or
 # write of any other resource reloads its index from disk first. The usual soft limit of 1,024 caps that
-# at 204 resources (400 resources of 2,000 vectors, random queries: p95 59.7 ms against 13.6 ms with all
+# at 204 resources (400 resources of 2,000 vectors, random queries: p95 34.8 ms against 6.6 ms with all
 # of them loaded, benchmarks/chroma_cache.py). The hard limit is the operator's; the soft one is ours to
 # raise up to it. 65,536 files is 13,107 indexes, far past the point where memory is the real bound.
 _OPEN_FILES_WANTED = 65536
@@ -575,7 +575,7 @@ def _write(collection: Collection, items: Sequence[VectorItem]) -> None:
 # exist is a write that changes nothing.
 _EVICTED_UNPERSISTED = "Nothing found on disk"
 _RELOAD_ID = "recallql:reload"  # never a vector id: those end in ":<chunk number>"
-_reloads = 0
+_reloads = 0  # how many so far (for the log's pace, and for tests)
 
 
 def _reload(collection: Collection) -> None:
