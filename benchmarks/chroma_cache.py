@@ -11,8 +11,7 @@ each variant, starts a fresh process whose soft limit is ``--nofile`` (1,024 is 
 times ``ChromaIndex.query`` on random resources, after one query of every resource in turn (what fits stays
 loaded). Resources of fewer than 1,000 vectors have no index on disk (Chroma saves one every 1,000
 records), so a dropped one is rebuilt from Chroma's log (and before RecallQL did that, the query failed).
-Variant
-"as started" keeps the limit it was given (what RecallQL did before it raised the limit); "raised" is
+Variant "as started" keeps the limit it was given (what RecallQL did before it raised the limit); "raised" is
 RecallQL as shipped (``raise_open_file_limit`` when the client opens).
 """
 
@@ -66,7 +65,7 @@ async def fill(path: Path, resources: int, vectors: int) -> float:
 
 async def measure(path: Path, resources: int, queries: int, raise_limit: bool) -> dict[str, object]:
     if not raise_limit:
-        vector_index.raise_open_file_limit = lambda wanted=0: None  # type: ignore[assignment]
+        vector_index.raise_open_file_limit = lambda: None
     rng = np.random.default_rng(11)
     picks = random.Random(3)
     index = ChromaIndex(path=path, model_name=MODEL, dimension=DIM)

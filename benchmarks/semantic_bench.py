@@ -45,7 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -1079,8 +1079,12 @@ class Timeline:
     runs: list[tuple[float, float, int]]
 
     @property
+    def model_seconds(self) -> float:
+        return sum(b - a for a, b, _ in self.runs)
+
+    @property
     def busy(self) -> float:
-        return sum(b - a for a, b, _ in self.runs) / (self.end - self.start)
+        return self.model_seconds / (self.end - self.start)
 
     @property
     def lead(self) -> float:
@@ -1096,7 +1100,7 @@ class Timeline:
 
     @property
     def run_ms_per_text(self) -> float:
-        return sum(b - a for a, b, _ in self.runs) * 1000 / max(1, sum(n for *_, n in self.runs))
+        return self.model_seconds * 1000 / max(1, sum(n for *_, n in self.runs))
 
 
 @dataclass
@@ -1129,7 +1133,7 @@ class RunClock:
 
         embedder._run_batch = timed  # type: ignore[method-assign]
 
-    async def measure(self, work: Any) -> tuple[float, Timeline]:
+    async def measure(self, work: Awaitable[float]) -> tuple[float, Timeline]:
         self.runs, self.recording = [], True
         start = time.perf_counter()
         try:

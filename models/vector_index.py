@@ -114,16 +114,15 @@ _FEW_INDEXES = 1000
 _FILES_PER_INDEX = 5
 
 
-def raise_open_file_limit(wanted: int = _OPEN_FILES_WANTED) -> int | None:
-    """Raises this process's soft limit on open files to ``wanted`` (or the hard limit, if lower);
-    returns how many collections' indexes embedded Chroma opened after this can keep loaded (None where
-    the platform has no such limit)."""
+def raise_open_file_limit() -> None:
+    """Raises this process's soft limit on open files to _OPEN_FILES_WANTED (or the hard limit, if
+    lower), and warns when that leaves embedded Chroma room for few loaded indexes."""
     try:
         import resource
     except ImportError:  # Windows: chromadb asks msvcrt instead, nothing to raise here
-        return None
+        return
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    target = _OPEN_FILES_WANTED if hard == resource.RLIM_INFINITY else min(_OPEN_FILES_WANTED, hard)
     # An unlimited soft limit is made finite too: chromadb sizes its cache from it.
     if soft == resource.RLIM_INFINITY or soft < target:
         try:
@@ -141,7 +140,6 @@ def raise_open_file_limit(wanted: int = _OPEN_FILES_WANTED) -> int | None:
             soft,
             "unlimited" if hard == resource.RLIM_INFINITY else hard,
         )
-    return slots
 
 
 def _vector_id(message_id: str, chunk: int) -> str:

@@ -639,7 +639,7 @@ def test_reads_survive_chroma_dropping_an_unsaved_index(tmp_path: Path) -> None:
 import asyncio, json
 import models.vector_index as vector_index
 from models.vector_index import ChromaIndex, VectorItem
-vector_index.raise_open_file_limit = lambda wanted=0: None  # keep the limit this test gave
+vector_index.raise_open_file_limit = lambda: None  # keep the limit this test gave
 async def main():
     index = ChromaIndex(path={str(tmp_path / "chroma")!r}, model_name="m", dimension=4)
     for r in range(60):
