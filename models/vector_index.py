@@ -37,6 +37,8 @@ import numpy as np
 import numpy.typing as npt
 from filelock import FileLock, Timeout
 
+from models import chroma_sqlite
+
 # Chroma reads this when its Settings are first built; we also pass Settings explicitly, this covers any
 # client created elsewhere in the process.
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
@@ -142,6 +144,14 @@ def raise_open_file_limit() -> None:
         )
 
 
+def _open_in_this_process(path: Path) -> bool:
+    """Whether a Chroma client of this process (ours or not) has this directory open."""
+    from chromadb.api.shared_system_client import SharedSystemClient
+
+    target = path.resolve()
+    return any(Path(key).resolve() == target for key in list(SharedSystemClient._identifier_to_system))
+
+
 def _vector_id(message_id: str, chunk: int) -> str:
     return f"{message_id}:{chunk}"
 
@@ -157,6 +167,11 @@ class ChromaIndex:
     ``model_name`` and ``dimension`` are the embedder identity this index reads and writes; build one
     index per embedder. The client is created on first use, in a worker thread, since creating an
     HTTP client already talks to the server.
+
+    ``sync_threshold`` is Chroma's, for the collections this index creates: how many records a
+    collection takes between two saves of its HNSW index, and so how many each write re-reads at most.
+    ``tune_sqlite`` False leaves an embedded directory's SQLite file as Chroma makes it (see
+    :mod:`models.chroma_sqlite`; benchmarks compare the two).
     """
 
     def __init__(
@@ -169,7 +184,9 @@ class ChromaIndex:
         allow_reset: bool = False,
         ef_search: int = 100,
         ef_construction: int = 100,
+        sync_threshold: int = 100,
         lock_timeout: float = 10.0,
+        tune_sqlite: bool = True,
     ) -> None:
         if (path is None) == (url is None):
             raise ValueError("give exactly one of path (embedded Chroma) or url (Chroma server)")
@@ -177,6 +194,8 @@ class ChromaIndex:
             raise ValueError("dimension must be positive")
         if not model_name:
             raise ValueError("model_name must not be empty")
+        if sync_threshold < 1:
+            raise ValueError("sync_threshold must be positive")
         self._path = Path(path) if path is not None else None
         self._url = url
         if url is not None:
@@ -189,8 +208,15 @@ class ChromaIndex:
         self._lock_timeout = lock_timeout
         self._lock_refused = False  # once refused, later calls fail at once until the holder lets go
         self._directory_lock: FileLock | None = None
+        self._tune_sqlite = tune_sqlite
+        # Set when a collection is created; collections made earlier keep theirs (Chroma's default 1,000).
         self._configuration: dict[str, Any] = {
-            "hnsw": {"space": "cosine", "ef_search": ef_search, "ef_construction": ef_construction}
+            "hnsw": {
+                "space": "cosine",
+                "ef_search": ef_search,
+                "ef_construction": ef_construction,
+                "sync_threshold": sync_threshold,
+            }
         }
         self._client: ClientAPI | None = None
         self._client_lock = threading.Lock()
@@ -216,7 +242,12 @@ class ChromaIndex:
                     self._path.mkdir(parents=True, exist_ok=True)
                     self._lock_directory()
                     raise_open_file_limit()
+                    tune = self._tune_sqlite and not chroma_sqlite.tuned(self._path)
+                    if tune and not _open_in_this_process(self._path):
+                        chroma_sqlite.tune(self._path)  # an existing directory, before Chroma opens it
                     self._client = chromadb.PersistentClient(path=str(self._path), settings=settings)
+                    if tune and not chroma_sqlite.tuned(self._path):
+                        chroma_sqlite.tune_in_child(self._path)  # a new one, which Chroma just created
                 else:
                     assert self._url is not None
                     parts = urlsplit(self._url)

@@ -1,0 +1,86 @@
+"""What embedded Chroma's SQLite file lacks, added where RecallQL owns the directory.
+
+Every write to embedded Chroma 1.5 appends its records to one log table that all collections share,
+then re-reads this collection's records logged since its HNSW index was last saved, and deletes the
+older ones. Both statements filter on the collection's `topic`, which no index covers, so each write
+scans the log rows of every collection. A collection's index is saved every `sync_threshold` records
+(1,000 by default), which few per-resource collections reach, so the log keeps nearly every vector
+ever written and each write costs more the more resources there are (a 20-vector write: 22 ms of CPU
+beside an empty log, 171 ms beside 1,000 resources of 100 vectors; benchmarks/chroma_writes.py).
+Chroma also leaves the file in rollback-journal mode, where each write transaction makes, syncs and
+deletes a journal file.
+
+:func:`tune` adds the missing index and switches the file to WAL. Both persist in the file, and
+Chroma's own connections then use them.
+
+This module imports nothing but the standard library: it also runs as a script, in a child process
+(see :func:`tune_in_child`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+log = logging.getLogger("recallql.chroma")
+
+__all__ = ["LOG_INDEX", "tune", "tune_in_child", "tuned"]
+
+LOG_INDEX = "recallql_embeddings_queue_topic"
+_FILE = "chroma.sqlite3"
+# Directories this process has tuned: once is enough, and later opens must not touch the file again.
+_tuned: set[Path] = set()
+
+
+def tune(directory: str | os.PathLike[str]) -> bool:
+    """Adds the log index and sets WAL mode in ``directory``'s Chroma file, if it has one (idempotent).
+    Returns whether there was a file to tune.
+
+    Only where no Chroma client of this process has the file open: Chroma links its own copy of SQLite,
+    and closing this module's connection would drop the POSIX locks Chroma's copy holds on the file
+    (sqlite.org/howtocorrupt.html, 2.2.1). :func:`tune_in_child` is for that case.
+    """
+    db = Path(directory) / _FILE
+    if not db.is_file():
+        return False
+    with contextlib.closing(sqlite3.connect(db, timeout=60)) as conn:
+        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            log.warning("could not put %s in WAL mode (its journal mode stays %s)", db, mode)
+        has_log = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'embeddings_queue'"
+        ).fetchone()
+        if has_log:
+            conn.execute(f"CREATE INDEX IF NOT EXISTS {LOG_INDEX} ON embeddings_queue (topic)")
+            conn.commit()
+    _tuned.add(Path(directory).resolve())
+    return True
+
+
+def tuned(directory: str | os.PathLike[str]) -> bool:
+    """Whether this process has tuned ``directory``'s file already."""
+    return Path(directory).resolve() in _tuned
+
+
+def tune_in_child(directory: str | os.PathLike[str], timeout: float = 120.0) -> None:
+    """:func:`tune`, in a child process: for a file Chroma already has open in this process."""
+    result = subprocess.run(
+        [sys.executable, __file__, os.fspath(directory)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if result.returncode != 0:
+        log.warning("could not tune Chroma's SQLite file in %s: %s", directory, result.stderr.strip()[-500:])
+        return
+    _tuned.add(Path(directory).resolve())
+
+
+if __name__ == "__main__":
+    tune(sys.argv[1])
