@@ -64,6 +64,7 @@ def test_semantic_bench_ingest_runs(model: Path, tmp_path: Path, workers: str) -
     assert "With a core left to the rest (the embedder on one intra-op thread)" in text
     assert "each round between two raw runs of the embedder" in text
     assert "| after the last run (the last vector write), ms |" in text
+    assert "with Chroma's file and collections as Chroma ships them" in text
 
 
 def test_chroma_child_pipe_runs() -> None:
@@ -74,3 +75,10 @@ def test_chroma_child_pipe_runs() -> None:
 def test_chroma_cache_runs() -> None:
     out = run("chroma_cache.py", "--resources", "12", "--vectors", "5", "--queries", "10", "--nofile", "512")
     assert "| as started | 512 | 102 |" in out and "| raised |" in out
+
+
+def test_chroma_writes_runs() -> None:
+    out = run("chroma_writes.py", "--resources", "5", "--vectors", "20", "--calls", "4", "--large", "200")
+    assert "| variant | resources 1-1 |" in out and "| recallql |" in out and "| shipped |" in out
+    assert "## 2. Chat saves: 4 writes of 2 vectors into one resource" in out
+    assert "| variant | 0-200 |" in out
