@@ -55,6 +55,7 @@ __all__ = [
     "VectorIndexError",
     "VectorItem",
     "collection_name",
+    "default_cached_indexes",
     "raise_open_file_limit",
 ]
 
@@ -144,6 +145,60 @@ def raise_open_file_limit() -> None:
         )
 
 
+# Each HNSW index embedded Chroma keeps loaded costs about 2.6 MB before its first vector (hnswlib gives
+# every index 65,536 label locks; 400 one-vector collections: +1,032 MB of RSS), its vectors and links on
+# top. Chroma's only bound is a fifth of the open-file limit, which RecallQL raises to 65,536: 13,107
+# indexes, over 34 GB. By default the cache gets a quarter of the memory this process may use.
+_BYTES_PER_INDEX = 3 * 2**20
+_MEMORY_SHARE = 0.25
+_FEWEST_CACHED = 200
+
+
+def _usable_memory() -> int | None:
+    """Physical memory, or the cgroup (container) limit where that is lower; None when unknown."""
+    try:
+        memory: int | None = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        memory = None
+    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(limit_file).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and (memory is None or int(text) < memory):
+            memory = int(text)
+    return memory
+
+
+def default_cached_indexes() -> int:
+    """How many collections' indexes embedded Chroma keeps loaded unless told otherwise."""
+    memory = _usable_memory()
+    if memory is None:
+        return _FEW_INDEXES
+    return max(_FEWEST_CACHED, int(memory * _MEMORY_SHARE) // _BYTES_PER_INDEX)
+
+
+def _start_embedded(settings: Any, cached_indexes: int) -> None:
+    """Starts embedded Chroma for ``settings.persist_directory`` with a cache of ``cached_indexes``
+    loaded HNSW indexes, where PersistentClient will find it (Chroma shares one system per directory).
+    chromadb sizes that cache from the open-file limit when it builds its system and offers no setting,
+    so the system is built here and the size set before it starts."""
+    from chromadb.api import ServerAPI
+    from chromadb.api.shared_system_client import SharedSystemClient
+    from chromadb.config import System
+    from chromadb.telemetry.product import ProductTelemetryClient
+
+    identifier = settings.persist_directory
+    if identifier in SharedSystemClient._identifier_to_system:
+        return  # already running in this process; its cache stays as it was started
+    system = System(settings)
+    system.instance(ProductTelemetryClient)  # type: ignore[type-abstract]
+    api = system.instance(ServerAPI)  # type: ignore[type-abstract]
+    api.hnsw_cache_size = min(api.hnsw_cache_size, cached_indexes)  # type: ignore[attr-defined]
+    system.start()
+    SharedSystemClient._identifier_to_system[identifier] = system
+
+
 def _open_in_this_process(path: Path) -> bool:
     """Whether a Chroma client of this process (ours or not) has this directory open."""
     from chromadb.api.shared_system_client import SharedSystemClient
@@ -171,7 +226,10 @@ class ChromaIndex:
     ``sync_threshold`` is Chroma's, for the collections this index creates: how many records a
     collection takes between two saves of its HNSW index, and so how many each write re-reads at most.
     ``tune_sqlite`` False leaves an embedded directory's SQLite file as Chroma makes it (see
-    :mod:`models.chroma_sqlite`; benchmarks compare the two).
+    :mod:`models.chroma_sqlite`; benchmarks compare the two). ``cached_indexes`` bounds how many
+    collections' HNSW indexes embedded Chroma keeps loaded (default: :func:`default_cached_indexes`,
+    and never more than a fifth of the open-file limit); a search of any other resource loads its index
+    first.
     """
 
     def __init__(
@@ -187,6 +245,7 @@ class ChromaIndex:
         sync_threshold: int = 100,
         lock_timeout: float = 10.0,
         tune_sqlite: bool = True,
+        cached_indexes: int | None = None,
     ) -> None:
         if (path is None) == (url is None):
             raise ValueError("give exactly one of path (embedded Chroma) or url (Chroma server)")
@@ -196,6 +255,8 @@ class ChromaIndex:
             raise ValueError("model_name must not be empty")
         if sync_threshold < 1:
             raise ValueError("sync_threshold must be positive")
+        if cached_indexes is not None and cached_indexes < 1:
+            raise ValueError("cached_indexes must be positive")
         self._path = Path(path) if path is not None else None
         self._url = url
         if url is not None:
@@ -209,6 +270,7 @@ class ChromaIndex:
         self._lock_refused = False  # once refused, later calls fail at once until the holder lets go
         self._directory_lock: FileLock | None = None
         self._tune_sqlite = tune_sqlite
+        self._cached_indexes = cached_indexes
         # Set when a collection is created; collections made earlier keep theirs (Chroma's default 1,000).
         self._configuration: dict[str, Any] = {
             "hnsw": {
@@ -245,6 +307,9 @@ class ChromaIndex:
                     tune = self._tune_sqlite and not chroma_sqlite.tuned(self._path)
                     if tune and not _open_in_this_process(self._path):
                         chroma_sqlite.tune(self._path)  # an existing directory, before Chroma opens it
+                    settings.persist_directory = str(self._path)
+                    settings.is_persistent = True
+                    _start_embedded(settings, self._cached_indexes or default_cached_indexes())
                     self._client = chromadb.PersistentClient(path=str(self._path), settings=settings)
                     if tune and not chroma_sqlite.tuned(self._path):
                         chroma_sqlite.tune_in_child(self._path)  # a new one, which Chroma just created

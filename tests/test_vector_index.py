@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import models.vector_index as vector_index
 from models.vector_index import ChromaIndex, VectorHit, VectorIndexError, VectorItem, collection_name
 from tests.support import free_port
 
@@ -613,6 +614,85 @@ asyncio.run(main())
 """
 
 
+def test_the_default_cache_of_loaded_indexes_is_a_quarter_of_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vector_index, "_usable_memory", lambda: 24 * 2**30)
+    assert vector_index.default_cached_indexes() == 2048  # 6 GiB at 3 MiB an index
+    monkeypatch.setattr(vector_index, "_usable_memory", lambda: 2**30)
+    assert vector_index.default_cached_indexes() == 200  # never fewer than that
+    monkeypatch.setattr(vector_index, "_usable_memory", lambda: None)
+    assert vector_index.default_cached_indexes() == 1000
+
+
+def test_cached_indexes_bounds_what_embedded_chroma_keeps_loaded(tmp_path: Path) -> None:
+    # 320 resources of one vector each, through a cache of 64 (Chroma's cache has 64 shards, so that is
+    # its least): every search still finds its resource's vector (evicted indexes are loaded again), and
+    # memory grows by what 64 loaded indexes cost, not 320.
+    script = f"""
+import asyncio, json
+import models.vector_index as vector_index
+from models.vector_index import ChromaIndex, VectorItem
+def rss():
+    return int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0]) * 1024
+async def main():
+    for name, cached in (("bounded", 64), ("unbounded", 100000)):
+        index = ChromaIndex(path={str(tmp_path)!r} + "/" + name, model_name="m", dimension=4,
+                            cached_indexes=cached)
+        await index.count("r0")
+        before = rss()
+        for r in range(320):
+            await index.upsert([VectorItem(f"m{{r}}", "t", f"r{{r}}", 0, [1.0, float(r), 0.5, 0.0])])
+        wrong = [r for r in range(320) if [h.message_id for h in await index.query(
+            [1.0, float(r), 0.5, 0.0], resource_ids=[f"r{{r}}"], thread_id=None, top_k=3)] != [f"m{{r}}"]]
+        grown = rss() - before
+        size = index._get_client()._server.hnsw_cache_size
+        await index.aclose()
+        print(json.dumps({{"name": name, "cache": size, "wrong": wrong, "grown_mb": grown / 2**20}}))
+asyncio.run(main())
+"""
+    lines = _run_limited(script, soft=65536 if _hard_limit() >= 65536 else 4096).stdout.splitlines()
+    bounded, unbounded = (json.loads(line) for line in lines[-2:])
+    assert bounded["cache"] == 64 and bounded["wrong"] == [] and unbounded["wrong"] == []
+    assert unbounded["cache"] > 320
+    # About 2.6 MB an index: some 830 MB for 320 loaded at once, some 170 MB for 64.
+    assert unbounded["grown_mb"] > 600
+    assert bounded["grown_mb"] < unbounded["grown_mb"] / 2.5
+
+
+def _hard_limit() -> int:
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    return 1 << 30 if hard == resource.RLIM_INFINITY else hard
+
+
+async def test_the_cached_indexes_setting_reaches_the_embedded_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from models.chroma_process import IsolatedChromaIndex
+    from models.db import create_engine
+    from models.repository import Repository
+    from web.settings import Settings
+    from web.wiring import build_semantic
+
+    model_dir = tmp_path / "model"
+    (model_dir / "onnx").mkdir(parents=True)
+    for name in ("model.onnx", "tokenizer.json"):
+        (model_dir / "onnx" / name).write_bytes(b"")  # never loaded: only the wiring is looked at
+    monkeypatch.setenv("RECALLQL_CHROMA_CACHED_INDEXES", "50")
+    settings = Settings(data_dir=tmp_path / "data", embedding_model_dir=model_dir, embeddings_url=None)
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'memory.db'}")
+    try:
+        semantic = build_semantic(settings, Repository(engine))
+        assert semantic is not None
+        index = semantic._index_factory("m", 4)
+        assert isinstance(index, IsolatedChromaIndex) and index._options["cached_indexes"] == 50
+    finally:
+        await engine.dispose()
+    monkeypatch.setenv("RECALLQL_CHROMA_CACHED_INDEXES", "0")
+    with pytest.raises(ValueError, match="greater than or equal to 1"):
+        Settings()
+
+
 def test_embedded_chroma_opens_with_the_open_file_limit_raised(tmp_path: Path) -> None:
     import resource
 
@@ -622,8 +702,8 @@ def test_embedded_chroma_opens_with_the_open_file_limit_raised(tmp_path: Path) -
     script = _OPEN_AND_REPORT.replace("PATH", repr(str(tmp_path / "chroma")))
     report = json.loads(_run_limited(script, soft=256).stdout.splitlines()[-1])
     wanted = 65536 if hard == resource.RLIM_INFINITY else min(65536, hard)
-    # Chroma sizes its cache of loaded indexes from the limit it finds: a fifth of it.
-    assert report == {"soft": wanted, "cached": wanted // 5}
+    # Chroma sizes its cache of loaded indexes from the limit it finds (a fifth of it), RecallQL by memory.
+    assert report == {"soft": wanted, "cached": min(wanted // 5, vector_index.default_cached_indexes())}
 
     # A low hard limit is as far as it goes, and the server says what that costs.
     done = _run_limited(script.replace("chroma", "chroma-2"), soft=256, hard=600)

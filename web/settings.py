@@ -66,6 +66,9 @@ class Settings(BaseSettings):
     # Embedded Chroma in a child process (models/chroma_process.py): its writes hold the GIL, which
     # there stalls neither the requests nor the embedder (read p99 during ingest about halved).
     chroma_process: bool = True
+    # How many resources' vector indexes embedded Chroma keeps loaded (about 3 MB each, more for large
+    # resources); unset: as many as a quarter of the memory holds (models/vector_index.py).
+    chroma_cached_indexes: int | None = Field(default=None, ge=1)
     vector_drain_interval: float = 1.0
     vector_sync_timeout: float = 10.0
     # wait: a save answers once its vectors are written (Mastra's behaviour); background: once SQL has

@@ -65,8 +65,10 @@ def build_semantic(settings: Settings, repository: Repository) -> SemanticMemory
         path.mkdir(parents=True, exist_ok=True)
         embedded = IsolatedChromaIndex if settings.chroma_process else ChromaIndex
 
+        cached = settings.chroma_cached_indexes
+
         def factory(model: str, dimension: int) -> VectorIndex:
-            return embedded(path=path, model_name=model, dimension=dimension)
+            return embedded(path=path, model_name=model, dimension=dimension, cached_indexes=cached)
 
     where = settings.chroma_url or settings.chroma_path
     log.info(
