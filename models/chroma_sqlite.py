@@ -1,17 +1,23 @@
-"""What embedded Chroma's SQLite file lacks, added where RecallQL owns the directory.
+"""The index embedded Chroma's SQLite file lacks, added where RecallQL owns the directory.
 
 Every write to embedded Chroma 1.5 appends its records to one log table that all collections share,
 then re-reads this collection's records logged since its HNSW index was last saved, and deletes the
 older ones. Both statements filter on the collection's `topic`, which no index covers, so each write
 scans the log rows of every collection. A collection's index is saved every `sync_threshold` records
-(1,000 by default), which few per-resource collections reach, so the log keeps nearly every vector
+(1,000 by default; RecallQL's new collections save after every write), which few per-resource
+collections reach, so the log keeps nearly every vector
 ever written and each write costs more the more resources there are (a 20-vector write: 22 ms of CPU
 beside an empty log, 171 ms beside 1,000 resources of 100 vectors; benchmarks/chroma_writes.py).
-Chroma also leaves the file in rollback-journal mode, where each write transaction makes, syncs and
-deletes a journal file.
 
-:func:`tune` adds the missing index and switches the file to WAL. Both persist in the file, and
-Chroma's own connections then use them.
+:func:`tune` adds the missing index; it persists in the file, and Chroma's own statements use it.
+
+The file stays in Chroma's rollback-journal mode. WAL would spare each write a journal file made, synced
+and deleted, but Chroma reads through sqlx, which may reset a statement read with fetch_optional later,
+on its worker thread (launchbadge/sqlx#2543). Under WAL that leaves the connection on an old snapshot,
+and a write's read-back of its own log could miss the records it has just logged; in rollback-journal
+mode the lingering read holds a lock that makes the write wait instead. With WAL on, a semantic
+conformance case failed twice in about thirty runs, a vector that belonged in the top 4 missing from the
+results, as that would cause.
 
 This module imports nothing but the standard library: it also runs as a script, in a child process
 (see :func:`tune_in_child`).
@@ -38,8 +44,8 @@ _tuned: set[Path] = set()
 
 
 def tune(directory: str | os.PathLike[str]) -> bool:
-    """Adds the log index and sets WAL mode in ``directory``'s Chroma file, if it has one (idempotent).
-    Returns whether there was a file to tune.
+    """Adds the log index to ``directory``'s Chroma file, if it has one (idempotent). Returns whether
+    there was a file to tune.
 
     Only where no Chroma client of this process has the file open: Chroma links its own copy of SQLite,
     and closing this module's connection would drop the POSIX locks Chroma's copy holds on the file
@@ -49,9 +55,6 @@ def tune(directory: str | os.PathLike[str]) -> bool:
     if not db.is_file():
         return False
     with contextlib.closing(sqlite3.connect(db, timeout=60)) as conn:
-        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            log.warning("could not put %s in WAL mode (its journal mode stays %s)", db, mode)
         has_log = conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'embeddings_queue'"
         ).fetchone()

@@ -191,12 +191,34 @@ def _start_embedded(settings: Any, cached_indexes: int) -> None:
     identifier = settings.persist_directory
     if identifier in SharedSystemClient._identifier_to_system:
         return  # already running in this process; its cache stays as it was started
+    _fix_mmap_threshold()
     system = System(settings)
     system.instance(ProductTelemetryClient)  # type: ignore[type-abstract]
     api = system.instance(ServerAPI)  # type: ignore[type-abstract]
     api.hnsw_cache_size = min(api.hnsw_cache_size, cached_indexes)  # type: ignore[attr-defined]
     system.start()
     SharedSystemClient._identifier_to_system[identifier] = system
+
+
+# Each loaded HNSW index holds blocks of a few MB (hnswlib's 65,536 label locks: 2.6 MB). glibc serves
+# such blocks with mmap and returns them on free, but each such free raises its mmap threshold (up to
+# 32 MB), after which the blocks come from the heap and an evicted index's memory stays with the process:
+# 320 resources through a cache of 64 left 375 MB instead of 181 MB. A threshold set once stays fixed.
+_MMAP_THRESHOLD = 1 << 20
+_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+
+
+def _fix_mmap_threshold() -> None:
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        mallopt = ctypes.CDLL(name).mallopt if name else None
+    except (OSError, AttributeError):  # not glibc (musl, macOS): its allocator does not do this
+        return
+    if mallopt is not None:
+        mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
 
 
 def _open_in_this_process(path: Path) -> bool:
@@ -224,8 +246,12 @@ class ChromaIndex:
     HTTP client already talks to the server.
 
     ``sync_threshold`` is Chroma's, for the collections this index creates: how many records a
-    collection takes between two saves of its HNSW index, and so how many each write re-reads at most.
-    ``tune_sqlite`` False leaves an embedded directory's SQLite file as Chroma makes it (see
+    collection takes between two saves of its HNSW index. Chroma drops an index from its cache without
+    saving it, loads it again from disk and replays its log only on the next write, so reads in between
+    miss every record since the last save (a 150-vector collection saved every 100: 100 found). The
+    default, 1, saves after every write, so the index on disk is always whole; each write also re-reads
+    fewer of its own records (at most that many).
+    ``tune_sqlite`` False leaves an embedded directory's SQLite file without RecallQL's log index (see
     :mod:`models.chroma_sqlite`; benchmarks compare the two). ``cached_indexes`` bounds how many
     collections' HNSW indexes embedded Chroma keeps loaded (default: :func:`default_cached_indexes`,
     and never more than a fifth of the open-file limit); a search of any other resource loads its index
@@ -242,7 +268,7 @@ class ChromaIndex:
         allow_reset: bool = False,
         ef_search: int = 100,
         ef_construction: int = 100,
-        sync_threshold: int = 100,
+        sync_threshold: int = 1,
         lock_timeout: float = 10.0,
         tune_sqlite: bool = True,
         cached_indexes: int | None = None,
@@ -662,11 +688,11 @@ def _write(collection: Collection, items: Sequence[VectorItem]) -> None:
 
 
 # Chroma 1.5 drops a collection's HNSW index from its cache (see raise_open_file_limit) without saving
-# it, and saves an index only every `sync_threshold` (1,000) records: a collection with fewer records
-# written since it was created has nothing on disk, and reads of it then fail with this error, every
-# one of them (300 resources of 20 vectors at the usual open-file limit: 128 unreadable). A write
-# rebuilds the index from Chroma's own log, where the records still are; deleting an id that cannot
-# exist is a write that changes nothing.
+# it, and saves an index only every `sync_threshold` records (1,000 unless set, as for collections made
+# before RecallQL saved after every write): a collection with fewer records has nothing on disk, and reads
+# of it then fail with this error, every one of them (300 resources of 20 vectors at the usual open-file
+# limit: 128 unreadable). A write rebuilds the index from Chroma's own log, where the records still are;
+# deleting an id that cannot exist is a write that changes nothing.
 _EVICTED_UNPERSISTED = "Nothing found on disk"
 _RELOAD_ID = "recallql:reload"  # never a vector id: those end in ":<chunk number>"
 _reloads = 0  # how many so far (for the log's pace, and for tests)

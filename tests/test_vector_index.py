@@ -10,6 +10,7 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import models.vector_index as vector_index
@@ -658,6 +659,31 @@ asyncio.run(main())
     assert bounded["grown_mb"] < unbounded["grown_mb"] / 2.5
 
 
+async def test_an_index_chroma_dropped_from_its_cache_comes_back_whole(tmp_path: Path) -> None:
+    # Chroma reloads a dropped index from disk and replays its log only on the next write, so reads
+    # between see the index as last saved. ChromaIndex's collections save after every write: 150 vectors,
+    # 400 other resources through a cache of 64, and every one of the 150 is still found (with a save
+    # every 100 records, 100 were).
+    rng = np.random.default_rng(4)
+    block = rng.standard_normal((150, DIM)).astype(np.float32)
+    index = ChromaIndex(path=tmp_path / "chroma", model_name=MODEL, dimension=DIM, cached_indexes=64)
+    try:
+        for start in range(0, 150, 10):
+            await index.upsert(VectorItem(f"a{i}", "t1", "ra", 0, block[i]) for i in range(start, start + 10))
+        for r in range(400):
+            other = rng.standard_normal(DIM).astype(np.float32)
+            await index.upsert([VectorItem(f"x{r}", "t1", f"r{r}", 0, other)])
+            await index.query(other, resource_ids=[f"r{r}"], thread_id=None, top_k=1)
+        assert index._get_client()._server.hnsw_cache_size == 64  # type: ignore[attr-defined]
+        found = [
+            [h.message_id for h in await index.query(block[i], resource_ids=["ra"], thread_id=None, top_k=1)]
+            for i in range(150)
+        ]
+        assert found == [[f"a{i}"] for i in range(150)]
+    finally:
+        await index.aclose()
+
+
 def _hard_limit() -> int:
     import resource
 
@@ -711,17 +737,20 @@ def test_embedded_chroma_opens_with_the_open_file_limit_raised(tmp_path: Path) -
     assert "can keep only 120 resources' vector indexes loaded" in done.stderr
 
 
-def test_reads_survive_chroma_dropping_an_unsaved_index(tmp_path: Path) -> None:
-    # At a low open-file limit Chroma keeps a couple of indexes per cache shard; collections this small
-    # (5 records, under Chroma's save threshold of 1,000) are never saved, so once dropped every read of
-    # them fails inside Chroma until a write rebuilds them from its log.
+@pytest.mark.parametrize("sync_threshold", [1000, 1])
+def test_reads_survive_chroma_dropping_an_unsaved_index(tmp_path: Path, sync_threshold: int) -> None:
+    # At a low open-file limit Chroma keeps a couple of indexes per cache shard. Collections made with
+    # Chroma's save threshold of 1,000 (as RecallQL made them before it saved after every write) are
+    # never saved at 5 records, so once dropped every read of them fails inside Chroma until a write
+    # rebuilds them from its log; collections that save after every write never need that.
     script = f"""
 import asyncio, json
 import models.vector_index as vector_index
 from models.vector_index import ChromaIndex, VectorItem
 vector_index.raise_open_file_limit = lambda: None  # keep the limit this test gave
 async def main():
-    index = ChromaIndex(path={str(tmp_path / "chroma")!r}, model_name="m", dimension=4)
+    index = ChromaIndex(path={str(tmp_path / "chroma")!r}, model_name="m", dimension=4,
+                        sync_threshold={sync_threshold})
     for r in range(60):
         vectors = [[1.0, float(i), float(r % 7), 0.5] for i in range(5)]
         await index.upsert(VectorItem(f"r{{r}}-m{{i}}", "t", f"r{{r}}", 0, v) for i, v in enumerate(vectors))
@@ -736,4 +765,7 @@ asyncio.run(main())
 """
     report = json.loads(_run_limited(script, soft=512).stdout.splitlines()[-1])
     assert report["wrong"] == []
-    assert report["reloads"] > 0  # Chroma did drop unsaved indexes: the reads above went through a rebuild
+    if sync_threshold == 1000:
+        assert report["reloads"] > 0  # Chroma did drop unsaved indexes: the reads went through a rebuild
+    else:
+        assert report["reloads"] == 0
