@@ -9,7 +9,10 @@ collections reach, so the log keeps nearly every vector
 ever written and each write costs more the more resources there are (a 20-vector write: 22 ms of CPU
 beside an empty log, 171 ms beside 1,000 resources of 100 vectors; benchmarks/chroma_writes.py).
 
-:func:`tune` adds the missing index; it persists in the file, and Chroma's own statements use it.
+:func:`tune` adds the missing index; it persists in the file, and Chroma's own statements use it. It
+also removes what Chroma leaves behind of deleted collections: Chroma 1.5 deletes a collection's rows but
+not the folder of its HNSW files, so every dropped collection (a rebuild, a repair) kept its index on
+disk for good.
 
 The file stays in Chroma's rollback-journal mode. WAL would spare each write a journal file made, synced
 and deleted, but Chroma reads through sqlx, which may reset a statement read with fetch_optional later,
@@ -28,9 +31,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 log = logging.getLogger("recallql.chroma")
@@ -44,8 +49,8 @@ _tuned: set[Path] = set()
 
 
 def tune(directory: str | os.PathLike[str]) -> bool:
-    """Adds the log index to ``directory``'s Chroma file, if it has one (idempotent). Returns whether
-    there was a file to tune.
+    """Adds the log index to ``directory``'s Chroma file, if it has one (idempotent), and removes the
+    segment folders of collections deleted since. Returns whether there was a file to tune.
 
     Only where no Chroma client of this process has the file open: Chroma links its own copy of SQLite,
     and closing this module's connection would drop the POSIX locks Chroma's copy holds on the file
@@ -61,8 +66,34 @@ def tune(directory: str | os.PathLike[str]) -> bool:
         if has_log:
             conn.execute(f"CREATE INDEX IF NOT EXISTS {LOG_INDEX} ON embeddings_queue (topic)")
             conn.commit()
+        _remove_orphan_segments(conn, Path(directory))
     _tuned.add(Path(directory).resolve())
     return True
+
+
+def _remove_orphan_segments(conn: sqlite3.Connection, directory: Path) -> None:
+    """Deletes the segment folders (named by segment id) that no segment of the file owns any more."""
+    has_segments = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'segments'"
+    ).fetchone()
+    if not has_segments:
+        return
+    owned = {str(row[0]) for row in conn.execute("SELECT id FROM segments")}
+    removed = 0
+    for entry in directory.iterdir():
+        if entry.name in owned or not entry.is_dir() or not _is_uuid(entry.name):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed += 1
+    if removed:
+        log.info("removed the index folders of %d deleted Chroma collection(s) in %s", removed, directory)
+
+
+def _is_uuid(name: str) -> bool:
+    try:
+        return str(uuid.UUID(name)) == name
+    except ValueError:
+        return False
 
 
 def tuned(directory: str | os.PathLike[str]) -> bool:

@@ -218,3 +218,37 @@ async def test_a_chroma_servers_directory_tuned_while_the_server_is_stopped(tmp_
     assert found["indexes"] == [chroma_sqlite.LOG_INDEX]
     # RecallQL's threshold holds on a server too: every write saves, and the log keeps one record.
     assert found["log_rows"] == [1]
+
+
+def segment_folders(path: Path) -> set[str]:
+    return {p.name for p in path.iterdir() if p.is_dir() and not p.name.startswith(".")}
+
+
+async def test_the_folders_of_dropped_collections_go_when_the_directory_is_next_opened(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "chroma"
+    index = ChromaIndex(path=path, model_name=MODEL, dimension=DIM)
+    kept = [VectorItem(f"k{i}", "t1", "r2", 0, row) for i, row in enumerate(vectors(4, seed=3))]
+    try:
+        await index.upsert(items("m", vectors(50)))
+        await index.upsert(kept)
+        both = segment_folders(path)
+        assert len(both) == 2
+        assert await index.drop(["r1"]) == 1
+        assert segment_folders(path) == both  # Chroma deletes the collection, not its files
+    finally:
+        await index.aclose()
+    (path / "not-a-segment").mkdir()  # nothing of Chroma's: left alone
+    # Tuned as ChromaIndex tunes a directory before Chroma opens it (in a child: this process's Chroma
+    # still has the file open).
+    subprocess.run([sys.executable, str(REPO / "models" / "chroma_sqlite.py"), str(path)], check=True)
+    (left,) = segment_folders(path) - {"not-a-segment"}
+    assert left in both
+    again = ChromaIndex(path=path, model_name=MODEL, dimension=DIM)
+    try:
+        hits = await again.query(kept[2].vector, resource_ids=["r2"], thread_id=None, top_k=1)
+        assert [h.message_id for h in hits] == ["k2"]
+        assert await again.count("r1") == 0
+    finally:
+        await again.aclose()
