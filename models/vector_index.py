@@ -19,6 +19,7 @@ collections are opened with ``embedding_function=None`` and always given vectors
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ChromaIndex",
     "VectorHit",
+    "VectorIndexDamaged",
     "VectorIndexError",
     "VectorItem",
     "collection_name",
@@ -93,6 +95,21 @@ class VectorItem:
 
 class VectorIndexError(Exception):
     """Chroma failed (unreachable server, rejected request...). The original error is ``__cause__``."""
+
+
+class VectorIndexDamaged(VectorIndexError):
+    """One resource's collection cannot be trusted any more: Chroma fails every call on it, or a write to
+    it was cut off by the death of the process making it (see :class:`_WriteJournal`). Only its vectors
+    are affected; dropping the collection (:meth:`ChromaIndex.drop`) and writing them again from SQL
+    repairs it, and until it is dropped every call on it raises this again."""
+
+    def __init__(self, resource_id: str | None, reason: str) -> None:
+        super().__init__(f"the vector index of resource {resource_id!r} is damaged: {reason}")
+        self.resource_id = resource_id
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[Any, ...]:  # crosses the pipe from the Chroma child intact
+        return (type(self), (self.resource_id, self.reason))
 
 
 def collection_name(resource_id: str | None, model_name: str, dimension: int) -> str:
@@ -221,6 +238,62 @@ def _fix_mmap_threshold() -> None:
         mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
 
 
+class _WriteJournal:
+    """The collections of an embedded directory that a write was under way in when its process died.
+
+    Chroma saves a collection's HNSW index in place, file by file, after each write (RecallQL's
+    sync_threshold 1): a process killed meanwhile leaves files of two states, which Chroma then either
+    refuses on every call ("Failed to apply logs to the hnsw segment writer") or, depending on which
+    files were cut short, reads without complaint and answers wrongly. So before a write the collection
+    is noted in ``<directory>/.recallql-writing/`` (a file named after it, holding its resource id), and
+    the note is removed once the write returns, whichever way. The directory is open to one process at a
+    time, so a note found when it is opened is a write that never returned.
+
+    No fsync: the danger is a killed process, whose writes the kernel still completes."""
+
+    _DIRECTORY = ".recallql-writing"
+
+    def __init__(self, path: Path) -> None:
+        self._directory = path / self._DIRECTORY
+        self._lock = threading.Lock()
+        self._writers: dict[str, int] = {}  # collection name -> writes under way (reloads run beside)
+
+    def left_behind(self) -> dict[str, str | None]:
+        """Collection name -> resource id of every note a dead process left."""
+        found: dict[str, str | None] = {}
+        with contextlib.suppress(FileNotFoundError):
+            for note in self._directory.iterdir():
+                try:
+                    resource_id = json.loads(note.read_text(encoding="utf-8"))
+                except (OSError, ValueError):  # cut off while it was being written: the write had not begun
+                    note.unlink(missing_ok=True)
+                    continue
+                found[note.name] = resource_id if isinstance(resource_id, str) else None
+        return found
+
+    @contextlib.contextmanager
+    def writing(self, name: str, resource_id: str | None) -> Iterator[None]:
+        with self._lock:
+            count = self._writers.get(name, 0)
+            if count == 0:
+                self._directory.mkdir(exist_ok=True)
+                (self._directory / name).write_text(json.dumps(resource_id), encoding="utf-8")
+            self._writers[name] = count + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                count = self._writers.pop(name) - 1
+                if count:
+                    self._writers[name] = count
+                else:
+                    (self._directory / name).unlink(missing_ok=True)
+
+    def forget(self, name: str) -> None:
+        """The collection is gone (dropped), and with it whatever a dead write left."""
+        (self._directory / name).unlink(missing_ok=True)
+
+
 def _open_in_this_process(path: Path) -> bool:
     """Whether a Chroma client of this process (ours or not) has this directory open."""
     from chromadb.api.shared_system_client import SharedSystemClient
@@ -256,6 +329,9 @@ class ChromaIndex:
     collections' HNSW indexes embedded Chroma keeps loaded (default: :func:`default_cached_indexes`,
     and never more than a fifth of the open-file limit); a search of any other resource loads its index
     first.
+
+    A collection Chroma can no longer serve, or (embedded) one whose write was cut off by the death of
+    its process, raises :class:`VectorIndexDamaged` on every call until it is dropped.
     """
 
     def __init__(
@@ -295,6 +371,9 @@ class ChromaIndex:
         self._lock_timeout = lock_timeout
         self._lock_refused = False  # once refused, later calls fail at once until the holder lets go
         self._directory_lock: FileLock | None = None
+        self._journal = _WriteJournal(self._path) if self._path is not None else None
+        # Collection name -> resource id: collections a dead process was writing (see _WriteJournal).
+        self._suspect: dict[str, str | None] = {}
         self._tune_sqlite = tune_sqlite
         self._cached_indexes = cached_indexes
         # Set when a collection is created; collections made earlier keep theirs (Chroma's default 1,000).
@@ -329,6 +408,17 @@ class ChromaIndex:
                 if self._path is not None:
                     self._path.mkdir(parents=True, exist_ok=True)
                     self._lock_directory()
+                    assert self._directory_lock is not None and self._journal is not None
+                    # Another index of this process may hold the directory already, and be writing.
+                    if self._directory_lock.lock_counter == 1:
+                        self._suspect = self._journal.left_behind()
+                        if self._suspect:
+                            log.warning(
+                                "a process died while writing the vectors of %d resource(s) in %s; they "
+                                "will be rebuilt from the database",
+                                len(self._suspect),
+                                self._path,
+                            )
                     raise_open_file_limit()
                     tune = self._tune_sqlite and not chroma_sqlite.tuned(self._path)
                     if tune and not _open_in_this_process(self._path):
@@ -427,27 +517,54 @@ class ChromaIndex:
         self._collections.pop(collection_name(resource_id, self.model_name, self.dimension), None)
 
     def _with_collection(
-        self, resource_id: str | None, create: bool, action: Callable[[Collection], T], default: T
+        self,
+        resource_id: str | None,
+        create: bool,
+        action: Callable[[Collection], T],
+        default: T,
+        *,
+        write: bool = False,
     ) -> T:
         from chromadb.errors import NotFoundError
 
+        name = collection_name(resource_id, self.model_name, self.dimension)
+        self._get_client()  # opening the directory reads what dead writers left
+        if name in self._suspect:
+            raise VectorIndexDamaged(resource_id, "a write to it was cut off by the death of its process")
         forgotten = reloaded = False
         while True:
-            collection = self._collection(resource_id, create=create)
-            if collection is None:
-                return default
+            collection: Collection | None = None
             try:
-                return action(collection)
+                collection = self._collection(resource_id, create=create)
+                if collection is None:
+                    return default
+                with self._writing(name, resource_id) if write else contextlib.nullcontext():
+                    return action(collection)
             except NotFoundError:
                 if forgotten:
                     raise
                 forgotten = True
                 self._forget(resource_id)
             except Exception as exc:
-                if reloaded or _EVICTED_UNPERSISTED not in str(exc):
-                    raise
-                reloaded = True
-                _reload(collection)
+                text = str(exc)
+                if _EVICTED_UNPERSISTED in text and collection is not None and not reloaded:
+                    reloaded = True
+                    with self._writing(name, resource_id):
+                        _reload(collection)
+                    continue
+                if reloaded or any(sign in text for sign in _DAMAGE_SIGNS):
+                    raise VectorIndexDamaged(resource_id, text) from exc
+                raise
+
+    def _writing_collection(
+        self, resource_id: str | None, create: bool, action: Callable[[Collection], T], default: T
+    ) -> T:
+        return self._with_collection(resource_id, create, action, default, write=True)
+
+    def _writing(self, name: str, resource_id: str | None) -> contextlib.AbstractContextManager[None]:
+        if self._journal is None:  # a Chroma server: its own process, its own disk
+            return contextlib.nullcontext()
+        return self._journal.writing(name, resource_id)
 
     # -- writes --------------------------------------------------------------------------------------
 
@@ -473,7 +590,7 @@ class ChromaIndex:
         for resource_id, group in by_resource.items():
             async with self._write_lock(resource_id):
                 action = partial(self._upsert_sync, group=group)
-                await self._call("upsert", self._with_collection, resource_id, True, action, None)
+                await self._call("upsert", self._writing_collection, resource_id, True, action, None)
 
     @staticmethod
     def _upsert_sync(collection: Collection, group: dict[str, VectorItem]) -> None:
@@ -507,7 +624,7 @@ class ChromaIndex:
 
         for resource_id in dict.fromkeys(resource_ids):
             async with self._write_lock(resource_id):
-                await self._call("delete", self._with_collection, resource_id, False, action, None)
+                await self._call("delete", self._writing_collection, resource_id, False, action, None)
 
     async def delete_resource_thread(self, resource_id: str | None, thread_id: str) -> None:
         """Remove every vector of one thread from that resource's collection."""
@@ -516,7 +633,7 @@ class ChromaIndex:
             collection.delete(where={"thread_id": thread_id})
 
         async with self._write_lock(resource_id):
-            await self._call("delete", self._with_collection, resource_id, False, action, None)
+            await self._call("delete", self._writing_collection, resource_id, False, action, None)
 
     async def drop(self, resource_ids: Sequence[str | None] | None = None) -> int:
         """Deletes the collections of these resources (None: every collection of this embedder identity),
@@ -542,6 +659,9 @@ class ChromaIndex:
                     dropped += 1
                 except NotFoundError:
                     pass
+                self._suspect.pop(name, None)
+                if self._journal is not None:
+                    self._journal.forget(name)
             return dropped
 
         return await self._call("delete collection", drop_sync)
@@ -694,6 +814,13 @@ def _write(collection: Collection, items: Sequence[VectorItem]) -> None:
 # limit: 128 unreadable). A write rebuilds the index from Chroma's own log, where the records still are;
 # deleting an id that cannot exist is a write that changes nothing.
 _EVICTED_UNPERSISTED = "Nothing found on disk"
+# What Chroma 1.5 says of a collection whose saved HNSW files it cannot use (a save cut off half-way,
+# files lost): every later call on the collection fails the same way, reads and writes alike.
+_DAMAGE_SIGNS = (
+    "Failed to apply logs to the hnsw segment writer",
+    "Error loading hnsw index",
+    "Error creating hnsw segment writer",
+)
 _RELOAD_ID = "recallql:reload"  # never a vector id: those end in ":<chunk number>"
 _reloads = 0  # how many so far (for the log's pace, and for tests)
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
+import sqlite3
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -14,7 +16,14 @@ import numpy as np
 import pytest
 
 import models.vector_index as vector_index
-from models.vector_index import ChromaIndex, VectorHit, VectorIndexError, VectorItem, collection_name
+from models.vector_index import (
+    ChromaIndex,
+    VectorHit,
+    VectorIndexDamaged,
+    VectorIndexError,
+    VectorItem,
+    collection_name,
+)
 from tests.support import free_port
 
 DIM = 4
@@ -389,6 +398,83 @@ async def test_data_survives_reopening(tmp_path: Path) -> None:
         assert hits == [VectorHit(message_id="m1", thread_id="t1", score=pytest.approx(1.0, abs=1e-5))]
     finally:
         await second.aclose()
+
+
+def vector_segment(chroma_dir: Path, resource_id: str | None) -> Path:
+    """The folder of one resource's HNSW files in an embedded Chroma directory."""
+    name = collection_name(resource_id, MODEL, DIM)
+    with contextlib.closing(sqlite3.connect(chroma_dir / "chroma.sqlite3")) as db:
+        (segment,) = db.execute(
+            "SELECT s.id FROM segments s JOIN collections c ON s.collection = c.id "
+            "WHERE c.name = ? AND s.scope = 'VECTOR'",
+            (name,),
+        ).fetchone()
+    return chroma_dir / segment
+
+
+async def test_a_collection_chroma_cannot_load_is_damaged_until_dropped(tmp_path: Path) -> None:
+    path = tmp_path / "chroma"
+    first = ChromaIndex(path=path, model_name=MODEL, dimension=DIM)
+    await first.upsert([item("m1", E0), item("m2", E1), item("k1", E2, resource_id="r2")])
+    await first.aclose()
+    # What a save cut off half-way can leave (Chroma rewrites the files in place, one by one): a header
+    # that is not one.
+    header = vector_segment(path, "r1") / "header.bin"
+    header.write_bytes(bytes(len(header.read_bytes())))
+    index = ChromaIndex(path=path, model_name=MODEL, dimension=DIM)
+    try:
+        # Reads and writes of r1 alike, each time, with Chroma's own words and the resource.
+        for call in (
+            index.query(E0, resource_ids=["r1"], thread_id=None, top_k=1),
+            index.upsert([item("m3", E2)]),
+            index.delete_messages(["m1"], ["r1"]),
+            index.stored("r1"),
+        ):
+            with pytest.raises(VectorIndexDamaged, match="Error loading hnsw index") as damaged:
+                await call
+            assert damaged.value.resource_id == "r1"
+        # A search over both resources fails too: its answer would silently lack r1.
+        with pytest.raises(VectorIndexDamaged):
+            await index.query(E2, resource_ids=["r2", "r1"], thread_id=None, top_k=1)
+        assert ids(await index.query(E2, resource_ids=["r2"], thread_id=None, top_k=1)) == ["k1"]
+        assert await index.drop(["r1"]) == 1
+        await index.upsert([item("m1", E0)])
+        assert ids(await index.query(E0, resource_ids=["r1"], thread_id=None, top_k=5)) == ["m1"]
+    finally:
+        await index.aclose()
+
+
+async def test_writes_that_return_leave_no_note_in_the_write_journal(
+    index: ChromaIndex, tmp_path: Path
+) -> None:
+    notes = tmp_path / "chroma" / ".recallql-writing"
+    await index.upsert([item("m1", E0), item("k1", E1, resource_id=None)])
+    await index.delete_messages(["m1"], ["r1"])
+    with pytest.raises(VectorIndexError, match="upsert failed"):  # Chroma refuses it mid-write
+        await index.upsert([item("m2", [float("nan"), 0.0, 0.0, 1.0])])
+    assert notes.is_dir() and list(notes.iterdir()) == []
+    await index.aclose()
+    # Reopened, nothing is suspected.
+    again = ChromaIndex(path=tmp_path / "chroma", model_name=MODEL, dimension=DIM)
+    try:
+        assert ids(await again.query(E1, resource_ids=[None], thread_id=None, top_k=1)) == ["k1"]
+    finally:
+        await again.aclose()
+
+
+def test_the_write_journal_counts_overlapping_writes_of_one_collection(tmp_path: Path) -> None:
+    # A reload (a write done by a read) can run beside an upsert of the same collection.
+    journal = vector_index._WriteJournal(tmp_path)
+    with journal.writing("c1", "r1"):
+        with journal.writing("c1", "r1"):
+            pass
+        assert journal.left_behind() == {"c1": "r1"}
+    with journal.writing("c2", None):
+        assert journal.left_behind() == {"c2": None}
+    assert journal.left_behind() == {}
+    # A note cut off while it was being written names no write that had begun.
+    (tmp_path / ".recallql-writing" / "c3").write_text('"r', encoding="utf-8")
+    assert journal.left_behind() == {}
 
 
 async def test_ping_embedded(index: ChromaIndex) -> None:
