@@ -32,6 +32,7 @@ from sqlalchemy import (
     func,
     literal,
     literal_column,
+    null,
     or_,
     select,
     text,
@@ -605,6 +606,19 @@ class Repository:
         if message_ids:
             stmt = update(O).where(O.c.message_id.in_(list(message_ids))).values(created_at=0)
             await self._write_transaction(_one_statement(stmt))
+
+    async def outbox_queue_resource(self, resource_id: str | None) -> int:
+        """Queues every message of one resource (None: those stored without one) for vector work, due at
+        once; returns how many. A damaged collection is rebuilt from these entries, so the work
+        survives a crash part-way through the rebuild."""
+        owner = M.c.resource_id.is_(None) if resource_id is None else M.c.resource_id == resource_id
+        rows = select(M.c.id, null(), literal_column("0")).where(owner)
+        stmt = O.insert().from_select(["message_id", "previous_resource_id", "created_at"], rows)
+
+        def body(conn: Connection) -> int:
+            return int(conn.execute(stmt).rowcount or 0)
+
+        return await self._write_transaction(body)
 
     async def outbox_done(self, entry_ids: Sequence[int]) -> None:
         if entry_ids:

@@ -11,28 +11,40 @@ one. Concurrent saves therefore share embedder batches and vector writes instead
 per-call cost, and a stream of saves keeps both the embedder and the index busy. A request hands over
 the rows it wrote, so the embedder starts on them while the pipeline reads SQL back; SQL's answer still
 decides what is written.
+
+A resource whose collection the index reports damaged (VectorIndexDamaged: Chroma fails every call on it,
+or a process died while writing it) is rebuilt from SQL by whichever call meets the damage: all its
+messages are queued in the outbox, the collection is dropped, and a background task embeds them again;
+searches of the resource wait for that task (within `rebuild_wait`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import hashlib
 import logging
+import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 from models.embedders import Embedder, Embedding, EmbeddingError, chunk_text, embedding_text
 from models.records import MessageRecord, OutboxEntry
 from models.repository import Repository
-from models.vector_index import Vector, VectorHit, VectorIndexError, VectorItem
+from models.vector_index import Vector, VectorHit, VectorIndexDamaged, VectorIndexError, VectorItem
 from resolvers.clock import now_ms
 from resolvers.errors import ServiceUnavailable
 from resolvers.recall import SemanticHit, SemanticResult
 
 log = logging.getLogger("recallql.semantic")
+
+# Set inside a rebuild: damage met there fails the rebuild (the outbox keeps its work) instead of
+# starting another one that would wait for it.
+_REBUILDING: contextvars.ContextVar[bool] = contextvars.ContextVar("recallql_rebuilding", default=False)
 
 
 class VectorIndex(Protocol):
@@ -89,6 +101,14 @@ class _Prepared:
 
 
 @dataclass(slots=True)
+class _Rebuild:
+    """A damaged resource's rebuild: `dropped` once its old collection is gone, `task` the whole of it."""
+
+    dropped: asyncio.Future[None]
+    task: asyncio.Task[None] = field(init=False)
+
+
+@dataclass(slots=True)
 class IndexCheck:
     """How one resource's vectors compare with what SQL holds (message ids, sorted)."""
 
@@ -99,10 +119,12 @@ class IndexCheck:
     # Stored, but Chroma's query for their own vectors does not return them: HNSW left them out of reach
     # (after deletes, chroma-core/chroma#7758; or a lone vector beside a dense cluster).
     unreachable: list[str]
+    # The collection cannot be read at all (VectorIndexDamaged): every vector counts as missing.
+    damaged: bool = False
 
     @property
     def ok(self) -> bool:
-        return not (self.missing or self.stray or self.unreachable)
+        return not (self.missing or self.stray or self.unreachable or self.damaged)
 
 
 def embeddable_text(message: MessageRecord) -> str | None:
@@ -124,6 +146,7 @@ class SemanticMemory:
         pipeline_batch: int = 1024,
         background: bool = False,
         max_backlog: int = 2048,
+        rebuild_wait: float = 10.0,
     ) -> None:
         self.repository = repository
         self.embedder = embedder
@@ -149,6 +172,9 @@ class SemanticMemory:
         self._last_ticket: dict[str | None, int] = {}  # the newest job touching each resource
         self._progress: asyncio.Condition | None = None
         self._applying: list[_Job] = []  # the batch whose index writes are running
+        # Damaged collections being rebuilt from SQL, by resource; searches wait `rebuild_wait` for them.
+        self._rebuilds: dict[str | None, _Rebuild] = {}
+        self.rebuild_wait = rebuild_wait
 
     async def index(self) -> VectorIndex:
         """The index for this embedder's identity (model name and dimension), created on first use:
@@ -181,23 +207,37 @@ class SemanticMemory:
         else:
             resource_ids = await self.repository.thread_resource_ids(thread_id)
         await self._barrier(resource_ids)
+        await self._wait_for_rebuilds(resource_ids)
         hits: list[SemanticHit] = []
         for vector in embedding.vectors:  # one query per chunk of a (very long) query text, as Mastra does
-            try:
-                found = await index.query(
-                    vector,
-                    resource_ids=resource_ids,
-                    thread_id=None if resource_scope else thread_id,
-                    top_k=top_k,
-                )
-            except VectorIndexError as exc:
-                log.warning("semantic search: the vector index failed: %s", exc)
-                raise ServiceUnavailable(
-                    "Semantic search is unavailable: the vector index cannot be reached.", service="vectors"
-                ) from exc
+            healed: set[str | None] = set()
+            while True:
+                try:
+                    found = await index.query(
+                        vector,
+                        resource_ids=resource_ids,
+                        thread_id=None if resource_scope else thread_id,
+                        top_k=top_k,
+                    )
+                    break
+                except VectorIndexDamaged as exc:
+                    if exc.resource_id in healed:
+                        raise self._unavailable(exc) from exc
+                    healed.add(exc.resource_id)
+                    await self._heal(exc)
+                    await self._wait_for_rebuilds([exc.resource_id])
+                except VectorIndexError as exc:
+                    raise self._unavailable(exc) from exc
             hits.extend(SemanticHit(h.message_id, h.thread_id, h.score) for h in found)
         usage = {"tokens": embedding.tokens} if embedding.tokens is not None else None
         return SemanticResult(hits=hits, usage=usage)
+
+    @staticmethod
+    def _unavailable(exc: VectorIndexError) -> ServiceUnavailable:
+        log.warning("semantic search: the vector index failed: %s", exc)
+        return ServiceUnavailable(
+            "Semantic search is unavailable: the vector index cannot be reached.", service="vectors"
+        )
 
     async def _embed_query(self, text: str) -> Embedding:
         key = hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -251,18 +291,112 @@ class SemanticMemory:
         return _VectorWork([e.id for e in entries], _stale_vectors(entries, rows), items)
 
     async def _store(self, work: _VectorWork) -> None:
-        """Stale vectors out, new ones in, then the entries settled (a crash before that repeats it)."""
+        """Stale vectors out, new ones in, then the entries settled (a crash before that repeats it).
+        A damaged collection is dropped (its rebuild queued) and the work written again on a new one."""
         index = await self.index()
-        for resource, ids in work.stale.items():
-            await index.delete_messages(sorted(ids), [resource])
-        if work.items:
-            await index.upsert(work.items)
+
+        async def write() -> None:
+            for resource, ids in work.stale.items():
+                await index.delete_messages(sorted(ids), [resource])
+            if work.items:
+                await index.upsert(work.items)
+
+        await self._healing(write)
         await self.repository.outbox_done(work.entry_ids)
 
     async def _write(self, index: VectorIndex, messages: Sequence[MessageRecord]) -> None:
         items = await self._embed_messages(messages)
         if items:
-            await index.upsert(items)
+            await self._healing(partial(index.upsert, items))
+
+    async def _healing(self, write: Callable[[], Awaitable[None]]) -> None:
+        """Runs index writes; a damaged collection they meet is dropped (its rebuild from SQL queued)
+        and they run again, now on a new collection: once per resource."""
+        healed: set[str | None] = set()
+        while True:
+            try:
+                return await write()
+            except VectorIndexDamaged as exc:
+                if exc.resource_id in healed:
+                    raise
+                healed.add(exc.resource_id)
+                await self._heal(exc)
+
+    # ------------------------------------------------------------------ damaged collections
+    async def _heal(self, damage: VectorIndexDamaged) -> None:
+        """Starts the rebuild of a damaged resource from SQL (unless one is under way) and returns once
+        its old collection is gone: its messages queued in the outbox first, so that a crash at any point
+        leaves the work to the next drain, then the collection dropped. The rest runs in the background
+        (searches of the resource wait for it, see _wait_for_rebuilds)."""
+        resource_id = damage.resource_id
+        rebuild = self._rebuilds.get(resource_id)
+        if rebuild is None or rebuild.task.done():
+            if _REBUILDING.get():
+                raise damage
+            rebuild = _Rebuild(asyncio.get_running_loop().create_future())
+            rebuild.task = asyncio.create_task(
+                self._rebuild(damage, rebuild), name=f"recallql-rebuild-vectors-{resource_id}"
+            )
+            self._rebuilds[resource_id] = rebuild
+            rebuild.task.add_done_callback(partial(self._rebuild_ended, resource_id, rebuild))
+        await asyncio.shield(rebuild.dropped)
+
+    async def _rebuild(self, damage: VectorIndexDamaged, rebuild: _Rebuild) -> None:
+        _REBUILDING.set(True)
+        resource_id = damage.resource_id
+        started = time.monotonic()
+        try:
+            queued = await self.repository.outbox_queue_resource(resource_id)
+            await (await self.index()).drop([resource_id])
+        except BaseException as exc:
+            rebuild.dropped.set_exception(exc)
+            raise
+        rebuild.dropped.set_result(None)
+        log.error("%s; rebuilding its vectors from the database (%d messages)", damage, queued)
+        pages = self._messages_in_order(
+            resource_id, batch=self.drain_batch, without_resource=resource_id is None
+        )
+        async for rows in pages:
+            await self.sync([m.id for m in rows])
+        log.warning(
+            "vectors of resource %r rebuilt from the database in %.1fs",
+            resource_id,
+            time.monotonic() - started,
+        )
+
+    def _rebuild_ended(self, resource_id: str | None, rebuild: _Rebuild, task: asyncio.Task[None]) -> None:
+        if self._rebuilds.get(resource_id) is rebuild:
+            del self._rebuilds[resource_id]
+        if rebuild.dropped.done() and not rebuild.dropped.cancelled():
+            rebuild.dropped.exception()  # retrieved: the callers that waited for it have seen it
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning(
+                "rebuild of the vectors of resource %r stopped; the outbox drain goes on: %r",
+                resource_id,
+                exc,
+            )
+
+    async def _wait_for_rebuilds(
+        self, resource_ids: Iterable[str | None], timeout: float | None = None
+    ) -> None:
+        """Waits for the rebuilds under way of these resources: a search must not answer from a
+        collection still being filled. SERVICE_UNAVAILABLE when one fails or takes longer than
+        `rebuild_wait` (the outbox drain finishes it)."""
+        tasks = [r.task for resource in resource_ids if (r := self._rebuilds.get(resource)) is not None]
+        if not tasks:
+            return
+        done, pending = await asyncio.wait(tasks, timeout=self.rebuild_wait if timeout is None else timeout)
+        if pending or any(t.cancelled() or t.exception() is not None for t in done):
+            raise ServiceUnavailable(
+                "Semantic search is unavailable for now: the vector index of this memory was damaged and "
+                "is being rebuilt from the database; try again shortly.",
+                service="vectors",
+            )
+
+    async def rebuilt(self) -> None:
+        """Waits until every rebuild under way has ended (whichever way)."""
+        while tasks := [r.task for r in self._rebuilds.values()]:
+            await asyncio.wait(tasks)
 
     async def _embed_messages(self, messages: Sequence[MessageRecord]) -> list[VectorItem]:
         texts: list[str] = []
@@ -440,6 +574,7 @@ class SemanticMemory:
             if on_progress is not None:
                 on_progress(len(rows))
         await self.drain()
+        await self.rebuilt()
         return done
 
     async def check(
@@ -455,6 +590,7 @@ class SemanticMemory:
         Meant for a quiet index (the embedded one is only open to one process anyway): a save during the
         check can show up as missing or stray."""
         await self.drain()
+        await self.rebuilt()
         index = await self.index()
         resources = (
             [resource_id]
@@ -467,14 +603,21 @@ class SemanticMemory:
         for done, resource in enumerate(resources, 1):
             # One resource at a time: memory stays that of the largest resource, not of the whole store.
             wanted = await self._expected_vectors(resource)
-            stored = await index.stored(resource)
+            try:
+                stored = await index.stored(resource)
+                unreachable = await index.unreachable(resource)
+            except VectorIndexDamaged:
+                stored, unreachable, damaged = set(), set(), True
+            else:
+                damaged = False
             checks.append(
                 IndexCheck(
                     resource_id=resource,
                     vectors=len(stored),
                     missing=sorted({m for m, _ in wanted - stored}),
                     stray=sorted({m for m, _ in stored - wanted}),
-                    unreachable=sorted(await index.unreachable(resource)),
+                    unreachable=sorted(unreachable),
+                    damaged=damaged,
                 )
             )
             if on_progress is not None:
@@ -547,6 +690,8 @@ class SemanticMemory:
             await asyncio.sleep(delay)
 
     async def aclose(self, *, flush_timeout: float = 10.0) -> None:
+        for rebuild in list(self._rebuilds.values()):  # the outbox keeps what they had left to do
+            rebuild.task.cancel()
         if self._worker is not None:
             # Background saves were acknowledged before their vectors: write them before going, within
             # reason. Whatever is left stays in the outbox for the next start's drain.

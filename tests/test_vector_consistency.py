@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -532,3 +533,139 @@ async def test_drainer_converges_when_the_embedder_comes_back(
                     resource_id=resource,
                 )
                 assert sorted(ids(found)) == sorted(m["id"] for m in messages)
+
+
+# ------------------------------------------------------------------------------------------------ (d)
+def chroma_child(server_pid: int) -> int:
+    """The pid of a running server's embedded-Chroma child process."""
+    for task in Path(f"/proc/{server_pid}/task").glob("*/children"):  # each thread lists its own
+        for pid in task.read_text().split():
+            if b"multiprocessing.spawn" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return int(pid)
+    raise AssertionError("the server runs no Chroma child")
+
+
+async def found_by_own_text(api: Api, thread_id: str, resource_id: str, message: dict[str, Any]) -> bool:
+    text = message["content"]["parts"][0]["text"]
+    hits = await search(
+        api, thread_id, text, top_k=1, threshold=0.999, scope="RESOURCE", resource_id=resource_id
+    )
+    return ids(hits) == [message["id"]]
+
+
+@pytest.mark.slow
+async def test_a_vector_write_killed_half_way_is_rebuilt_from_sql(tmp_path: Path) -> None:
+    # Chroma rewrites a collection's index files in place after each write; killed meanwhile, it leaves
+    # them in two states (then every call on the collection fails, or, depending on the files, searches
+    # answer wrongly). The server must notice by itself and rebuild that resource from SQL.
+    data = tmp_path / "data"
+    resource, bystander = uid("r"), uid("r")
+    thread, other_thread = uid("t"), uid("t")
+    texts = hash_texts(3200, "k")
+    messages = [
+        text_message(thread_id=thread, id=f"k{n}", text=text, created_at=at(n))
+        for n, text in enumerate(texts)
+    ]
+    others = [
+        text_message(thread_id=other_thread, id=f"o{n}", text=text, created_at=at(n))
+        for n, text in enumerate(hash_texts(20, "o"))
+    ]
+    async with database("sqlite", tmp_path) as db_url:
+        with embed_server_process() as url:
+            env = {
+                "RECALLQL_DATABASE_URL": db_url,
+                **http_embedder_env(url),
+                "RECALLQL_VECTOR_DRAIN_INTERVAL": "0.2",
+            }
+            with running_server(data, env) as srv:
+                api = Api(srv.url)
+                await api.execute(CREATE, input={"id": thread, "resourceId": resource})
+                await api.execute(CREATE, input={"id": other_thread, "resourceId": bystander})
+                await api.execute(SAVE, m=others)
+                await api.execute(SAVE, m=messages[:200])
+                notes = data / "chroma" / ".recallql-writing"
+                assert notes.is_dir() and not any(notes.iterdir())
+                child = chroma_child(srv.proc.pid)
+                # Three saves of 1,000 at once: seconds of vector writes, killed as soon as one is under way.
+                saving = [
+                    asyncio.create_task(save_in_background(srv.url, messages[start : start + 1000]))
+                    for start in (200, 1200, 2200)
+                ]
+                deadline = time.monotonic() + 60
+                while not any(notes.iterdir()):
+                    assert time.monotonic() < deadline, "no vector write began"
+                    await asyncio.sleep(0.002)
+                os.kill(child, signal.SIGKILL)
+                assert any(notes.iterdir()), "the write ended before the kill; nothing was cut off"
+                # SQL committed every save; the vector work went to the outbox.
+                for response in await asyncio.gather(*saving):
+                    assert response.status_code == 200 and "errors" not in response.json(), response.text
+
+                async def drained() -> bool:
+                    return await vector_backlog(srv.url) == 0
+
+                await eventually(drained, timeout=180, what="the outbox to be drained")
+                for message in [*messages[::400], messages[-1]]:
+                    assert await found_by_own_text(api, thread, resource, message), message["id"]
+                assert await found_by_own_text(api, other_thread, bystander, others[7])
+                log = srv.log_path.read_text()
+        assert f"the vector index of resource {resource!r} is damaged: a write to it was cut off" in log
+        # (How many it queued depends on how many saves had committed when the damage was met.)
+        assert re.search(r"rebuilding its vectors from the database \(\d+ messages\)", log)
+        assert f"vectors of resource {resource!r} rebuilt from the database" in log
+        assert bystander not in log  # nobody was writing it: left as it was
+        assert not any(notes.iterdir())
+        thread_of = {m["id"]: thread for m in messages}
+        expected = {m["id"]: m["content"]["parts"][0]["text"] for m in messages}
+        assert_exact_vectors(stored_vectors(data / "chroma", resource), expected, thread_of)
+
+
+def tear_the_index(chroma_dir: Path) -> None:
+    """Leaves the index files of the directory's one collection unusable: a header of zeros, as a save
+    cut off half-way can leave (Chroma rewrites them in place)."""
+    (header,) = chroma_dir.glob("*/header.bin")
+    header.write_bytes(bytes(len(header.read_bytes())))
+
+
+@pytest.mark.slow
+async def test_a_collection_chroma_cannot_load_is_reported_and_rebuilt(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    resource, thread = uid("r"), uid("t")
+    messages = [
+        text_message(thread_id=thread, id=f"m{n}", text=text, created_at=at(n))
+        for n, text in enumerate(hash_texts(40, "torn"))
+    ]
+    async with database("sqlite", tmp_path) as db_url:
+        with embed_server_process() as url:
+            env = {"RECALLQL_DATABASE_URL": db_url, **http_embedder_env(url)}
+            with running_server(data, env) as srv:
+                api = Api(srv.url)
+                await api.execute(CREATE, input={"id": thread, "resourceId": resource})
+                await api.execute(SAVE, m=messages)
+            tear_the_index(data / "chroma")
+
+            done = cli(data, env, "check-index")
+            assert done.returncode == 1, done.stdout + done.stderr
+            assert f"resource {resource!r}: damaged, cannot be read; missing 40" in done.stdout, done.stdout
+
+            # A server left alone with it: the first search meets the damage, rebuilds the resource from
+            # SQL and answers in full.
+            with running_server(data, env) as srv:
+                api = Api(srv.url)
+                found = await search(
+                    api, thread, "torn note", top_k=100, threshold=-1, scope="RESOURCE", resource_id=resource
+                )
+                assert sorted(ids(found)) == sorted(m["id"] for m in messages)
+                assert await found_by_own_text(api, thread, resource, messages[13])
+                assert "rebuilding its vectors from the database (40 messages)" in srv.log_path.read_text()
+            assert cli(data, env, "check-index").returncode == 0
+
+            # A plain reindex that meets the damage rebuilds the resource too (nothing to --rebuild by hand).
+            tear_the_index(data / "chroma")
+            done = cli(data, env, "reindex")
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert "re-indexed 40 message(s)" in done.stdout
+            texts = {m["id"]: m["content"]["parts"][0]["text"] for m in messages}
+            assert_exact_vectors(
+                stored_vectors(data / "chroma", resource), texts, dict.fromkeys(texts, thread)
+            )

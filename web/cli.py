@@ -117,8 +117,9 @@ async def _check_index(settings: Settings, resource_id: str | None, repair: bool
         broken = [c for c in checks if not c.ok]
         for c in broken:
             print(  # noqa: T201
-                f"resource {c.resource_id!r}: {c.vectors} vector(s); "
-                f"missing {_some(c.missing)}, stray {_some(c.stray)}, unreachable {_some(c.unreachable)}"
+                f"resource {c.resource_id!r}: "
+                + ("damaged, cannot be read; " if c.damaged else f"{c.vectors} vector(s); ")
+                + f"missing {_some(c.missing)}, stray {_some(c.stray)}, unreachable {_some(c.unreachable)}"
             )
         print(f"checked {len(checks)} resource(s): {len(broken)} not in line with the database")  # noqa: T201
         if not broken or not repair:
