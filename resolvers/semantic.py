@@ -348,7 +348,10 @@ class SemanticMemory:
         try:
             queued = await self.repository.outbox_queue_resource(resource_id)
             await (await self.index()).drop([resource_id])
-        except BaseException as exc:
+        except asyncio.CancelledError:
+            rebuild.dropped.cancel()
+            raise
+        except Exception as exc:
             rebuild.dropped.set_exception(exc)
             raise
         rebuild.dropped.set_result(None)
@@ -690,8 +693,10 @@ class SemanticMemory:
             await asyncio.sleep(delay)
 
     async def aclose(self, *, flush_timeout: float = 10.0) -> None:
-        for rebuild in list(self._rebuilds.values()):  # the outbox keeps what they had left to do
-            rebuild.task.cancel()
+        rebuilding = [r.task for r in self._rebuilds.values()]
+        for task in rebuilding:  # the outbox keeps what they had left to do
+            task.cancel()
+        await asyncio.gather(*rebuilding, return_exceptions=True)
         if self._worker is not None:
             # Background saves were acknowledged before their vectors: write them before going, within
             # reason. Whatever is left stays in the outbox for the next start's drain.

@@ -11,6 +11,7 @@ the real ChromaIndex, counted.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -21,10 +22,11 @@ import pytest
 from models.embedders import Embedding, EmbeddingError, embedding_text
 from models.records import MessageQuery
 from models.repository import Repository
-from models.vector_index import ChromaIndex, VectorItem
+from models.vector_index import ChromaIndex, VectorItem, collection_name
 from resolvers.auth import OPEN
 from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import Services
+from resolvers.errors import ServiceUnavailable
 from resolvers.messages import MessageInput
 from resolvers.semantic import SemanticMemory
 from tests.support import (
@@ -243,6 +245,48 @@ async def test_a_failed_write_leaves_the_work_to_the_drain(make: Any) -> None:
     setup.embedder.fail = False
     assert await setup.semantic.drain(grace=3600) == 2
     assert sorted(await setup.hits("kept in sql", thread_id, resource_id)) == sorted(ids)
+
+
+async def test_a_search_of_a_damaged_resource_waits_for_its_rebuild(
+    repository: Repository, tmp_path: Path
+) -> None:
+    path = tmp_path / "chroma"
+    first = Setup(repository, path)
+    thread_id, resource_id = await new_thread(first)
+    other_thread, other_resource = await new_thread(first)
+    ids = await first.save(thread_id, resource_id, ["apple pie", "banana bread", "cherry tart"])
+    kept = await first.save(other_thread, other_resource, ["apple strudel"])
+    await first.semantic.aclose()
+    # What a process that died while writing the resource's collection leaves behind (ChromaIndex's
+    # write journal): the next one to open the directory must not trust that collection.
+    notes = path / ".recallql-writing"
+    notes.mkdir(exist_ok=True)
+    (notes / collection_name(resource_id, "hash-64", DIMENSION)).write_text(json.dumps(resource_id))
+    setup = Setup(repository, path, rebuild_wait=0.3)
+    try:
+        # The query's embedding cached, then the embedder held: the rebuild cannot finish.
+        assert await setup.hits("apple pie", other_thread, other_resource) == kept
+        setup.embedder.gate.clear()
+        with pytest.raises(ServiceUnavailable, match="is being rebuilt from the database") as unavailable:
+            await setup.hits("apple pie", thread_id, resource_id)
+        assert unavailable.value.code == "SERVICE_UNAVAILABLE"
+        assert await setup.index.count(resource_id) == 0  # dropped, waiting to be filled
+        assert await setup.services.repository.outbox_backlog() == 3
+        # Searches that come meanwhile wait for the rebuild too, and answer in full once it is done.
+        setup.semantic.rebuild_wait = 30
+        search = asyncio.create_task(setup.hits("apple pie", thread_id, resource_id))
+        await asyncio.sleep(0.1)
+        assert not search.done()
+        setup.embedder.gate.set()
+        assert sorted(await asyncio.wait_for(search, 10)) == sorted(ids)
+        await setup.semantic.rebuilt()
+        assert await setup.services.repository.outbox_backlog() == 0
+        assert await setup.index.count(resource_id) == 3
+        assert await setup.hits("apple pie", other_thread, other_resource) == kept  # never touched
+        assert not any(notes.iterdir())
+    finally:
+        setup.embedder.gate.set()
+        await setup.semantic.aclose()
 
 
 async def test_updates_and_deletes_go_through_the_pipeline_in_order(make: Any) -> None:
