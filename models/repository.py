@@ -572,15 +572,30 @@ class Repository:
 
     # ------------------------------------------------------------------ vector outbox
     async def outbox_snapshot(
-        self, *, message_ids: Sequence[str] | None = None, limit: int = 256, queued_before: int | None = None
+        self,
+        *,
+        message_ids: Sequence[str] | None = None,
+        limit: int = 256,
+        queued_before: int | None = None,
+        skip_resources: Collection[str | None] = (),
     ) -> tuple[list[OutboxEntry], dict[str, MessageRecord]]:
         """Queued changes (the oldest, or those of the given messages) and the current rows of their
-        messages, read in one snapshot: an entry seen here describes a change these rows already show."""
+        messages, read in one snapshot: an entry seen here describes a change these rows already show.
+        `skip_resources`: leave out the entries of messages these resources hold now (a rebuild of
+        theirs is under way); a deleted message's entry is never left out."""
         stmt = select(O.c.id, O.c.message_id, O.c.previous_resource_id).order_by(O.c.id).limit(limit)
         if message_ids is not None:
             stmt = stmt.where(O.c.message_id.in_(list(message_ids)))
         if queued_before is not None:
             stmt = stmt.where(O.c.created_at <= queued_before)
+        if skip_resources:
+            named = [r for r in skip_resources if r is not None]
+            held = or_(
+                M.c.resource_id.in_(named) if named else false(),
+                M.c.resource_id.is_(None) if None in skip_resources else false(),
+            )
+            owner = select(M.c.id).where(M.c.id == O.c.message_id, held)
+            stmt = stmt.where(~owner.exists())
         if self.read_engine is not None:
 
             def read(conn: Connection) -> tuple[list[OutboxEntry], dict[str, MessageRecord]]:

@@ -279,6 +279,8 @@ class SemanticMemory:
                 message_ids=message_ids,
                 limit=max(self.drain_batch, len(message_ids or ()) * 4),
                 queued_before=queued_before,
+                # The drain leaves a resource being rebuilt to its rebuild, which would embed it again.
+                skip_resources=[] if message_ids is not None else self._rebuilding(),
             )
             embedded = await early if early is not None else []
         finally:
@@ -379,22 +381,23 @@ class SemanticMemory:
                 exc,
             )
 
-    async def _wait_for_rebuilds(
-        self, resource_ids: Iterable[str | None], timeout: float | None = None
-    ) -> None:
+    async def _wait_for_rebuilds(self, resource_ids: Iterable[str | None]) -> None:
         """Waits for the rebuilds under way of these resources: a search must not answer from a
         collection still being filled. SERVICE_UNAVAILABLE when one fails or takes longer than
         `rebuild_wait` (the outbox drain finishes it)."""
         tasks = [r.task for resource in resource_ids if (r := self._rebuilds.get(resource)) is not None]
         if not tasks:
             return
-        done, pending = await asyncio.wait(tasks, timeout=self.rebuild_wait if timeout is None else timeout)
+        done, pending = await asyncio.wait(tasks, timeout=self.rebuild_wait)
         if pending or any(t.cancelled() or t.exception() is not None for t in done):
             raise ServiceUnavailable(
                 "Semantic search is unavailable for now: the vector index of this memory was damaged and "
                 "is being rebuilt from the database; try again shortly.",
                 service="vectors",
             )
+
+    def _rebuilding(self) -> list[str | None]:
+        return [resource for resource, r in self._rebuilds.items() if not r.task.done()]
 
     async def rebuilt(self) -> None:
         """Waits until every rebuild under way has ended (whichever way)."""
@@ -576,8 +579,9 @@ class SemanticMemory:
             done += len(rows)
             if on_progress is not None:
                 on_progress(len(rows))
-        await self.drain()
+        # The rebuilds the pages started first: what one of them could not finish is the drain's.
         await self.rebuilt()
+        await self.drain()
         return done
 
     async def check(
@@ -593,7 +597,9 @@ class SemanticMemory:
         Meant for a quiet index (the embedded one is only open to one process anyway): a save during the
         check can show up as missing or stray."""
         await self.drain()
-        await self.rebuilt()
+        if self._rebuilds:  # the drain met a damaged collection
+            await self.rebuilt()
+            await self.drain()
         index = await self.index()
         resources = (
             [resource_id]
