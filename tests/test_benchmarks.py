@@ -82,3 +82,8 @@ def test_chroma_writes_runs() -> None:
     assert "| variant | resources 1-1 |" in out and "| recallql |" in out and "| shipped |" in out
     assert "## 2. Chat saves: 4 writes of 2 vectors into one resource" in out
     assert "| variant | 0-200 |" in out
+
+
+def test_hnsw_ef_runs() -> None:
+    out = run("hnsw_ef.py", "--sizes", "30,60", "--efs", "10,100", "--queries", "3")
+    assert "| 30 | scattered | resource | 10 |" in out and "| 60 | clustered | small thread | 100 |" in out

@@ -400,6 +400,44 @@ async def test_data_survives_reopening(tmp_path: Path) -> None:
         await second.aclose()
 
 
+async def test_searches_of_a_collection_smaller_than_ef_search_are_exact(tmp_path: Path) -> None:
+    # Mastra's vector search is exact; HNSW's is not, unless it may hold as many candidates as the
+    # collection has vectors (ef_search), when it visits each one. Scattered vectors of 384 dimensions
+    # are HNSW's hard case: with ef_search 100, 8-16 of these 300 queries lost one of their true top 4.
+    rng = np.random.default_rng(11)
+
+    def scattered(n: int) -> np.ndarray:
+        v = rng.standard_normal((n, 384))
+        return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+
+    data, queries = scattered(900), scattered(300)
+    index = ChromaIndex(path=tmp_path / "chroma", model_name=MODEL, dimension=384)
+    try:
+        await index.upsert(VectorItem(f"m{k}", "t1", "r1", 0, row) for k, row in enumerate(data))
+        for q in queries:
+            scores = data @ q
+            fourth = np.sort(scores)[-4]
+            hits = await index.query(q, resource_ids=["r1"], thread_id=None, top_k=4)
+            # The true top 4 (float32 rounding may swap a near-tie at the edge, nothing more).
+            assert len(hits) == 4
+            assert all(scores[int(h.message_id[1:])] >= fourth - 1e-5 for h in hits), (fourth, hits)
+    finally:
+        await index.aclose()
+
+
+async def test_collections_made_with_a_smaller_ef_search_are_raised_to_it(tmp_path: Path) -> None:
+    older = ChromaIndex(path=tmp_path / "chroma", model_name=MODEL, dimension=DIM, ef_search=100)
+    await older.upsert([item("m1", E0)])
+    await older.aclose()
+    index = ChromaIndex(path=tmp_path / "chroma", model_name=MODEL, dimension=DIM)
+    try:
+        assert ids(await index.query(E0, resource_ids=["r1"], thread_id=None, top_k=1)) == ["m1"]
+        collection = index._get_client().get_collection(collection_name("r1", MODEL, DIM))
+        assert collection.configuration_json["hnsw"]["ef_search"] == 1000
+    finally:
+        await index.aclose()
+
+
 def vector_segment(chroma_dir: Path, resource_id: str | None) -> Path:
     """The folder of one resource's HNSW files in an embedded Chroma directory."""
     name = collection_name(resource_id, MODEL, DIM)
