@@ -321,10 +321,10 @@ class ChromaIndex:
     ``ef_search`` is HNSW's search breadth. A search keeps exploring until it holds that many
     candidates, so over a collection of fewer vectors it visits every one it can reach: exact, as
     Mastra's search is, where HNSW's usual 100 missed true neighbours (a 140-vector resource of the
-    conformance data: the query's second-best vector left out of its top 4 in 3 builds of 100; random
-    clustered vectors, 1,000 per collection: recall@4 0.9988). Per-resource collections are mostly
-    that small; the price is a larger one's search (10,000 vectors: p50 2.0 -> 4.6 ms). Collections
-    made with less are raised to it when first opened.
+    conformance data: the query's second-best vector left out of its top 4 in 3 builds of 100;
+    benchmarks/hnsw_ef.py at 1,000 vectors: 142 and 149 of 150 queries exact, 150 with 1,000, for
+    0.4-0.5 ms). Per-resource collections are mostly that small; the price is a larger one's search
+    (20,000 vectors: p50 3.2 -> 6.2 ms). Collections made with less are raised to it when first opened.
 
     ``sync_threshold`` is Chroma's, for the collections this index creates: how many records a
     collection takes between two saves of its HNSW index. Chroma drops an index from its cache without
@@ -384,8 +384,9 @@ class ChromaIndex:
         self._suspect: dict[str, str | None] = {}
         self._tune_sqlite = tune_sqlite
         self._cached_indexes = cached_indexes
-        # Set when a collection is created; collections made earlier keep theirs (Chroma's default 1,000).
         self._ef_search = ef_search
+        # Set when a collection is created; collections made earlier keep theirs (Chroma's default 1,000),
+        # but for ef_search (raised in _collection).
         self._configuration: dict[str, Any] = {
             "hnsw": {
                 "space": "cosine",
@@ -564,7 +565,8 @@ class ChromaIndex:
                     with self._writing(name, resource_id):
                         _reload(collection)
                     continue
-                if reloaded or any(sign in text for sign in _DAMAGE_SIGNS):
+                # Still nothing on disk once rebuilt from the log: as damaged as Chroma's own signs say.
+                if any(sign in text for sign in _DAMAGE_SIGNS) or (reloaded and _EVICTED_UNPERSISTED in text):
                     raise VectorIndexDamaged(resource_id, text) from exc
                 raise
 

@@ -30,7 +30,7 @@ from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from models.embedders import Embedder, Embedding, EmbeddingError, chunk_text, embedding_text
 from models.records import MessageRecord, OutboxEntry
@@ -41,6 +41,8 @@ from resolvers.errors import ServiceUnavailable
 from resolvers.recall import SemanticHit, SemanticResult
 
 log = logging.getLogger("recallql.semantic")
+
+T = TypeVar("T")
 
 # Set inside a rebuild: damage met there fails the rebuild (the outbox keeps its work) instead of
 # starting another one that would wait for it.
@@ -210,34 +212,24 @@ class SemanticMemory:
         await self._wait_for_rebuilds(resource_ids)
         hits: list[SemanticHit] = []
         for vector in embedding.vectors:  # one query per chunk of a (very long) query text, as Mastra does
-            healed: set[str | None] = set()
-            while True:
-                try:
-                    found = await index.query(
-                        vector,
-                        resource_ids=resource_ids,
-                        thread_id=None if resource_scope else thread_id,
-                        top_k=top_k,
-                    )
-                    break
-                except VectorIndexDamaged as exc:
-                    if exc.resource_id in healed:
-                        raise self._unavailable(exc) from exc
-                    healed.add(exc.resource_id)
-                    await self._heal(exc)
-                    await self._wait_for_rebuilds([exc.resource_id])
-                except VectorIndexError as exc:
-                    raise self._unavailable(exc) from exc
+            query = partial(
+                index.query,
+                vector,
+                resource_ids=resource_ids,
+                thread_id=None if resource_scope else thread_id,
+                top_k=top_k,
+            )
+            try:
+                # A damaged resource is searched again once rebuilt, not while it is being filled.
+                found = await self._healing(query, wait=True)
+            except VectorIndexError as exc:
+                log.warning("semantic search: the vector index failed: %s", exc)
+                raise ServiceUnavailable(
+                    "Semantic search is unavailable: the vector index cannot be reached.", service="vectors"
+                ) from exc
             hits.extend(SemanticHit(h.message_id, h.thread_id, h.score) for h in found)
         usage = {"tokens": embedding.tokens} if embedding.tokens is not None else None
         return SemanticResult(hits=hits, usage=usage)
-
-    @staticmethod
-    def _unavailable(exc: VectorIndexError) -> ServiceUnavailable:
-        log.warning("semantic search: the vector index failed: %s", exc)
-        return ServiceUnavailable(
-            "Semantic search is unavailable: the vector index cannot be reached.", service="vectors"
-        )
 
     async def _embed_query(self, text: str) -> Embedding:
         key = hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -311,18 +303,21 @@ class SemanticMemory:
         if items:
             await self._healing(partial(index.upsert, items))
 
-    async def _healing(self, write: Callable[[], Awaitable[None]]) -> None:
-        """Runs index writes; a damaged collection they meet is dropped (its rebuild from SQL queued)
-        and they run again, now on a new collection: once per resource."""
+    async def _healing(self, call: Callable[[], Awaitable[T]], *, wait: bool = False) -> T:
+        """Runs index calls; a damaged collection they meet is dropped (its rebuild from SQL queued)
+        and they run again, now on a new collection, once per resource. `wait`: only once that
+        resource's rebuild has ended (a search), not as soon as its collection is gone (a write)."""
         healed: set[str | None] = set()
         while True:
             try:
-                return await write()
+                return await call()
             except VectorIndexDamaged as exc:
                 if exc.resource_id in healed:
                     raise
                 healed.add(exc.resource_id)
                 await self._heal(exc)
+                if wait:
+                    await self._wait_for_rebuilds([exc.resource_id])
 
     # ------------------------------------------------------------------ damaged collections
     async def _heal(self, damage: VectorIndexDamaged) -> None:
