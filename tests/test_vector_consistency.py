@@ -35,6 +35,7 @@ from tests.support import (
     uid,
     vector_backlog,
 )
+from tests.test_chroma_process import written_note
 from tests.test_semantic import (
     CREATE,
     DIMENSION,
@@ -592,11 +593,11 @@ async def test_a_vector_write_killed_half_way_is_rebuilt_from_sql(tmp_path: Path
                     for start in (200, 1200, 2200)
                 ]
                 deadline = time.monotonic() + 60
-                while not any(notes.iterdir()):
+                while not written_note(notes):
                     assert time.monotonic() < deadline, "no vector write began"
                     await asyncio.sleep(0.002)
                 os.kill(child, signal.SIGKILL)
-                assert any(notes.iterdir()), "the write ended before the kill; nothing was cut off"
+                assert written_note(notes), "the write ended before the kill; nothing was cut off"
                 # SQL committed every save; the vector work went to the outbox.
                 for response in await asyncio.gather(*saving):
                     assert response.status_code == 200 and "errors" not in response.json(), response.text
