@@ -13,10 +13,10 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -28,6 +28,23 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("RECALLQL_SHARED_DIR", REPO.parent / "shared"))
 IN_CI = bool(os.environ.get("CI"))
 PG_ADMIN_DSN = os.environ.get("RECALLQL_TEST_PG_DSN", "postgresql://127.0.0.1:5432/test")
+
+
+T = TypeVar("T")
+
+
+async def eventually(
+    check: Callable[[], Awaitable[T]], *, timeout: float, what: str, every: float = 0.1
+) -> T:
+    """Polls `check` until it returns something truthy; fails with its last value after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {value!r})")
+        await asyncio.sleep(every)
 
 
 def require(condition: bool, reason: str) -> None:

@@ -21,11 +21,11 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -43,6 +43,7 @@ from tests.support import (
     chroma_binary,
     database,
     engines,
+    eventually,
     free_port,
     require,
     running_server,
@@ -62,22 +63,6 @@ from tests.test_semantic import (
     recall,
     search,
 )
-
-T = TypeVar("T")
-
-
-async def eventually(
-    check: Callable[[], Awaitable[T]], *, timeout: float, what: str, every: float = 0.2
-) -> T:
-    """Polls `check` until it returns something truthy; fails with its last value after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {value!r})")
-        await asyncio.sleep(every)
 
 
 async def gql(

@@ -14,10 +14,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from http.server import ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import pytest
@@ -29,6 +29,7 @@ from tests.support import (
     at,
     database,
     engines,
+    eventually,
     free_port,
     running_server,
     text_message,
@@ -48,20 +49,6 @@ from tests.test_semantic import (
     recall,
     search,
 )
-
-T = TypeVar("T")
-
-
-async def eventually(check: Callable[[], Awaitable[T]], *, timeout: float, what: str) -> T:
-    """Polls `check` until it returns something truthy; fails with its last value after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {value!r})")
-        await asyncio.sleep(0.1)
 
 
 class SwitchableEmbedder:
