@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import logging
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -247,7 +248,10 @@ class RedisBroker:
 
     def _ensure_reader(self) -> None:
         if self._reader is None or self._reader.done():
-            self._reader = asyncio.create_task(self._read(), name="recallql-redis-events")
+            # It reads for every subscriber from now on, not in the context of the first one.
+            self._reader = asyncio.create_task(
+                self._read(), name="recallql-redis-events", context=contextvars.Context()
+            )
 
     async def _read(self) -> None:
         delay = 0.5

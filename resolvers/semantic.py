@@ -331,8 +331,13 @@ class SemanticMemory:
             if _REBUILDING.get():
                 raise damage
             rebuild = _Rebuild(asyncio.get_running_loop().create_future())
+            # Said here, where the request that met the damage is known (its id on the log line); the
+            # rebuild itself is the server's own work and runs in a context of its own.
+            log.error("%s; rebuilding its vectors from the database", damage)
             rebuild.task = asyncio.create_task(
-                self._rebuild(damage, rebuild), name=f"recallql-rebuild-vectors-{resource_id}"
+                self._rebuild(damage, rebuild),
+                name=f"recallql-rebuild-vectors-{resource_id}",
+                context=contextvars.Context(),
             )
             self._rebuilds[resource_id] = rebuild
             rebuild.task.add_done_callback(partial(self._rebuild_ended, resource_id, rebuild))
@@ -352,15 +357,15 @@ class SemanticMemory:
             rebuild.dropped.set_exception(exc)
             raise
         rebuild.dropped.set_result(None)
-        log.error("%s; rebuilding its vectors from the database (%d messages)", damage, queued)
         pages = self._messages_in_order(
             resource_id, batch=self.drain_batch, without_resource=resource_id is None
         )
         async for rows in pages:
             await self.sync([m.id for m in rows])
         log.warning(
-            "vectors of resource %r rebuilt from the database in %.1fs",
+            "vectors of resource %r rebuilt from the database (%d messages) in %.1fs",
             resource_id,
+            queued,
             time.monotonic() - started,
         )
 
@@ -436,7 +441,11 @@ class SemanticMemory:
         if self._wake is None or self._worker is None or self._worker.done():
             self._wake = asyncio.Event()
             self._progress = asyncio.Condition()
-            self._worker = loop.create_task(self._run_pipeline(), name="recallql-vector-pipeline")
+            # The pipeline serves every request from now on: not in the context (the request id on
+            # log lines) of the one that happens to start it.
+            self._worker = loop.create_task(
+                self._run_pipeline(), name="recallql-vector-pipeline", context=contextvars.Context()
+            )
         self._tickets += 1
         job = _Job(self._tickets, list(dict.fromkeys(message_ids)), loop.create_future(), list(stored))
         for resource in resource_ids:

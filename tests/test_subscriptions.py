@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import logging
 import os
 import uuid
 from pathlib import Path
@@ -106,6 +108,47 @@ async def test_redis_broker_crosses_processes() -> None:
     finally:
         for broker in (publisher, listener, other):
             await broker.aclose()
+
+
+async def test_the_redis_reader_runs_outside_the_context_of_its_first_subscriber() -> None:
+    """The reader serves every subscriber of the process: its log lines must not carry the request id
+    (a ContextVar in web/observability.py) of whichever subscription happened to start it."""
+    require(await redis_available(), f"Redis is not reachable at {REDIS_URL}")
+    import redis.asyncio as redis
+
+    request: contextvars.ContextVar[str | None] = contextvars.ContextVar("test_request", default=None)
+    seen: list[str | None] = []  # `request` as each "malformed event" warning was logged
+
+    class Probe(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            if "malformed event" in record.getMessage():
+                seen.append(request.get())
+            return True
+
+    prefix = f"recallql-test-{uuid.uuid4().hex[:8]}:"
+    listener, raw = RedisBroker(REDIS_URL, prefix=prefix), redis.from_url(REDIS_URL)
+    probe = Probe()
+    logging.getLogger("recallql.events").addFilter(probe)
+
+    async def subscribe_as_a_request() -> dict[str, object]:
+        request.set("the first subscriber")
+        return await anext(aiter(listener.subscribe(thread_channel("r1"))))
+
+    waiting = asyncio.create_task(subscribe_as_a_request())
+    try:
+        for _ in range(100):  # SUBSCRIBE reaches Redis a moment after subscribe() starts
+            await raw.publish(f"{prefix}{thread_channel('r1')}", b"{not json")
+            await asyncio.sleep(0.05)
+            if seen:
+                break
+        assert seen and set(seen) == {None}, seen
+    finally:
+        logging.getLogger("recallql.events").removeFilter(probe)
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        await listener.aclose()
+        await raw.aclose()
 
 
 async def test_redis_outage_does_not_fail_publishing() -> None:

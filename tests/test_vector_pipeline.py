@@ -11,6 +11,7 @@ the real ChromaIndex, counted.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
@@ -42,6 +43,9 @@ from tests.test_semantic import http_embedder_env
 
 DIMENSION = 64
 REF = embed_reference()
+# Stands for the request id the web layer keeps in a ContextVar (and puts on every log line): work the
+# server does for everyone must not run in the context of whichever request happened to start it.
+REQUEST: contextvars.ContextVar[str | None] = contextvars.ContextVar("test_request", default=None)
 
 
 class GatedEmbedder:
@@ -51,6 +55,7 @@ class GatedEmbedder:
         self.gate = asyncio.Event()
         self.gate.set()
         self.calls: list[int] = []  # texts per call
+        self.requests: list[str | None] = []  # REQUEST as each call saw it
         self.fail = False
         self.delay = 0.0  # seconds per call, for a pipeline that saves can outrun
 
@@ -65,6 +70,7 @@ class GatedEmbedder:
     async def embed(self, texts: Sequence[str]) -> Embedding:
         await self.gate.wait()
         self.calls.append(len(texts))
+        self.requests.append(REQUEST.get())
         await asyncio.sleep(self.delay)
         if self.fail:
             raise EmbeddingError("the embedder is down")
@@ -267,6 +273,8 @@ async def test_a_search_of_a_damaged_resource_waits_for_its_rebuild(
         # The query's embedding cached, then the embedder held: the rebuild cannot finish.
         assert await setup.hits("apple pie", other_thread, other_resource) == kept
         setup.embedder.gate.clear()
+        seen = len(setup.embedder.requests)
+        REQUEST.set("the search that met the damage")
         with pytest.raises(ServiceUnavailable, match="is being rebuilt from the database") as unavailable:
             await setup.hits("apple pie", thread_id, resource_id)
         assert unavailable.value.code == "SERVICE_UNAVAILABLE"
@@ -284,9 +292,26 @@ async def test_a_search_of_a_damaged_resource_waits_for_its_rebuild(
         assert await setup.index.count(resource_id) == 3
         assert await setup.hits("apple pie", other_thread, other_resource) == kept  # never touched
         assert not any(notes.iterdir())
+        # The rebuild outlives that search: it ran as the server's own work, not in its context.
+        assert setup.embedder.requests[seen:] and set(setup.embedder.requests[seen:]) == {None}
     finally:
         setup.embedder.gate.set()
         await setup.semantic.aclose()
+
+
+async def test_the_pipeline_runs_outside_the_context_of_the_request_that_started_it(make: Any) -> None:
+    setup = make()
+    thread_id, resource_id = await new_thread(setup)
+
+    async def save_as(request: str, text: str) -> None:
+        REQUEST.set(request)
+        await setup.save(thread_id, resource_id, [text])
+
+    # Each save runs as its own request (a task, as the web server runs them); the first starts the
+    # pipeline, which then embeds for both.
+    await asyncio.create_task(save_as("first", "one"))
+    await asyncio.create_task(save_as("second", "two"))
+    assert setup.embedder.requests == [None, None]
 
 
 async def test_updates_and_deletes_go_through_the_pipeline_in_order(make: Any) -> None:
