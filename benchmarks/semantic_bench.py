@@ -1460,7 +1460,8 @@ async def phase_search_and_recall(
     table = dict(zip(recall_texts, recall_vectors, strict=True))
     recall_all = make_queries(recall_texts, ds, seed=6)
     for q in recall_all:
-        q.vector = table[q.text]
+        # The embedder hands back float32 rows; the query list also goes to Mastra as JSON.
+        q.vector = [float(x) for x in table[q.text]]
     recall_queries = {"resource": recall_all[:n_recall], "thread": recall_all[n_recall : 2 * n_recall]}
     warmup = {
         "resource": recall_all[2 * n_recall : 2 * n_recall + 20],
