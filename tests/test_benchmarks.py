@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO, SHARED, require
+from tests.test_import_export import oracle_node_modules
 
 MODEL_DIR = Path(os.environ.get("RECALLQL_EMBEDDING_MODEL_DIR") or SHARED / "models/all-MiniLM-L6-v2")
 
@@ -35,8 +36,32 @@ def model() -> Path:
 
 def test_embedder_throughput_runs(model: Path) -> None:
     for extra in ((), ("--workers", "2")):
-        out = run("embedder_throughput.py", "--messages", "12", "--model-dir", str(model), *extra)
-        assert "one-query latency (ms)" in out and "one call of 12" in out
+        out = run(
+            "embedder_throughput.py", "--messages", "12", "--rounds", "2", "--model-dir", str(model), *extra
+        )
+        assert "one-query latency (ms)" in out and "one call of 6" in out
+        assert "batches of 1 (sentences/s)" in out and "x (" in out  # per-round ratio and its range
+    sweep = run("embedder_throughput.py", "--token-sweep", "--model-dir", str(model))
+    assert [line.split()[0] for line in sweep.splitlines()[1:]] == ["2", "8", "16", "32", "64", "128", "256"]
+
+
+def test_semantic_bench_recall_beside_mastra_runs(model: Path, tmp_path: Path) -> None:
+    """The full-recall rows, RecallQL's and the real Mastra's, on a tiny dataset: both must answer and
+    agree (the comparison the README quotes)."""
+    oracle_node_modules(tmp_path)
+    report = tmp_path / "recall.md"
+    run(
+        "semantic_bench.py",
+        *("--sizes", "400", "--recall-sizes", "400", "--mastra-sizes", "400", "--modes", "embedded"),
+        *("--resources", "20", "--threads", "2", "--queries", "10", "--recall-calls", "10"),
+        *("--skip", "ingest,http,spare-core", "--model-dir", str(model), "--out", str(report)),
+    )
+    text = report.read_text(encoding="utf-8")
+    assert "failed" not in text, text[-3000:]
+    for system in ("RecallQL", "Mastra"):
+        for scope in ("resource", "thread"):
+            assert f"| {system} | 400 | {scope} | 10 |" in text
+    assert text.count("identical message lists in 10/10 calls") == 2, text[-3000:]
 
 
 def test_reindex_paging_runs() -> None:
