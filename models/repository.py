@@ -23,6 +23,7 @@ import orjson
 from sqlalchemy import (
     BindParameter,
     ColumnElement,
+    CompoundSelect,
     Executable,
     Select,
     and_,
@@ -194,6 +195,8 @@ class Repository:
         self.dialect = engine.dialect.name
         self._statements: dict[tuple[Any, ...], _AnySelect] = {}
         self._thread_statements: dict[tuple[Any, ...], tuple[_AnySelect, _AnySelect]] = {}  # (page, count)
+        # Include windows by (number of windows, bound to a resource); at most 2 x 100 shapes.
+        self._window_templates: dict[tuple[int, bool], CompoundSelect[*tuple[Any, ...]]] = {}
         # Filtered counts by (filter, thread version); reads run in several threads.
         # Values: (thread version, matching rows, the thread's rows then).
         self._count_cache: OrderedDict[tuple[Any, ...], tuple[int, int, int]] = OrderedDict()
@@ -936,16 +939,34 @@ class Repository:
 
     def window_statement(self, windows: Sequence[IncludeWindow], resource_id: str | None) -> Any:
         """All include windows of a request as one statement (callers chunk very long lists)."""
-        terms = []
-        for w in windows:
-            terms.append(
-                self._window_select(w.message_id, w.before + 1, previous=True, resource_id=resource_id)
-            )
-            if w.after > 0:
-                terms.append(
-                    self._window_select(w.message_id, w.after, previous=False, resource_id=resource_id)
-                )
-        return terms[0] if len(terms) == 1 else union_all(*terms)
+        template, params = self._window_template(windows, resource_id)
+        return template.params(**params)
+
+    def _window_template(
+        self, windows: Sequence[IncludeWindow], resource_id: str | None
+    ) -> tuple[CompoundSelect[*tuple[Any, ...]], dict[str, Any]]:
+        """The windows' statement, built once per (number of windows, resource given) and cached, and
+        its parameters. Building it per request cost more than the rest of a recall: the 4 windows of
+        a semantic topK of 4 took about 10 ms of SQLAlchemy construction, and a whole recall went from
+        16.7 to 6.3 ms once it was cached. Every window has a before and an after term; an after term
+        with nothing to read has LIMIT 0."""
+        key = (len(windows), bool(resource_id))
+        template = self._window_templates.get(key)
+        if template is None:
+            terms = []
+            for n in range(len(windows)):
+                for previous in (True, False):
+                    terms.append(self._window_select(n, previous=previous, resource_id=bool(resource_id)))
+            template = union_all(*terms)
+            self._window_templates[key] = template
+        params: dict[str, Any] = {}
+        for n, w in enumerate(windows):
+            params[f"window_id_{n}"] = w.message_id
+            params[f"window_before_{n}"] = w.before + 1  # the target itself is on this side
+            params[f"window_after_{n}"] = w.after
+        if resource_id:
+            params["window_resource"] = resource_id
+        return template, params
 
     async def explain(self, stmt: Any) -> str:
         """The engine's query plan for a statement built here (tests check that indexes are used)."""
@@ -972,30 +993,32 @@ class Repository:
     ) -> list[MessageRecord]:
         """Every include window (target plus neighbours in its own thread) in one statement."""
         out: list[MessageRecord] = []
-        # Each window is up to two SELECTs; SQLite caps a compound SELECT at 500 terms.
+        # Each window is two SELECTs; SQLite caps a compound SELECT at 500 terms.
         step = _MAX_UNION_TERMS // 2
         for start in range(0, len(windows), step):
-            stmt = self.window_statement(windows[start : start + step], resource_id)
-            out.extend(_message(row) for row in conn.execute(stmt))
+            template, params = self._window_template(windows[start : start + step], resource_id)
+            out.extend(_message(row) for row in conn.execute(template, params))
         return out
 
-    def _window_select(self, message_id: str, limit: int, *, previous: bool, resource_id: str | None) -> Any:
-        """One side of one include window. The target's thread and position are scalar subqueries, so
-        the engine evaluates them once and then walks ix_messages_thread_order from that position."""
+    def _window_select(self, n: int, *, previous: bool, resource_id: bool) -> Any:
+        """One side of window `n`. The target's thread and position are scalar subqueries, so the
+        engine evaluates them once and then walks ix_messages_thread_order from that position."""
         t = M.alias("target")
+        message_id: BindParameter[str] = bindparam(f"window_id_{n}")
 
         def target(column: Any) -> Any:
             stmt = select(column).where(t.c.id == message_id)
             if resource_id:
-                stmt = stmt.where(t.c.resource_id == resource_id)
+                stmt = stmt.where(t.c.resource_id == bindparam("window_resource"))
             return stmt.scalar_subquery()
 
         key = tuple_(M.c.created_at, M.c.seq)
         target_key = tuple_(target(t.c.created_at), target(t.c.seq))
         cond = [M.c.thread_id == target(t.c.thread_id), key <= target_key if previous else key > target_key]
         if resource_id:
-            cond.append(M.c.resource_id == resource_id)
+            cond.append(M.c.resource_id == bindparam("window_resource"))
         order = (M.c.created_at.desc(), M.c.seq.desc()) if previous else (M.c.created_at.asc(), M.c.seq.asc())
+        limit: BindParameter[int] = bindparam(f"window_before_{n}" if previous else f"window_after_{n}")
         inner = select(*_MESSAGE_COLUMNS).where(*cond).order_by(*order).limit(limit).subquery()
         return select(*inner.c)
 

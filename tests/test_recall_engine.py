@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from models.records import DateRange
+from models.records import DateRange, IncludeWindow
 from resolvers.auth import OPEN
 from resolvers.context import Services
 from resolvers.errors import BadUserInput, Forbidden, NotFound
@@ -277,6 +277,28 @@ async def test_include_windows(services: Services) -> None:
     # An unknown thread still returns include rows.
     result = await recall(services, thread_id="ghost", per_page=5, include=[IncludeItem("m2")])
     assert summary(result) == (["m2"], 0, 0, 5, False)
+
+
+async def test_include_windows_of_one_shape_share_one_statement(services: Services) -> None:
+    """The windows' statement is built once per number of windows (building it per request cost more
+    than the rest of a semantic recall) and each request reads its own rows through it."""
+    await seed(services, *(msg(f"m{i}", at=i) for i in range(10)), threads={"t1": "r1"})
+    repo = services.repository
+    first = [IncludeItem("m3", with_previous_messages=1, with_next_messages=2), IncludeItem("m8")]
+    second = [IncludeItem("m1"), IncludeItem("m6", with_previous_messages=2)]
+    assert ids(await recall(services, per_page=0, include=first)) == ["m2", "m3", "m4", "m5", "m8"]
+    assert ids(await recall(services, per_page=0, include=second)) == ["m1", "m4", "m5", "m6"]
+    assert ids(await recall(services, per_page=0, resource_id="r1", include=second)) == [
+        "m1",
+        "m4",
+        "m5",
+        "m6",
+    ]
+    windows = [IncludeWindow(i.id, 1, 1) for i in first]
+    template, params = repo._window_template(windows, None)
+    assert repo._window_template([IncludeWindow("m0", 5, 0), IncludeWindow("m9", 0, 3)], None)[0] is template
+    assert repo._window_template(windows, "r1")[0] is not template  # bound to a resource: another shape
+    assert params["window_id_1"] == "m8" and params["window_after_1"] == 1
 
 
 async def test_include_window_holds_its_target_among_ties(services: Services) -> None:
