@@ -171,6 +171,10 @@ class _NeedsWorker(Exception):
     """An inline read met unbounded work (an uncached count); the read is run again in a worker."""
 
 
+_WindowShape: TypeAlias = tuple[tuple[bool, ...], bool]
+_WINDOW_SHAPES = 256  # statements kept; a shape is cheap to build again (a few ms)
+
+
 def _window_rows(windows: Sequence[IncludeWindow]) -> int:
     """At most how many rows include windows read (each is its target plus neighbours)."""
     return sum(1 + w.before + w.after for w in windows)
@@ -195,8 +199,11 @@ class Repository:
         self.dialect = engine.dialect.name
         self._statements: dict[tuple[Any, ...], _AnySelect] = {}
         self._thread_statements: dict[tuple[Any, ...], tuple[_AnySelect, _AnySelect]] = {}  # (page, count)
-        # Include windows by (number of windows, bound to a resource); at most 2 x 100 shapes.
-        self._window_templates: dict[tuple[int, bool], CompoundSelect[*tuple[Any, ...]]] = {}
+        # Include windows' statements by shape (which windows read neighbours after the target, bound
+        # to a resource), the most recently used kept; `_windows_run`: shapes SQLAlchemy has compiled.
+        self._window_templates: OrderedDict[_WindowShape, CompoundSelect[*tuple[Any, ...]]] = OrderedDict()
+        self._windows_run: set[_WindowShape] = set()
+        self._window_lock = threading.Lock()
         # Filtered counts by (filter, thread version); reads run in several threads.
         # Values: (thread version, matching rows, the thread's rows then).
         self._count_cache: OrderedDict[tuple[Any, ...], tuple[int, int, int]] = OrderedDict()
@@ -883,7 +890,15 @@ class Repository:
         caller refuses it on the total)."""
 
         shape, params = self._filter_params(q)
-        inline = self._inline_page(q, shape, params, limit=limit, offset=offset, windows=windows)
+        inline = self._inline_page(
+            q,
+            shape,
+            params,
+            limit=limit,
+            offset=offset,
+            windows=windows,
+            window_resource_id=window_resource_id,
+        )
         loop_thread = threading.get_ident()
 
         def read(conn: Connection) -> PageRead:
@@ -919,6 +934,7 @@ class Repository:
         limit: int | None,
         offset: int,
         windows: Sequence[IncludeWindow],
+        window_resource_id: str | None,
     ) -> bool:
         """Whether a page read is bounded enough for the event loop. Without filters it walks offset +
         limit entries of the thread's index, with a maintained count. With filters, the last count of
@@ -926,6 +942,8 @@ class Repository:
         matching rows); a filter never counted, or counted before the thread changed, is counted by
         the worker thread (the inline read gives up, see _count)."""
         if limit is None or _window_rows(windows) > _INLINE_ROWS:
+            return False
+        if windows and not self._windows_compiled(windows, window_resource_id):
             return False
         walked = offset + limit
         if q.metadata:
@@ -939,34 +957,55 @@ class Repository:
 
     def window_statement(self, windows: Sequence[IncludeWindow], resource_id: str | None) -> Any:
         """All include windows of a request as one statement (callers chunk very long lists)."""
-        template, params = self._window_template(windows, resource_id)
+        _shape, template, params = self._window_template(windows, resource_id)
         return template.params(**params)
 
     def _window_template(
         self, windows: Sequence[IncludeWindow], resource_id: str | None
-    ) -> tuple[CompoundSelect[*tuple[Any, ...]], dict[str, Any]]:
-        """The windows' statement, built once per (number of windows, resource given) and cached, and
-        its parameters. Building it per request cost more than the rest of a recall: the 4 windows of
-        a semantic topK of 4 took about 10 ms of SQLAlchemy construction, and a whole recall went from
-        16.7 to 6.3 ms once it was cached. Every window has a before and an after term; an after term
-        with nothing to read has LIMIT 0."""
-        key = (len(windows), bool(resource_id))
-        template = self._window_templates.get(key)
+    ) -> tuple[_WindowShape, CompoundSelect[*tuple[Any, ...]], dict[str, Any]]:
+        """The windows' statement, built once per shape and cached, and its parameters. Building it
+        per request cost more than the rest of a recall: the 4 windows of a semantic topK of 4 took
+        about 10 ms of SQLAlchemy construction, and a whole recall went from 16.7 to 6.3 ms once it
+        was cached. Every window reads its target and those before it; only windows with neighbours
+        after the target have a second term (an empty one would still cost SQLite its subqueries)."""
+        shape = (tuple(w.after > 0 for w in windows), bool(resource_id))
+        with self._window_lock:
+            template = self._window_templates.get(shape)
+            if template is not None:
+                self._window_templates.move_to_end(shape)
         if template is None:
             terms = []
-            for n in range(len(windows)):
-                for previous in (True, False):
-                    terms.append(self._window_select(n, previous=previous, resource_id=bool(resource_id)))
+            for n, after in enumerate(shape[0]):
+                terms.append(self._window_select(n, previous=True, resource_id=shape[1]))
+                if after:
+                    terms.append(self._window_select(n, previous=False, resource_id=shape[1]))
             template = union_all(*terms)
-            self._window_templates[key] = template
+            with self._window_lock:
+                self._window_templates[shape] = template
+                while len(self._window_templates) > _WINDOW_SHAPES:
+                    dropped, _ = self._window_templates.popitem(last=False)
+                    self._windows_run.discard(dropped)
         params: dict[str, Any] = {}
         for n, w in enumerate(windows):
             params[f"window_id_{n}"] = w.message_id
             params[f"window_before_{n}"] = w.before + 1  # the target itself is on this side
-            params[f"window_after_{n}"] = w.after
+            if w.after > 0:
+                params[f"window_after_{n}"] = w.after
         if resource_id:
             params["window_resource"] = resource_id
-        return template, params
+        return shape, template, params
+
+    def _windows_compiled(self, windows: Sequence[IncludeWindow], resource_id: str | None) -> bool:
+        """Whether these windows' statements have run before: a shape's first run builds and compiles
+        a statement of up to 200 SELECTs (tens of ms), which is no work for the event loop's thread."""
+        step = _MAX_UNION_TERMS // 2
+        return all(
+            (
+                (tuple(w.after > 0 for w in windows[start : start + step]), bool(resource_id))
+                in self._windows_run
+            )
+            for start in range(0, len(windows), step)
+        )
 
     async def explain(self, stmt: Any) -> str:
         """The engine's query plan for a statement built here (tests check that indexes are used)."""
@@ -985,7 +1024,7 @@ class Repository:
             return []
         return await self._read(
             lambda conn: self._windows(conn, windows, resource_id),
-            bounded=_window_rows(windows) <= _INLINE_ROWS,
+            bounded=_window_rows(windows) <= _INLINE_ROWS and self._windows_compiled(windows, resource_id),
         )
 
     def _windows(
@@ -993,11 +1032,12 @@ class Repository:
     ) -> list[MessageRecord]:
         """Every include window (target plus neighbours in its own thread) in one statement."""
         out: list[MessageRecord] = []
-        # Each window is two SELECTs; SQLite caps a compound SELECT at 500 terms.
+        # Each window is up to two SELECTs; SQLite caps a compound SELECT at 500 terms.
         step = _MAX_UNION_TERMS // 2
         for start in range(0, len(windows), step):
-            template, params = self._window_template(windows[start : start + step], resource_id)
+            shape, template, params = self._window_template(windows[start : start + step], resource_id)
             out.extend(_message(row) for row in conn.execute(template, params))
+            self._windows_run.add(shape)
         return out
 
     def _window_select(self, n: int, *, previous: bool, resource_id: bool) -> Any:

@@ -280,8 +280,8 @@ async def test_include_windows(services: Services) -> None:
 
 
 async def test_include_windows_of_one_shape_share_one_statement(services: Services) -> None:
-    """The windows' statement is built once per number of windows (building it per request cost more
-    than the rest of a semantic recall) and each request reads its own rows through it."""
+    """The windows' statement is built once per shape (building it per request cost more than the rest
+    of a semantic recall) and each request reads its own rows through it."""
     await seed(services, *(msg(f"m{i}", at=i) for i in range(10)), threads={"t1": "r1"})
     repo = services.repository
     first = [IncludeItem("m3", with_previous_messages=1, with_next_messages=2), IncludeItem("m8")]
@@ -295,9 +295,13 @@ async def test_include_windows_of_one_shape_share_one_statement(services: Servic
         "m6",
     ]
     windows = [IncludeWindow(i.id, 1, 1) for i in first]
-    template, params = repo._window_template(windows, None)
-    assert repo._window_template([IncludeWindow("m0", 5, 0), IncludeWindow("m9", 0, 3)], None)[0] is template
-    assert repo._window_template(windows, "r1")[0] is not template  # bound to a resource: another shape
+    _shape, template, params = repo._window_template(windows, None)
+    assert repo._window_template([IncludeWindow("m0", 5, 2), IncludeWindow("m9", 0, 3)], None)[1] is template
+    assert repo._window_template(windows, "r1")[1] is not template  # bound to a resource: another shape
+    # A window with nothing after its target has no second SELECT: another shape.
+    assert (
+        repo._window_template([IncludeWindow("m0", 1, 0), IncludeWindow("m9", 1, 1)], None)[1] is not template
+    )
     assert params["window_id_1"] == "m8" and params["window_after_1"] == 1
 
 
