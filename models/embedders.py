@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
+import email.utils
 import itertools
 import math
 import os
@@ -21,7 +23,7 @@ import queue
 import re
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -518,8 +520,12 @@ class HttpEmbedder:
 
     ``base_url`` may end in ``/v1`` (as OpenAI's own does); it is not doubled. The dimension is taken from
     ``dimension`` or discovered from the first answer; every later answer must match it. Texts go in
-    requests of ``batch_size``; transport errors, 429 and 5xx answers are retried ``max_retries`` times
-    with exponential backoff. Everything else raises :class:`EmbeddingError`.
+    requests of ``batch_size``, the requests of one call side by side; at most ``max_concurrency``
+    requests are in flight at once across all calls, so a burst of searches or a re-index cannot flood a
+    hosted endpoint into rate-limiting it. Transport errors, 429 and 5xx answers are retried
+    ``max_retries`` times with exponential backoff, or after the answer's ``Retry-After`` when it asks
+    for longer; an answer asking for more than ``max_retry_after`` seconds fails at once rather than
+    holding a request that long. Everything else raises :class:`EmbeddingError`.
     """
 
     def __init__(
@@ -533,10 +539,14 @@ class HttpEmbedder:
         timeout: float = 60.0,
         max_retries: int = 2,
         retry_backoff: float = 0.5,
+        max_retry_after: float = 10.0,
+        max_concurrency: int = 4,
         client: httpx.AsyncClient | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be positive")
+        if max_concurrency < 1:
+            raise ValueError("max_concurrency must be positive")
         base = base_url.rstrip("/")
         self._url = f"{base}/embeddings" if base.endswith("/v1") else f"{base}/v1/embeddings"
         self._model = model
@@ -544,6 +554,9 @@ class HttpEmbedder:
         self._batch_size = batch_size
         self._max_retries = max_retries
         self._retry_backoff = retry_backoff
+        self._max_retry_after = max_retry_after
+        self._requests = asyncio.Semaphore(max_concurrency)
+        self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep  # tests see the waits here
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._owns_client = client is None
         self._client = client or httpx.AsyncClient(timeout=timeout)
@@ -573,32 +586,54 @@ class HttpEmbedder:
 
     async def embed(self, texts: Sequence[str]) -> Embedding:
         texts = list(texts)
+        if not texts:
+            return Embedding(vectors=[], tokens=0)
+        answers = await self._embed_batches(texts)
         vectors: list[list[float]] = []
         tokens: int | None = 0
-        for start in range(0, len(texts), self._batch_size):
-            batch_vectors, batch_tokens = await self._embed_batch(texts[start : start + self._batch_size])
+        for batch_vectors, batch_tokens in answers:
             vectors.extend(batch_vectors)
             tokens = None if tokens is None or batch_tokens is None else tokens + batch_tokens
         return Embedding(vectors=vectors, tokens=tokens)
 
+    async def _embed_batches(self, texts: list[str]) -> list[tuple[list[list[float]], int | None]]:
+        requests = [
+            asyncio.ensure_future(self._embed_batch(texts[start : start + self._batch_size]))
+            for start in range(0, len(texts), self._batch_size)
+        ]
+        try:
+            return await asyncio.gather(*requests)
+        finally:
+            for request in requests:  # one failed (or the call was cancelled): the rest are not needed
+                request.cancel()
+
     async def _post(self, payload: dict[str, Any]) -> httpx.Response:
         attempt = 0
         while True:
+            wait = self._retry_backoff * 2**attempt
             try:
-                response = await self._client.post(self._url, json=payload, headers=self._headers)
+                async with self._requests:
+                    response = await self._client.post(self._url, json=payload, headers=self._headers)
             except httpx.TransportError as exc:
                 if attempt >= self._max_retries:
                     raise EmbeddingError(f"embedding request to {self._url} failed: {exc!r}") from exc
             else:
                 if response.status_code < 400:
                     return response
+                failure = (
+                    f"embedding request to {self._url} failed with HTTP {response.status_code}: "
+                    f"{_error_detail(response)}"
+                )
                 if response.status_code not in _RETRY_STATUS or attempt >= self._max_retries:
+                    raise EmbeddingError(failure, status_code=response.status_code)
+                asked = _retry_after(response)
+                if asked is not None and asked > self._max_retry_after:
                     raise EmbeddingError(
-                        f"embedding request to {self._url} failed with HTTP {response.status_code}: "
-                        f"{_error_detail(response)}",
+                        f"{failure} (the endpoint asks to retry after {asked:g} s)",
                         status_code=response.status_code,
                     )
-            await asyncio.sleep(self._retry_backoff * 2**attempt)
+                wait = max(wait, asked or 0.0)
+            await self._sleep(wait)
             attempt += 1
 
     async def _embed_batch(self, texts: list[str]) -> tuple[list[list[float]], int | None]:
@@ -628,6 +663,24 @@ class HttpEmbedder:
     async def aclose(self) -> None:
         if self._owns_client:
             await self._client.aclose()
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """The answer's Retry-After in seconds (RFC 9110: a number of seconds or an HTTP date), if usable."""
+    value = response.headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, (when - datetime.datetime.now(datetime.UTC)).total_seconds())
 
 
 def _error_detail(response: httpx.Response) -> str:

@@ -4,16 +4,19 @@ conformance embedding server, and Mastra's text rules (chunking, which text is e
 from __future__ import annotations
 
 import asyncio
+import datetime
+import email.utils
 import os
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 
 import httpx
 import numpy as np
 import numpy.typing as npt
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -441,6 +444,134 @@ async def test_http_embedder_retries_then_succeeds() -> None:
     assert result == Embedding(vectors=[[0.6, 0.8]], tokens=None)
 
 
+def _vector_answers(
+    log: list[list[str]] | None = None, fail_on: str | None = None, delay: float = 0.01
+) -> tuple[Callable[[httpx.Request], Awaitable[httpx.Response]], Callable[[], int]]:
+    """An endpoint that embeds text i as [len(text), 1] after `delay`, and records the most requests it
+    ever had in flight at once."""
+    in_flight = peak = 0
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal in_flight, peak
+        texts = orjson.loads(request.content)["input"]
+        if log is not None:
+            log.append(texts)
+        in_flight += 1
+        peak = max(peak, in_flight)
+        try:
+            await asyncio.sleep(delay)
+        finally:
+            in_flight -= 1
+        if fail_on is not None and fail_on in texts:
+            return httpx.Response(400, json={"error": {"message": "bad input"}})
+        data = [{"index": i, "embedding": [float(len(t)), 1.0]} for i, t in enumerate(texts)]
+        return httpx.Response(200, json={"data": data, "usage": {"total_tokens": len(texts)}})
+
+    return handler, lambda: peak
+
+
+async def test_http_embedder_sends_batches_side_by_side_within_its_bound() -> None:
+    handler, peak = _vector_answers()
+    texts = ["x" * n for n in range(1, 41)]
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        embedder = HttpEmbedder("http://embed.test", "m", client=client, batch_size=2, max_concurrency=3)
+        # Two calls of 20 requests each, at once: the bound holds across calls, not per call.
+        first, second = await asyncio.gather(embedder.embed(texts), embedder.embed(texts[::-1]))
+    assert peak() == 3
+    assert first.vectors == [[float(n), 1.0] for n in range(1, 41)]  # in input order whatever came first
+    assert second.vectors == [[float(n), 1.0] for n in range(40, 0, -1)]
+    assert first.tokens == second.tokens == 40
+
+
+async def test_http_embedder_one_failed_batch_fails_the_call_and_stops_the_rest() -> None:
+    sent: list[list[str]] = []
+    handler, _ = _vector_answers(sent, fail_on="bad", delay=0.05)
+    texts = ["bad", *(f"t{n}" for n in range(30))]
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        embedder = HttpEmbedder("http://embed.test", "m", client=client, batch_size=1, max_concurrency=2)
+        with pytest.raises(EmbeddingError, match="HTTP 400: bad input"):
+            await embedder.embed(texts)
+        await asyncio.sleep(0.2)  # anything not cancelled would go on sending meanwhile
+    assert ["bad"] in sent and len(sent) < len(texts)
+
+
+async def _rate_limited(
+    retry_after: str, embedder_options: dict[str, float]
+) -> tuple[list[float], int, object]:
+    """One 429 with this Retry-After, then an answer; returns the waits, the requests and the result."""
+    calls = 0
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return httpx.Response(429, headers={"Retry-After": retry_after}, json={"error": "slow down"})
+        return httpx.Response(200, json={"data": [{"index": 0, "embedding": [0.6, 0.8]}]})
+
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        embedder = HttpEmbedder("http://embed.test", "m", client=client, **embedder_options)
+        embedder._sleep = sleep
+        try:
+            result: object = await embedder.embed(["a"])
+        except EmbeddingError as exc:
+            result = exc
+    return waits, calls, result
+
+
+async def test_http_embedder_waits_as_long_as_retry_after_asks() -> None:
+    waits, calls, result = await _rate_limited("2", {"retry_backoff": 0.001})
+    assert waits == [2.0] and calls == 2 and isinstance(result, Embedding)
+    # Backoff longer than the answer asks: the backoff stands.
+    waits, _, _ = await _rate_limited("0", {"retry_backoff": 0.3})
+    assert waits == [0.3]
+    # An HTTP date, as RFC 9110 allows.
+    when = email.utils.format_datetime(
+        datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=5), usegmt=True
+    )
+    waits, _, _ = await _rate_limited(when, {"retry_backoff": 0.001})
+    assert len(waits) == 1 and 3.0 < waits[0] <= 5.0
+    # Unreadable: the backoff.
+    waits, _, _ = await _rate_limited("soon", {"retry_backoff": 0.001})
+    assert waits == [0.001]
+
+
+async def test_http_embedder_fails_at_once_when_retry_after_is_too_long() -> None:
+    waits, calls, result = await _rate_limited("3600", {"retry_backoff": 0.001, "max_retry_after": 10})
+    assert waits == [] and calls == 1
+    assert isinstance(result, EmbeddingError) and result.status_code == 429
+    assert "HTTP 429: slow down (the endpoint asks to retry after 3600 s)" in str(result)
+
+
+async def test_embeddings_concurrency_setting_reaches_the_embedder(monkeypatch: pytest.MonkeyPatch) -> None:
+    from web.settings import Settings
+    from web.wiring import build_embedder
+
+    monkeypatch.setenv("RECALLQL_EMBEDDINGS_CONCURRENCY", "2")
+    embedder = build_embedder(Settings(embeddings_url="http://embed.test", embeddings_model="m"))
+    assert isinstance(embedder, HttpEmbedder)
+    handler, peak = _vector_answers()
+    await embedder._client.aclose()
+    embedder._client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    try:
+        await asyncio.gather(*(embedder.embed([f"text {n}"]) for n in range(8)))
+    finally:
+        await embedder.aclose()
+    assert peak() == 2
+    monkeypatch.setenv("RECALLQL_EMBEDDINGS_CONCURRENCY", "0")
+    with pytest.raises(ValueError, match="greater than or equal to 1"):
+        Settings()
+
+
+def test_http_embedder_concurrency_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_concurrency"):
+        HttpEmbedder("http://embed.test", "m", max_concurrency=0)
+
+
 # ------------------------------------------------------------------------------------------------------
 # Mastra's text rules
 
@@ -542,7 +673,7 @@ def test_embedder_off_turns_semantic_recall_off_where_a_model_is_found(
     monkeypatch.setenv("RECALLQL_EMBEDDINGS_MODEL", "hash-64")
     off = Settings()
     assert not has_embedder(off)
-    assert build_semantic(off, None) is None  # type: ignore[arg-type]
+    assert build_semantic(off, None) is None
     assert not (data / "chroma").exists()
     monkeypatch.setenv("RECALLQL_EMBEDDER", "sometimes")
     with pytest.raises(ValueError, match="embedder"):

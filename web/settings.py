@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     embeddings_model: str | None = None
     embeddings_api_key: str | None = None
     embeddings_dimension: int | None = None
+    # Requests to the embeddings endpoint in flight at once, across every search, save and re-index of
+    # the process (a re-index sends its batches side by side up to this bound).
+    embeddings_concurrency: int = Field(default=4, ge=1, le=256)
     # The local model's threads: 1 runs one batch at a time on every core (lowest query latency); N
     # runs N batches at once on one core each (more throughput for bulk ingest, slower lone queries).
     embedding_workers: int = Field(default=1, ge=1, le=64)

@@ -35,6 +35,7 @@ def build_embedder(settings: Settings) -> Embedder | None:
             settings.embeddings_model,
             api_key=settings.embeddings_api_key,
             dimension=settings.embeddings_dimension,
+            max_concurrency=settings.embeddings_concurrency,
         )
     model_dir = settings.resolved_model_dir()
     if model_dir is None:
