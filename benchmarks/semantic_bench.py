@@ -44,8 +44,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -287,6 +288,57 @@ def cpu_seconds() -> float:
     """CPU time of this process, all threads (onnxruntime's, Chroma's, SQLite's) included."""
     t = os.times()
     return t.user + t.system
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _task_cpu(pid: int) -> dict[int, tuple[str, float]]:
+    """CPU seconds so far of each thread of a process, with the name the thread gave itself (Linux)."""
+    out: dict[int, tuple[str, float]] = {}
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError, ValueError):
+            stat = (task / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2 :].split()
+            name = stat[stat.index("(") + 1 : stat.rindex(")")]
+            out[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS)
+    return out
+
+
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds so far by role: this process's threads by their Python names (threads Python did not
+    start are onnxruntime's intra-op pool), and its child processes' (the Chroma child) by the names
+    their threads give themselves. Empty where /proc is not there."""
+    me = os.getpid()
+    if not Path(f"/proc/{me}/task").is_dir():
+        return {}
+    python_names = {t.native_id: t.name for t in threading.enumerate()}
+    roles: dict[str, float] = {}
+    children: set[int] = set()
+    for tid, (_, seconds) in _task_cpu(me).items():
+        name = python_names.get(tid)
+        if tid == me:
+            role = "event loop (saves, pipeline, SQLite reads)"
+        elif name is None:
+            role = "onnxruntime's intra-op thread(s)"
+        elif name.startswith("onnx-embedder"):
+            role = "embedder worker (tokenizer, the model's first thread)"
+        elif name.startswith("recallql-sqlite-writer"):
+            role = "SQLite writer thread"
+        else:
+            role = "other threads of the process"
+        roles[role] = roles.get(role, 0.0) + seconds
+        with contextlib.suppress(OSError, ValueError):
+            children.update(int(c) for c in Path(f"/proc/{me}/task/{tid}/children").read_text().split())
+    for child in children:
+        for name, seconds in _task_cpu(child).values():
+            role = f"Chroma child: {name.rstrip('0123456789-_')} threads"
+            roles[role] = roles.get(role, 0.0) + seconds
+    return roles
+
+
+def cpu_between(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {role: after[role] - before.get(role, 0.0) for role in after}
 
 
 # ---------------------------------------------------------------------------------------------- stats
@@ -1110,6 +1162,8 @@ class Bracket:
     after: float  # raw messages/s just after
     raw: Timeline
     saved: Timeline
+    raw_cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds by thread role (thread_cpu)
+    saved_cpu: dict[str, float] = field(default_factory=dict)
 
     @property
     def ratio(self) -> float:
@@ -1358,15 +1412,28 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
             )
             # The default background path again, between two raw runs, each run of the model timed: the
             # machine drifts less within these ~15 s than within a round.
+            cpu_start = thread_cpu()
             before, raw_line = await clock.measure(
                 ingest_raw(embedder, batches_of(texts, pipeline_batch, f"bra{rnd}"))
             )
+            cpu_raw = thread_cpu()
             rate, saved_line = await clock.measure(
                 ingest_services(isolated, batches_of(texts, args.ingest_batch, f"i{rnd}"), settle=True)
             )
+            cpu_saved = thread_cpu()
             iso_row.rates.append(rate)
             after = await ingest_raw(embedder, batches_of(texts, pipeline_batch, f"brb{rnd}"))
-            report.bracketed.append(Bracket(before, rate, after, raw_line, saved_line))
+            report.bracketed.append(
+                Bracket(
+                    before,
+                    rate,
+                    after,
+                    raw_line,
+                    saved_line,
+                    cpu_between(cpu_start, cpu_raw),
+                    cpu_between(cpu_raw, cpu_saved),
+                )
+            )
             if shipped is not None:
                 shipped_row.rates.append(
                     await ingest_services(
@@ -1843,6 +1910,7 @@ def render(report: Report) -> str:
                 rows.append([label, fmt(raw_value, digits), fmt(saved_value, digits)])
             out.extend(md_table(["", "raw embedder", "saving (background, Chroma child)"], "lrr", rows))
             w("")
+            out.extend(cpu_split_lines(report.bracketed))
         by_path = {r.path: r for r in report.ingest}
         if SHIPPED_INGEST in by_path:
             as_shipped, tuned = by_path[SHIPPED_INGEST], by_path[ISO_INGEST]
@@ -1866,6 +1934,48 @@ def render(report: Report) -> str:
             )
         w("")
     return "\n".join(out) + "\n"
+
+
+def cpu_split_lines(bracketed: Sequence[Bracket]) -> list[str]:
+    """Where the CPU went in the raw run and in the saving run of each bracketed round (medians), and
+    what that leaves of the 90% target: at the raw run's share of the cores, everything but the model may
+    take a ninth of the model's CPU."""
+    rounds = [b for b in bracketed if b.raw_cpu and b.saved_cpu]
+    if not rounds:
+        return []
+
+    def med(values: Iterable[float]) -> float:
+        return statistics.median(values)
+
+    def seconds(role: str) -> tuple[float, float]:
+        return med(b.raw_cpu.get(role, 0.0) for b in rounds), med(b.saved_cpu.get(role, 0.0) for b in rounds)
+
+    roles = sorted({r for b in rounds for r in b.saved_cpu}, key=lambda r: -seconds(r)[1])
+    rows = [
+        [role, fmt(raw, 2), fmt(saved, 2)]
+        for role in roles
+        for raw, saved in [seconds(role)]
+        if saved >= 0.005
+    ]
+    raw_total = med(sum(b.raw_cpu.values()) for b in rounds)
+    saved_total = med(sum(b.saved_cpu.values()) for b in rounds)
+    raw_busy = med(sum(b.raw_cpu.values()) / (b.raw.end - b.raw.start) for b in rounds)
+    saved_busy = med(sum(b.saved_cpu.values()) / (b.saved.end - b.saved.start) for b in rounds)
+    rows.append(["all threads", fmt(raw_total, 2), fmt(saved_total, 2)])
+    rows.append(["cores busy (CPU / wall time)", fmt(raw_busy, 2), fmt(saved_busy, 2)])
+    chroma = med(sum(v for r, v in b.saved_cpu.items() if r.startswith("Chroma child")) for b in rounds)
+    sql = seconds("SQLite writer thread")[1]
+    return [
+        "- CPU by thread in the same rounds, seconds (medians; /proc's per-thread times, to 10 ms):",
+        "",
+        *md_table(["thread", "raw embedder", "saving (background, Chroma child)"], "lrr", rows),
+        "",
+        f"- At the raw run's {raw_busy:.2f} cores, 90% of its rate leaves {raw_total / 9:.2f} s of CPU for "
+        f"everything beside its {raw_total:.2f} s; the Chroma child alone took {chroma:.2f} s and the "
+        f"SQLite writer {sql:.2f} s. The saving run used {saved_total - raw_total:.2f} s more CPU than the "
+        f"raw run, at {saved_busy:.2f} cores.",
+        "",
+    ]
 
 
 def parse_sizes(text: str) -> list[int]:

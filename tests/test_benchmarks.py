@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -89,6 +90,11 @@ def test_semantic_bench_ingest_runs(model: Path, tmp_path: Path, workers: str) -
     assert "With a core left to the rest (the embedder on one intra-op thread)" in text
     assert "each round between two raw runs of the embedder" in text
     assert "| after the last run (the last vector write), ms |" in text
+    # CPU by thread, the Chroma child (a process of its own) included.
+    assert "| thread | raw embedder | saving (background, Chroma child) |" in text
+    assert "| embedder worker (tokenizer, the model's first thread) |" in text
+    assert re.search(r"\| Chroma child: [^|]+ \| \d+\.\d\d \| \d+\.\d\d \|", text)
+    assert "90% of its rate leaves" in text
     assert "with Chroma's file and collections as Chroma ships them" in text
 
 
