@@ -20,27 +20,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { pathToFileURL } from 'node:url';
-
-async function load(pkg) {
-  const base = process.env.RECALL_ORACLE_NODE_MODULES;
-  if (!base) return import(pkg);
-  const pkgDir = join(base, 'node_modules', ...pkg.split('/'));
-  const pj = JSON.parse(readFileSync(join(pkgDir, 'package.json'), 'utf8'));
-  const dot = pj.exports?.['.'];
-  const entry = (typeof dot === 'string' ? dot : dot?.import?.default ?? dot?.import ?? dot?.default) ?? pj.module ?? pj.main;
-  return import(pathToFileURL(join(pkgDir, entry)).href);
-}
-
-function versionOf(pkg) {
-  try {
-    const base = process.env.RECALL_ORACLE_NODE_MODULES;
-    if (!base) return null;
-    return JSON.parse(readFileSync(join(base, 'node_modules', ...pkg.split('/'), 'package.json'), 'utf8')).version;
-  } catch {
-    return null;
-  }
-}
+import { load, versionOf } from '../tests/mastra_packages.mjs';
 
 function parseArgs(argv) {
   const opts = { dataset: null, out: '-', calls: 300, warmup: 30, maxSeconds: 60, storage: 'file' };

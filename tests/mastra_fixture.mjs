@@ -11,19 +11,8 @@
 // EXPECTED.json is what Mastra itself reports about the stored data: threads (getThreadById), resources
 // (getResourceById), and the messages in rowid (insertion) order, each with its raw row and the message
 // as Mastra's storage reads it back (listMessagesById: legacy rows converted to format 2).
-import { existsSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
-
-async function load(pkg) {
-  const base = process.env.RECALL_ORACLE_NODE_MODULES;
-  if (!base) return import(pkg);
-  const pkgDir = join(base, 'node_modules', ...pkg.split('/'));
-  const pj = JSON.parse(readFileSync(join(pkgDir, 'package.json'), 'utf8'));
-  const dot = pj.exports?.['.'];
-  const entry = (typeof dot === 'string' ? dot : dot?.import?.default ?? dot?.import ?? dot?.default) ?? pj.module ?? pj.main;
-  return import(pathToFileURL(join(pkgDir, entry)).href);
-}
+import { existsSync, unlinkSync, writeFileSync } from 'node:fs';
+import { load } from './mastra_packages.mjs';
 
 const [, , dbPath, expectedPath, ...rest] = process.argv;
 if (!dbPath || !expectedPath) {
