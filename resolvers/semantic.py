@@ -298,11 +298,6 @@ class SemanticMemory:
         await self._healing(write)
         await self.repository.outbox_done(work.entry_ids)
 
-    async def _write(self, index: VectorIndex, messages: Sequence[MessageRecord]) -> None:
-        items = await self._embed_messages(messages)
-        if items:
-            await self._healing(partial(index.upsert, items))
-
     async def _healing(self, call: Callable[[], Awaitable[T]], *, wait: bool = False) -> T:
         """Runs index calls; a damaged collection they meet is dropped (its rebuild from SQL queued)
         and they run again, now on a new collection, once per resource. `wait`: only once that
@@ -566,23 +561,47 @@ class SemanticMemory:
         self,
         *,
         resource_id: str | None = None,
-        batch: int = 256,
+        batch: int = 1024,
         on_progress: Callable[[int], None] | None = None,
         rebuild: bool = False,
     ) -> int:
         """Re-embeds every message (of one resource, or all) from SQL; returns how many were read. With
         `rebuild`, the resource's collection (or every collection of this embedder) is dropped first, so
         that the index ends holding exactly what SQL holds; searches of those resources find nothing
-        until their messages are written again."""
+        until their messages are written again. `on_progress(n)`: n more messages are in the index.
+
+        A page is read and embedded while the index writes the page before, and pages are of 1,024
+        messages, the pipeline's batch (reindex-2026-12-03.md, one resource of 4,000 chat messages: 641
+        messages/s, against 557/s one step at a time in pages of 256, as before; 91% of the embedder
+        alone in calls of 1,024)."""
         index = await self.index()
         if rebuild:
             await index.drop(None if resource_id is None else [resource_id])
         done = 0
-        async for rows in self._messages_in_order(resource_id, batch=batch):
-            await self._write(index, [m for m in rows if embeddable_text(m) is not None])
-            done += len(rows)
-            if on_progress is not None:
-                on_progress(len(rows))
+        writing: asyncio.Future[None] | None = None
+        written = 0  # messages of the page `writing` writes
+
+        async def page_written() -> None:
+            if writing is not None:
+                await writing
+            if on_progress is not None and written:
+                on_progress(written)
+
+        try:
+            async for rows in self._messages_in_order(resource_id, batch=batch):
+                items = await self._embed_messages([m for m in rows if embeddable_text(m) is not None])
+                await page_written()
+                writing = (
+                    asyncio.ensure_future(self._healing(partial(index.upsert, items))) if items else None
+                )
+                written = len(rows)
+                done += len(rows)
+            await page_written()
+        finally:
+            if writing is not None and not writing.done():
+                writing.cancel()
+            elif writing is not None and not writing.cancelled():
+                writing.exception()  # retrieved: a failure reading or embedding the next page is raised
         # The rebuilds the pages started first: what one of them could not finish is the drain's.
         await self.rebuilt()
         await self.drain()

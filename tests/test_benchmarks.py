@@ -70,6 +70,16 @@ def test_reindex_paging_runs() -> None:
     assert "| 1,500 | 3 |" in out and "| 3,000 | 6 |" in out
 
 
+def test_reindex_throughput_runs(model: Path) -> None:
+    out = run(
+        "reindex_throughput.py",
+        *("--messages", "40", "--pages", "10,20", "--rounds", "1", "--model-dir", str(model)),
+    )
+    assert "40 chat messages in one resource" in out
+    assert re.search(r"\| 10 \| \d+ \| \d+ \| \d+ \| \d+% \| \d+% \|", out), out
+    assert re.search(r"\| 20 \| \d+ \| \d+ \| \d+ \| \d+% \| \d+% \|", out), out
+
+
 def test_write_latency_runs() -> None:
     out = run("write_latency.py", "--calls", "5")
     assert "| write (5 calls each) |" in out and "| delete of 2 messages |" in out

@@ -35,6 +35,7 @@ from tests.support import (
     database,
     embed_reference,
     embed_server_process,
+    eventually,
     running_server,
     text_message,
     uid,
@@ -81,13 +82,18 @@ class GatedEmbedder:
 
 
 class CountingIndex(ChromaIndex):
+    """Counts its upserts; while `write_gate` is closed every upsert waits before it writes."""
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.upserts: list[int] = []  # vectors per call
+        self.write_gate = asyncio.Event()
+        self.write_gate.set()
 
     async def upsert(self, items: Sequence[VectorItem]) -> None:  # type: ignore[override]
         items = list(items)
         self.upserts.append(len(items))
+        await self.write_gate.wait()
         await super().upsert(items)
 
 
@@ -251,6 +257,57 @@ async def test_a_failed_write_leaves_the_work_to_the_drain(make: Any) -> None:
     setup.embedder.fail = False
     assert await setup.semantic.drain(grace=3600) == 2
     assert sorted(await setup.hits("kept in sql", thread_id, resource_id)) == sorted(ids)
+
+
+async def test_reindex_embeds_the_next_page_while_the_index_writes_the_last(make: Any) -> None:
+    setup = make()
+    thread_id, resource_id = await new_thread(setup)
+    ids = await setup.save(thread_id, resource_id, [f"note number {n}" for n in range(30)])
+    calls_before = len(setup.embedder.calls)
+    setup.index.write_gate.clear()
+    written: list[int] = []
+    reindex = asyncio.create_task(
+        setup.semantic.reindex(resource_id=resource_id, batch=10, on_progress=written.append, rebuild=True)
+    )
+
+    async def embedded() -> int:
+        return len(setup.embedder.calls) - calls_before >= 2
+
+    # The first page's write is held: the second page is embedded meanwhile, the third waits for it.
+    await eventually(embedded, timeout=10, what="the second page embedded during the first page's write")
+    await asyncio.sleep(0.2)
+    assert setup.embedder.calls[calls_before:] == [10, 10]
+    assert written == []  # progress counts written pages only
+    setup.index.write_gate.set()
+    assert await reindex == 30
+    assert written == [10, 10, 10]
+    assert setup.index.upserts[-3:] == [10, 10, 10]
+    assert sorted(await setup.hits("note number", thread_id, resource_id)) == sorted(ids)
+
+
+async def test_reindex_that_fails_mid_way_leaves_no_write_running(make: Any) -> None:
+    setup = make()
+    thread_id, resource_id = await new_thread(setup)
+    await setup.save(thread_id, resource_id, [f"entry {n}" for n in range(25)])
+    embed = setup.embedder.embed
+    calls_before = len(setup.embedder.calls)
+
+    async def second_page_fails(texts: Sequence[str]) -> Embedding:
+        if len(setup.embedder.calls) > calls_before:
+            raise EmbeddingError("the embedder is down")
+        return await embed(texts)
+
+    setup.embedder.embed = second_page_fails  # type: ignore[method-assign]
+    setup.index.write_gate.clear()
+    with pytest.raises(EmbeddingError):
+        async with asyncio.timeout(10):  # the second page is embedded without waiting for the first write
+            await setup.semantic.reindex(resource_id=resource_id, batch=10, rebuild=True)
+    # The first page's write, held when the second page failed, went with the reindex: opening the
+    # gate writes nothing into the collection the rebuild emptied.
+    assert setup.index.upserts[-1] == 10
+    setup.index.write_gate.set()
+    await asyncio.sleep(0.3)
+    assert await setup.index.count(resource_id) == 0
 
 
 async def test_a_search_of_a_damaged_resource_waits_for_its_rebuild(
