@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import datetime
 import email.utils
+import heapq
 import itertools
 import math
 import os
@@ -23,7 +24,7 @@ import queue
 import re
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -512,6 +513,47 @@ class OnnxMiniLMEmbedder:
 # --------------------------------------------------------------------------------------------------------
 # OpenAI-compatible HTTP endpoint
 
+
+class _PrioritySlots:
+    """At most `count` holders at once; a freed slot goes to the waiter with the lowest priority number,
+    equal ones in the order they came (asyncio's Semaphore has no order but arrival)."""
+
+    def __init__(self, count: int) -> None:
+        self._free = count
+        self._waiting: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._order = itertools.count()
+
+    @contextlib.asynccontextmanager
+    async def slot(self, priority: int) -> AsyncIterator[None]:
+        await self._acquire(priority)
+        try:
+            yield
+        finally:
+            self._release()
+
+    async def _acquire(self, priority: int) -> None:
+        # Free slots and waiters never coexist: a released slot goes to a waiter before it is counted.
+        if self._free > 0:
+            self._free -= 1
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiting, (priority, next(self._order), future))
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self._release()  # handed a slot as it was cancelled: the next waiter gets it
+            raise
+
+    def _release(self) -> None:
+        while self._waiting:
+            _, _, future = heapq.heappop(self._waiting)
+            if not future.done():  # a cancelled waiter's entry stays until it comes up
+                future.set_result(None)
+                return
+        self._free += 1
+
+
 _RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 
 
@@ -522,9 +564,10 @@ class HttpEmbedder:
     ``dimension`` or discovered from the first answer; every later answer must match it. Texts go in
     requests of ``batch_size``, the requests of one call side by side; at most ``max_concurrency``
     requests are in flight at once across all calls, so a burst of searches or a re-index cannot flood a
-    hosted endpoint into rate-limiting it. Transport errors, 429 and 5xx answers are retried
-    ``max_retries`` times with exponential backoff, or after the answer's ``Retry-After`` when it asks
-    for longer; an answer asking for more than ``max_retry_after`` seconds fails at once rather than
+    hosted endpoint into rate-limiting it, and a freed slot goes to the call of fewest requests first (a
+    search's query before the queued batches of a bulk call). Transport errors, 429 and 5xx answers are
+    retried ``max_retries`` times with exponential backoff, or after the answer's ``Retry-After`` when it
+    asks for longer; an answer asking for more than ``max_retry_after`` seconds fails at once rather than
     holding a request that long. Everything else raises :class:`EmbeddingError`.
     """
 
@@ -555,7 +598,7 @@ class HttpEmbedder:
         self._max_retries = max_retries
         self._retry_backoff = retry_backoff
         self._max_retry_after = max_retry_after
-        self._requests = asyncio.Semaphore(max_concurrency)
+        self._requests = _PrioritySlots(max_concurrency)
         self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep  # tests see the waits here
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._owns_client = client is None
@@ -597,9 +640,13 @@ class HttpEmbedder:
         return Embedding(vectors=vectors, tokens=tokens)
 
     async def _embed_batches(self, texts: list[str]) -> list[tuple[list[list[float]], int | None]]:
+        starts = range(0, len(texts), self._batch_size)
+        # As the local model orders its runs: calls of fewer requests first, so that a search's query
+        # waits for a request in flight, not for the queued batches of a bulk save or re-index.
+        priority = len(starts)
         requests = [
-            asyncio.ensure_future(self._embed_batch(texts[start : start + self._batch_size]))
-            for start in range(0, len(texts), self._batch_size)
+            asyncio.ensure_future(self._embed_batch(texts[start : start + self._batch_size], priority))
+            for start in starts
         ]
         try:
             return await asyncio.gather(*requests)
@@ -607,12 +654,12 @@ class HttpEmbedder:
             for request in requests:  # one failed (or the call was cancelled): the rest are not needed
                 request.cancel()
 
-    async def _post(self, payload: dict[str, Any]) -> httpx.Response:
+    async def _post(self, payload: dict[str, Any], priority: int) -> httpx.Response:
         attempt = 0
         while True:
             wait = self._retry_backoff * 2**attempt
             try:
-                async with self._requests:
+                async with self._requests.slot(priority):
                     response = await self._client.post(self._url, json=payload, headers=self._headers)
             except httpx.TransportError as exc:
                 if attempt >= self._max_retries:
@@ -636,8 +683,8 @@ class HttpEmbedder:
             await self._sleep(wait)
             attempt += 1
 
-    async def _embed_batch(self, texts: list[str]) -> tuple[list[list[float]], int | None]:
-        response = await self._post({"input": texts, "model": self._model})
+    async def _embed_batch(self, texts: list[str], priority: int) -> tuple[list[list[float]], int | None]:
+        response = await self._post({"input": texts, "model": self._model}, priority)
         try:
             body = response.json()
             items = sorted(body["data"], key=lambda item: item["index"])

@@ -483,6 +483,39 @@ async def test_http_embedder_sends_batches_side_by_side_within_its_bound() -> No
     assert first.tokens == second.tokens == 40
 
 
+async def test_http_embedder_serves_a_query_before_the_queued_batches_of_a_bulk_call() -> None:
+    sent: list[list[str]] = []
+    handler, peak = _vector_answers(sent, delay=0.05)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        embedder = HttpEmbedder("http://embed.test", "m", client=client, batch_size=1, max_concurrency=1)
+        bulk = asyncio.create_task(embedder.embed([f"bulk {n}" for n in range(6)]))
+        while not sent:  # the bulk call's first request is in flight, its other five wait
+            await asyncio.sleep(0.005)
+        query = await embedder.embed(["the query"])
+        await bulk
+    assert query.vectors == [[9.0, 1.0]]
+    assert sent[:3] == [["bulk 0"], ["the query"], ["bulk 1"]]
+    assert peak() == 1
+
+
+async def test_http_embedder_a_cancelled_waiter_gives_up_its_place() -> None:
+    sent: list[list[str]] = []
+    handler, peak = _vector_answers(sent, delay=0.05)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        embedder = HttpEmbedder("http://embed.test", "m", client=client, max_concurrency=1)
+        first = asyncio.create_task(embedder.embed(["first"]))
+        while not sent:
+            await asyncio.sleep(0.005)
+        waiting = asyncio.create_task(embedder.embed(["given up"]))
+        await asyncio.sleep(0.01)
+        waiting.cancel()
+        await first
+        async with asyncio.timeout(5):  # the slot the cancelled call waited for is free again
+            last = await embedder.embed(["last"])
+    assert last.vectors == [[4.0, 1.0]]
+    assert ["given up"] not in sent and peak() == 1
+
+
 async def test_http_embedder_one_failed_batch_fails_the_call_and_stops_the_rest() -> None:
     sent: list[list[str]] = []
     handler, _ = _vector_answers(sent, fail_on="bad", delay=0.05)
