@@ -1950,13 +1950,10 @@ def cpu_split_lines(bracketed: Sequence[Bracket]) -> list[str]:
     def seconds(role: str) -> tuple[float, float]:
         return med(b.raw_cpu.get(role, 0.0) for b in rounds), med(b.saved_cpu.get(role, 0.0) for b in rounds)
 
+    # Every role that had a thread is listed, idle ones too: a short run can leave a thread under the
+    # 10 ms /proc counts in, and a missing row would read as a missing thread.
     roles = sorted({r for b in rounds for r in b.saved_cpu}, key=lambda r: -seconds(r)[1])
-    rows = [
-        [role, fmt(raw, 2), fmt(saved, 2)]
-        for role in roles
-        for raw, saved in [seconds(role)]
-        if saved >= 0.005
-    ]
+    rows = [[role, *(fmt(x, 2) for x in seconds(role))] for role in roles]
     raw_total = med(sum(b.raw_cpu.values()) for b in rounds)
     saved_total = med(sum(b.saved_cpu.values()) for b in rounds)
     raw_busy = med(sum(b.raw_cpu.values()) / (b.raw.end - b.raw.start) for b in rounds)
