@@ -17,6 +17,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
 import orjson
@@ -175,6 +176,15 @@ _WindowShape: TypeAlias = tuple[tuple[bool, ...], bool]
 _WINDOW_SHAPES = 256  # statements kept; building one again costs up to tens of ms, once
 
 
+@dataclass(slots=True)
+class _WindowTemplate:
+    """The statement of one shape of include windows; `compiled` once it has run (SQLAlchemy compiles
+    a statement on its first run, tens of ms for 200 SELECTs: no work for the event loop's thread)."""
+
+    statement: CompoundSelect[*tuple[Any, ...]]
+    compiled: bool = False
+
+
 def _window_shape(windows: Sequence[IncludeWindow], resource_id: str | None) -> _WindowShape:
     """What the windows' statement depends on: which windows read neighbours after their target (the
     others have no second SELECT), and whether it is bound to a resource."""
@@ -214,9 +224,8 @@ class Repository:
         self._statements: dict[tuple[Any, ...], _AnySelect] = {}
         self._thread_statements: dict[tuple[Any, ...], tuple[_AnySelect, _AnySelect]] = {}  # (page, count)
         # Include windows' statements by shape (which windows read neighbours after the target, bound
-        # to a resource), the most recently used kept; `_windows_run`: shapes SQLAlchemy has compiled.
-        self._window_templates: OrderedDict[_WindowShape, CompoundSelect[*tuple[Any, ...]]] = OrderedDict()
-        self._windows_run: set[_WindowShape] = set()
+        # to a resource), the most recently used kept.
+        self._window_templates: OrderedDict[_WindowShape, _WindowTemplate] = OrderedDict()
         self._window_lock = threading.Lock()
         # Filtered counts by (filter, thread version); reads run in several threads.
         # Values: (thread version, matching rows, the thread's rows then).
@@ -971,12 +980,12 @@ class Repository:
 
     def window_statement(self, windows: Sequence[IncludeWindow], resource_id: str | None) -> Any:
         """All include windows of a request as one statement (callers chunk very long lists)."""
-        _shape, template, params = self._window_template(windows, resource_id)
-        return template.params(**params)
+        template, params = self._window_template(windows, resource_id)
+        return template.statement.params(**params)
 
     def _window_template(
         self, windows: Sequence[IncludeWindow], resource_id: str | None
-    ) -> tuple[_WindowShape, CompoundSelect[*tuple[Any, ...]], dict[str, Any]]:
+    ) -> tuple[_WindowTemplate, dict[str, Any]]:
         """The windows' statement, built once per shape and cached, and its parameters. Building it
         per request cost more than the rest of a recall: the 4 windows of a semantic topK of 4 took
         about 10 ms of SQLAlchemy construction, and a whole recall went from 16.7 to 3.5 ms once it
@@ -993,12 +1002,11 @@ class Repository:
                 terms.append(self._window_select(n, previous=True, resource_id=shape[1]))
                 if after:
                     terms.append(self._window_select(n, previous=False, resource_id=shape[1]))
-            template = union_all(*terms)
+            template = _WindowTemplate(union_all(*terms))
             with self._window_lock:
                 self._window_templates[shape] = template
                 while len(self._window_templates) > _WINDOW_SHAPES:
-                    dropped, _ = self._window_templates.popitem(last=False)
-                    self._windows_run.discard(dropped)
+                    self._window_templates.popitem(last=False)
         params: dict[str, Any] = {}
         for n, w in enumerate(windows):
             params[f"window_id_{n}"] = w.message_id
@@ -1007,14 +1015,16 @@ class Repository:
                 params[f"window_after_{n}"] = w.after
         if resource_id:
             params["window_resource"] = resource_id
-        return shape, template, params
+        return template, params
 
     def _windows_compiled(self, windows: Sequence[IncludeWindow], resource_id: str | None) -> bool:
-        """Whether these windows' statements have run before: a shape's first run builds and compiles
-        a statement of up to 200 SELECTs (tens of ms), which is no work for the event loop's thread."""
-        return all(
-            _window_shape(chunk, resource_id) in self._windows_run for chunk in _window_chunks(windows)
-        )
+        """Whether these windows' statements are cached and have run before (see _WindowTemplate)."""
+        with self._window_lock:
+            templates = [
+                self._window_templates.get(_window_shape(chunk, resource_id))
+                for chunk in _window_chunks(windows)
+            ]
+        return all(t is not None and t.compiled for t in templates)
 
     async def explain(self, stmt: Any) -> str:
         """The engine's query plan for a statement built here (tests check that indexes are used)."""
@@ -1042,9 +1052,9 @@ class Repository:
         """Every include window (target plus neighbours in its own thread) in one statement."""
         out: list[MessageRecord] = []
         for chunk in _window_chunks(windows):
-            shape, template, params = self._window_template(chunk, resource_id)
-            out.extend(_message(row) for row in conn.execute(template, params))
-            self._windows_run.add(shape)
+            template, params = self._window_template(chunk, resource_id)
+            out.extend(_message(row) for row in conn.execute(template.statement, params))
+            template.compiled = True
         return out
 
     def _window_select(self, n: int, *, previous: bool, resource_id: bool) -> Any:

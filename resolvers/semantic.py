@@ -561,7 +561,7 @@ class SemanticMemory:
         self,
         *,
         resource_id: str | None = None,
-        batch: int = 1024,
+        batch: int | None = None,
         on_progress: Callable[[int], None] | None = None,
         rebuild: bool = False,
     ) -> int:
@@ -570,38 +570,32 @@ class SemanticMemory:
         that the index ends holding exactly what SQL holds; searches of those resources find nothing
         until their messages are written again. `on_progress(n)`: n more messages are in the index.
 
-        A page is read and embedded while the index writes the page before, and pages are of 1,024
-        messages, the pipeline's batch (reindex-2026-12-03.md, one resource of 4,000 chat messages: 641
-        messages/s, against 557/s one step at a time in pages of 256, as before; 91% of the embedder
-        alone in calls of 1,024)."""
+        A page (`batch`, by default the pipeline's batch) is read and embedded while the index writes the
+        page before (reindex-2026-12-03.md, one resource of 4,000 chat messages: 641 messages/s in pages
+        of 1,024, against 557/s one step at a time in pages of 256, as before; 91% of the embedder alone
+        in calls of 1,024)."""
         index = await self.index()
         if rebuild:
             await index.drop(None if resource_id is None else [resource_id])
         done = 0
-        writing: asyncio.Future[None] | None = None
-        written = 0  # messages of the page `writing` writes
-
-        async def page_written() -> None:
-            if writing is not None:
-                await writing
-            if on_progress is not None and written:
-                on_progress(written)
-
+        # The page the index is writing: its write (None when it had nothing to embed) and its size.
+        writing: tuple[asyncio.Future[None] | None, int] | None = None
         try:
-            async for rows in self._messages_in_order(resource_id, batch=batch):
+            async for rows in self._messages_in_order(resource_id, batch=batch or self.pipeline_batch):
                 items = await self._embed_messages([m for m in rows if embeddable_text(m) is not None])
-                await page_written()
-                writing = (
-                    asyncio.ensure_future(self._healing(partial(index.upsert, items))) if items else None
-                )
-                written = len(rows)
+                if writing is not None:
+                    await _page_written(*writing, on_progress)
+                upsert = asyncio.ensure_future(self._healing(partial(index.upsert, items))) if items else None
+                writing = (upsert, len(rows))
                 done += len(rows)
-            await page_written()
+            if writing is not None:
+                await _page_written(*writing, on_progress)
         finally:
-            if writing is not None and not writing.done():
-                writing.cancel()
-            elif writing is not None and not writing.cancelled():
-                writing.exception()  # retrieved: a failure reading or embedding the next page is raised
+            write = writing[0] if writing is not None else None
+            if write is not None and not write.done():
+                write.cancel()
+            elif write is not None and not write.cancelled():
+                write.exception()  # retrieved: a failure reading or embedding the next page is raised
         # The rebuilds the pages started first: what one of them could not finish is the drain's.
         await self.rebuilt()
         await self.drain()
@@ -746,6 +740,16 @@ class SemanticMemory:
             with contextlib.suppress(Exception):
                 await self._index.aclose()
         await self.embedder.aclose()
+
+
+async def _page_written(
+    write: asyncio.Future[None] | None, messages: int, on_progress: Callable[[int], None] | None
+) -> None:
+    """Waits for a reindex page's write, then counts its messages as done."""
+    if write is not None:
+        await write
+    if on_progress is not None:
+        on_progress(messages)
 
 
 def _ahead(jobs: Sequence[_Job]) -> dict[str, MessageRecord]:

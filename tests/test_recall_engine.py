@@ -295,12 +295,12 @@ async def test_include_windows_of_one_shape_share_one_statement(services: Servic
         "m6",
     ]
     windows = [IncludeWindow(i.id, 1, 1) for i in first]
-    _shape, template, params = repo._window_template(windows, None)
-    assert repo._window_template([IncludeWindow("m0", 5, 2), IncludeWindow("m9", 0, 3)], None)[1] is template
-    assert repo._window_template(windows, "r1")[1] is not template  # bound to a resource: another shape
+    template, params = repo._window_template(windows, None)
+    assert repo._window_template([IncludeWindow("m0", 5, 2), IncludeWindow("m9", 0, 3)], None)[0] is template
+    assert repo._window_template(windows, "r1")[0] is not template  # bound to a resource: another shape
     # A window with nothing after its target has no second SELECT: another shape.
     assert (
-        repo._window_template([IncludeWindow("m0", 1, 0), IncludeWindow("m9", 1, 1)], None)[1] is not template
+        repo._window_template([IncludeWindow("m0", 1, 0), IncludeWindow("m9", 1, 1)], None)[0] is not template
     )
     assert params["window_id_1"] == "m8" and params["window_after_1"] == 1
 
