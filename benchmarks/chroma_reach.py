@@ -63,7 +63,7 @@ def _vectors(dataset: dict[str, Any]) -> list[list[Any]]:
 
 async def _load(mode: str, path: str, saves: list[list[Any]]) -> Any:
     """Writes the saves; returns a function (resource id) -> Chroma collection."""
-    from models.vector_index import ChromaIndex, VectorItem, collection_name
+    from models.vector_index import ChromaIndex, VectorItem, _message_in, collection_name
 
     index = ChromaIndex(path=path, model_name="stub", dimension=64)
     if mode == "index":
@@ -78,7 +78,7 @@ async def _load(mode: str, path: str, saves: list[list[Any]]) -> Any:
             for resource, rows in by_resource.items():
                 col = client.get_or_create_collection(
                     collection_name(resource, "stub", 64),
-                    configuration={"hnsw": {"space": "cosine", "ef_search": 100, "ef_construction": 100}},  # type: ignore[typeddict-item]
+                    configuration={"hnsw": {"space": "cosine", "ef_search": 100, "ef_construction": 100}},
                     embedding_function=None,
                 )
                 col.upsert(
@@ -86,7 +86,7 @@ async def _load(mode: str, path: str, saves: list[list[Any]]) -> Any:
                     embeddings=[v for *_, v in rows],
                     metadatas=[{"message_id": m, "thread_id": t} for m, t, *_ in rows],
                 )
-                col.get(where={"message_id": {"$in": [m for m, *_ in rows]}}, include=[])
+                col.get(where=_message_in([m for m, *_ in rows]), include=[])
     client = index._get_client()
     return lambda resource: client.get_collection(
         collection_name(resource, "stub", 64), embedding_function=None

@@ -202,7 +202,7 @@ class Scenario:
         return f"query Recall($threadId: ID!) {{ {call} {{ {_SELECTION} }} }}"
 
 
-SCENARIOS = (
+SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "newest",
         "newest 20",
@@ -510,15 +510,18 @@ async def measure_in_process(
                 )
             out[scenario.key] = entry
             if profile:
-                paths = {"engine": recall, "graphql execute": execute}
+                paths: dict[str, Callable[[], Awaitable[Any]]] = {
+                    "engine": recall,
+                    "graphql execute": execute,
+                }
                 if entry["compiled_ms"] is not None:
                     paths["compiled read path"] = compiled
                 entry["profile"] = await profile_calls(paths)
     finally:
         with contextlib.suppress(Exception):
-            await services.aclose()  # type: ignore[attr-defined]
+            await services.aclose()
         with contextlib.suppress(Exception):
-            repository.close()  # type: ignore[attr-defined]
+            repository.close()
         await engine.dispose()
     return out
 

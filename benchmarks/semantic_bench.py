@@ -38,6 +38,7 @@ import math
 import os
 import platform
 import random
+import resource
 import shutil
 import signal
 import statistics
@@ -65,7 +66,13 @@ from models.embedders import Embedding, OnnxMiniLMEmbedder  # noqa: E402
 from models.migrate import upgrade  # noqa: E402
 from models.records import MessageRecord, ThreadRecord  # noqa: E402
 from models.repository import Repository  # noqa: E402
-from models.vector_index import ChromaIndex, VectorItem  # noqa: E402
+from models.vector_index import (  # noqa: E402
+    _FILES_PER_INDEX,
+    ChromaIndex,
+    VectorItem,
+    default_cached_indexes,
+    raise_open_file_limit,
+)
 from resolvers.auth import OPEN  # noqa: E402
 from resolvers.config import BUILTIN_DEFAULTS  # noqa: E402
 from resolvers.context import Services  # noqa: E402
@@ -1284,6 +1291,17 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
     http_row = IngestRow("saveMessages over HTTP (`recallql serve`), wait mode, 1 client", [])
     http_conc_row = IngestRow(f"saveMessages over HTTP, wait mode, {clients} clients", [])
 
+    # Each embedded Chroma directory sizes its cache of loaded indexes as if it had the process's open
+    # files to itself; this process opens three (wait, background, alone), so each gets a third. Over
+    # many resources (--ingest-resources 1000, new ones every round) three full caches ran out of files.
+    raise_open_file_limit()
+    cached_indexes = max(
+        1,
+        min(
+            default_cached_indexes(), resource.getrlimit(resource.RLIMIT_NOFILE)[0] // (_FILES_PER_INDEX * 3)
+        ),
+    )
+
     async def build(
         name: str,
         *,
@@ -1297,7 +1315,11 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
         repository = Repository(engine)
         kind = IsolatedChromaIndex if isolated else ChromaIndex
         index = kind(
-            path=work / f"ingest-chroma-{name}", model_name=MODEL_NAME, dimension=DIM, **(chroma or {})
+            path=work / f"ingest-chroma-{name}",
+            model_name=MODEL_NAME,
+            dimension=DIM,
+            cached_indexes=cached_indexes,
+            **(chroma or {}),
         )
         semantic = SemanticMemory(repository, using, lambda _m, _d: index, **options)
         services = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS), semantic=semantic)
@@ -1330,7 +1352,9 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
     ]
     # Chroma alone, written the way saves write it (one upsert per batch, to that batch's resource), with
     # vectors embedded beforehand: what the index costs per vector next to what the embedder costs.
-    alone_index = ChromaIndex(path=work / "ingest-chroma-alone", model_name=MODEL_NAME, dimension=DIM)
+    alone_index = ChromaIndex(
+        path=work / "ingest-chroma-alone", model_name=MODEL_NAME, dimension=DIM, cached_indexes=cached_indexes
+    )
     vectors = (await embedder.embed(texts)).vectors
     alone_row = IngestRow(
         f"ChromaIndex.upsert alone (vectors ready), {args.ingest_batch} per call as the saves write them", []
@@ -1413,7 +1437,7 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
             # The default background path again, between two raw runs, each run of the model timed: the
             # machine drifts less within these ~15 s than within a round.
             cpu_start = thread_cpu()
-            before, raw_line = await clock.measure(
+            raw_before, raw_line = await clock.measure(
                 ingest_raw(embedder, batches_of(texts, pipeline_batch, f"bra{rnd}"))
             )
             cpu_raw = thread_cpu()
@@ -1425,7 +1449,7 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
             after = await ingest_raw(embedder, batches_of(texts, pipeline_batch, f"brb{rnd}"))
             report.bracketed.append(
                 Bracket(
-                    before,
+                    raw_before,
                     rate,
                     after,
                     raw_line,
@@ -1813,9 +1837,15 @@ def render(report: Report) -> str:
             ]
             for r in report.ingest
         ]
-        small = report.ingest[0].path.rsplit(" ", 1)[-1]
-        big = report.ingest[1].path.rsplit(" ", 1)[-1]
-        headers = ["path", "messages/s (median)", "per round", f"vs raw ({small})", f"vs raw ({big})"]
+        small_batch = report.ingest[0].path.rsplit(" ", 1)[-1]
+        big_batch = report.ingest[1].path.rsplit(" ", 1)[-1]
+        headers = [
+            "path",
+            "messages/s (median)",
+            "per round",
+            f"vs raw ({small_batch})",
+            f"vs raw ({big_batch})",
+        ]
         out.extend(md_table(headers, "lrlrr", rows))
         w("")
         for note in report.ingest_notes:
@@ -1868,17 +1898,17 @@ def render(report: Report) -> str:
         # This shared machine's speed drifts by 10-20% within minutes: each round's ratio against the
         # raw rate measured just before it shows how much of the spread is the machine's.
         best_row = report.ingest[1] if raw_big >= raw else report.ingest[0]
-        for r in report.ingest[2:]:
+        for row in report.ingest[2:]:
             if (
-                "SQL only" in r.path
-                or "alone" in r.path
-                or r.path in (SPARE_RAW, SPARE_INGEST, SHIPPED_INGEST)
+                "SQL only" in row.path
+                or "alone" in row.path
+                or row.path in (SPARE_RAW, SPARE_INGEST, SHIPPED_INGEST)
             ):
                 continue
-            share = r.median / best
-            paired = [x / y for x, y in zip(r.rates, best_row.rates, strict=True)]
+            share = row.median / best
+            paired = [x / y for x, y in zip(row.rates, best_row.rates, strict=True)]
             w(
-                f"  - {r.path}: {share * 100:.0f}% -> {'met' if share >= 0.9 else 'NOT met'} "
+                f"  - {row.path}: {share * 100:.0f}% -> {'met' if share >= 0.9 else 'NOT met'} "
                 f"(each round against that round's raw rate: {', '.join(f'{x * 100:.0f}%' for x in paired)}; "
                 f"median {statistics.median(paired) * 100:.0f}%)"
             )
