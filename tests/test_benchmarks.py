@@ -128,3 +128,19 @@ def test_chroma_writes_runs() -> None:
 def test_hnsw_ef_runs() -> None:
     out = run("hnsw_ef.py", "--sizes", "30,60", "--efs", "10,100", "--queries", "3")
     assert "| 30 | scattered | resource | 10 |" in out and "| 60 | clustered | small thread | 100 |" in out
+
+
+def test_pooled_layout_runs() -> None:
+    out = run(
+        "pooled_layout.py",
+        *("--resources", "12", "--per-resource", "3", "--pools", "1,3"),
+        *("--saves", "6", "--batch", "3", "--queries", "8"),
+    )
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in out.splitlines() if line.startswith("| ")}
+    # Searches are exact in every layout: the pooled ones find a resource's vectors through the filter.
+    for layout, calls in (("one collection per resource", None), ("1 pool(s)", "2"), ("3 pool(s)", None)):
+        assert layout in rows, out
+        assert rows[layout].endswith("| 8/8 |"), rows[layout]
+        if calls is not None:
+            # two batches of three saves each, one pool: one write call per batch
+            assert rows[layout].split(" | ")[2] == calls, rows[layout]
