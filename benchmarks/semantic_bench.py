@@ -1023,11 +1023,15 @@ class IngestBatch:
     offset: int  # where the batch's first text is in the list it was cut from
 
 
-def ingest_batches(texts: list[str], batch: int, tag: str, resources: int = 10) -> list[IngestBatch]:
+def ingest_batches(
+    texts: list[str], batch: int, tag: str, resources: int = 10, *, same_resources: bool = False
+) -> list[IngestBatch]:
+    """One new thread per batch, the threads spread over `resources` resources: new ones for every
+    `tag`, or (`same_resources`) the same ones every time, whose collections the first run creates."""
     out = []
     for b, start in enumerate(range(0, len(texts), batch)):
         tid = f"ingest-{tag}-t{b:03d}"
-        rid = f"ingest-{tag}-r{b % resources}"
+        rid = f"ingest-r{b % resources}" if same_resources else f"ingest-{tag}-r{b % resources}"
         out.append(
             IngestBatch(
                 tid,
@@ -1253,12 +1257,17 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
     clients = args.ingest_clients
 
     def batches_of(texts: list[str], batch: int, tag: str) -> list[IngestBatch]:
-        return ingest_batches(texts, batch, tag, args.ingest_resources)
+        return ingest_batches(
+            texts, batch, tag, args.ingest_resources, same_resources=args.ingest_same_resources
+        )
 
+    same = (
+        ", the same ones every round: round 1 creates their collections" if args.ingest_same_resources else ""
+    )
     report.ingest_notes.append(
         f"{len(texts)} {args.ingest_texts} messages, "
         f"mean {statistics.fmean(len(t) for t in texts):.0f} characters, "
-        f"batches of {args.ingest_batch} (one thread per batch, {args.ingest_resources} resources), "
+        f"batches of {args.ingest_batch} (one thread per batch, {args.ingest_resources} resources{same}), "
         f"{args.ingest_rounds} rounds; "
         "each round saves new message ids; rows with writers > 1 run that many save loops at once"
     )
@@ -2030,6 +2039,11 @@ def main() -> None:
         "--mastra-timeout", type=float, default=1800, help="kill mastra_vector.mjs after this"
     )
     parser.add_argument("--ingest-messages", type=int, default=2000)
+    parser.add_argument(
+        "--ingest-same-resources",
+        action="store_true",
+        help="every round saves to the same resources (their collections exist after round 1)",
+    )
     parser.add_argument(
         "--ingest-texts",
         choices=sorted(INGEST_TEXTS),

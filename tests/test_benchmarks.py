@@ -85,15 +85,21 @@ def test_write_latency_runs() -> None:
     assert "| write (5 calls each) |" in out and "| delete of 2 messages |" in out
 
 
-@pytest.mark.parametrize("workers", ["1", "2"])
-def test_semantic_bench_ingest_runs(model: Path, tmp_path: Path, workers: str) -> None:
+@pytest.mark.parametrize(("workers", "same_resources"), [("1", False), ("2", True)])
+def test_semantic_bench_ingest_runs(model: Path, tmp_path: Path, workers: str, same_resources: bool) -> None:
     report = tmp_path / "ingest.md"
     run(
         "semantic_bench.py",
         *("--skip", "search,recall,mastra,http", "--ingest-messages", "60", "--ingest-rounds", "1"),
         *("--embedding-workers", workers, "--model-dir", str(model), "--out", str(report)),
+        *(["--ingest-same-resources"] if same_resources else []),
     )
     text = report.read_text(encoding="utf-8")
+    # Saves of 50: the first resource holds the 50 vectors of the one-writer row; with the same
+    # resources everywhere also the untimed warm-up save's 50 and the four-writer row's 50, which
+    # share its directory.
+    stored = 150 if same_resources else 50
+    assert f"vectors in one in-process ingest resource after the run: {stored}" in text, text
     assert "## 3. Ingest throughput with embedding" in text
     assert f"RECALLQL_EMBEDDING_WORKERS={workers}" in text
     assert "Chroma in a child process" in text
