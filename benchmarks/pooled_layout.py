@@ -38,14 +38,11 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from hnsw_ef import DIM, vectors  # noqa: E402  (this folder)
+
 from models.vector_index import ChromaIndex, VectorItem  # noqa: E402
 
-DIM = 384
 TOP_K = 4
-
-
-def unit(v: np.ndarray) -> np.ndarray:
-    return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
 
 
 def cpu_seconds() -> float:
@@ -103,10 +100,7 @@ async def measure(
 
         # Writes: saves of 2 to random resources, a batch of saves at a time, one upsert per collection.
         targets = rng.integers(0, args.resources, args.saves)
-        new = unit(
-            centres[rng.integers(0, len(centres), 2 * args.saves)]
-            + 0.9 * rng.standard_normal((2 * args.saves, DIM))
-        )
+        new = vectors("clustered", 2 * args.saves, rng, centres)
         calls = 0
         cpu, wall = cpu_seconds(), time.perf_counter()
         for start in range(0, args.saves, args.batch):
@@ -125,17 +119,14 @@ async def measure(
         # Searches: resource scope, exact answers from numpy.
         latencies: list[float] = []
         exact = 0
-        queries = unit(
-            centres[rng.integers(0, len(centres), args.queries)]
-            + 0.9 * rng.standard_normal((args.queries, DIM))
-        )
+        queries = vectors("clustered", args.queries, rng, centres)
         for q in queries:
             r = int(rng.integers(0, args.resources))
             started = time.perf_counter()
             found = await layout.search(index, r, q)
             latencies.append((time.perf_counter() - started) * 1000)
-            ids, vectors = stored[r]
-            scores = np.asarray(vectors) @ q
+            ids, stored_vectors = stored[r]
+            scores = np.asarray(stored_vectors) @ q
             edge = np.sort(scores)[-min(TOP_K, len(ids))]
             by_id = dict(zip(ids, scores, strict=True))
             exact += len(found) == min(TOP_K, len(ids)) and all(
@@ -157,10 +148,7 @@ async def measure(
 async def run(args: argparse.Namespace) -> str:
     rng = np.random.default_rng(3)
     centres = rng.standard_normal((300, DIM))
-    data = unit(
-        centres[rng.integers(0, 300, args.resources * args.per_resource)]
-        + 0.9 * rng.standard_normal((args.resources * args.per_resource, DIM))
-    )
+    data = vectors("clustered", args.resources * args.per_resource, rng, centres)
     layouts = [Layout(0), *(Layout(p) for p in args.pools)]
     results: dict[str, list[dict[str, float]]] = {layout.name: [] for layout in layouts}
     with tempfile.TemporaryDirectory(prefix="pooled-layout-") as tmp:

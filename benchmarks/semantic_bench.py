@@ -1304,12 +1304,8 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
     # files to itself; this process opens three (wait, background, alone), so each gets a third. Over
     # many resources (--ingest-resources 1000, new ones every round) three full caches ran out of files.
     raise_open_file_limit()
-    cached_indexes = max(
-        1,
-        min(
-            default_cached_indexes(), resource.getrlimit(resource.RLIMIT_NOFILE)[0] // (_FILES_PER_INDEX * 3)
-        ),
-    )
+    open_files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    cached_indexes = max(1, min(default_cached_indexes(), open_files // (_FILES_PER_INDEX * 3)))
 
     async def build(
         name: str,
