@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -567,7 +568,7 @@ class ChromaIndex:
                     continue
                 # Still nothing on disk once rebuilt from the log: as damaged as Chroma's own signs say.
                 if any(sign in text for sign in _DAMAGE_SIGNS) or (reloaded and _EVICTED_UNPERSISTED in text):
-                    raise VectorIndexDamaged(resource_id, text) from exc
+                    raise VectorIndexDamaged(resource_id, text + _out_of_files_note()) from exc
                 raise
 
     def _writing_collection(
@@ -835,6 +836,36 @@ _DAMAGE_SIGNS = (
     "Error loading hnsw index",
     "Error creating hnsw segment writer",
 )
+# Chroma cannot tell running out of open files from damaged files: loading an index it cannot open says
+# "Failed to apply logs to the hnsw segment writer" all the same (seen with 158 of 160 files open). The
+# collection is still rebuilt (whether a save cut short by it left whole files is unknown), but the
+# operator is told the likely cause, which a rebuild alone would meet again.
+_FILES_FREE_AT_EXHAUSTION = 4 * _FILES_PER_INDEX
+
+
+def _out_of_files_note() -> str:
+    """A note for a damage sign met while this process has (almost) no open files left, else ''."""
+    try:
+        import resource
+    except ImportError:
+        return ""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return ""
+    try:
+        in_use = len(os.listdir("/proc/self/fd"))
+    except OSError as exc:
+        if exc.errno != errno.EMFILE:
+            return ""  # no /proc (macOS): nothing to go by
+        in_use = soft
+    if soft - in_use > _FILES_FREE_AT_EXHAUSTION:
+        return ""
+    return (
+        f" (the process had {in_use} of its {soft} open files in use, and Chroma fails this way when it "
+        "cannot open an index's files: raise the open-file limit, ulimit -Hn or LimitNOFILE=)"
+    )
+
+
 _RELOAD_ID = "recallql:reload"  # never a vector id: those end in ":<chunk number>"
 _reloads = 0  # how many so far (for the log's pace, and for tests)
 

@@ -471,6 +471,7 @@ async def test_a_collection_chroma_cannot_load_is_damaged_until_dropped(tmp_path
             with pytest.raises(VectorIndexDamaged, match="Error loading hnsw index") as damaged:
                 await call
             assert damaged.value.resource_id == "r1"
+            assert "open files" not in damaged.value.reason  # files were to spare: no hint at the limit
         # A search over both resources fails too: its answer would silently lack r1.
         with pytest.raises(VectorIndexDamaged):
             await index.query(E2, resource_ids=["r2", "r1"], thread_id=None, top_k=1)
@@ -737,6 +738,40 @@ async def main():
     print(json.dumps({"soft": resource.getrlimit(resource.RLIMIT_NOFILE)[0], "cached": cached}))
 asyncio.run(main())
 """
+
+
+_RUN_OUT_OF_FILES = """
+import asyncio, json
+import numpy as np
+from models.vector_index import ChromaIndex, VectorIndexDamaged, VectorItem
+async def main():
+    index = ChromaIndex(path=PATH, model_name="m", dimension=8)
+    rng = np.random.default_rng(0)
+    out = {"damaged": None}
+    for r in range(150):
+        vectors = rng.standard_normal((3, 8)).astype(np.float32)
+        try:
+            await index.upsert([VectorItem(f"m{r}-{j}", "t", f"r{r}", 0, vectors[j]) for j in range(3)])
+        except VectorIndexDamaged as exc:
+            out = {"damaged": exc.resource_id, "reason": exc.reason}
+            break
+    await index.aclose()
+    print(json.dumps(out))
+asyncio.run(main())
+"""
+
+
+def test_damage_met_while_out_of_open_files_says_so(tmp_path: Path) -> None:
+    # With a hard limit of 160 files, embedded Chroma's cache of loaded indexes outgrows the files left
+    # within some 50 resources, and Chroma then reports the next index it cannot open in the words it
+    # uses for damaged files. The error must point at the limit, or the rebuild it starts meets it again.
+    path = tmp_path / "chroma"
+    done = _run_limited(_RUN_OUT_OF_FILES.replace("PATH", repr(str(path))), 160, 160)
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["damaged"] is not None, "160 open files were enough for 150 resources: nothing tested"
+    assert "Failed to apply logs" in out["reason"]
+    assert re.search(r"had \d+ of its 160 open files in use", out["reason"]), out["reason"]
+    assert "raise the open-file limit" in out["reason"]
 
 
 def test_the_default_cache_of_loaded_indexes_is_a_quarter_of_memory(monkeypatch: pytest.MonkeyPatch) -> None:
