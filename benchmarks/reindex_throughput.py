@@ -10,6 +10,12 @@ embedded while the index writes the page before), and the same pages one step af
 then write, then the next page: what reindex did before the overlap). The three run back to back per
 page size and round, in turn, since this machine's speed drifts within minutes; prints messages/s,
 medians of the rounds, and the ratios of each round.
+
+With --damage it measures instead the rebuild that starts when a collection is found damaged (a write
+cut off, files Chroma cannot load): the resource's messages queued in the outbox, its collection dropped,
+then refilled from SQL through the outbox. Now a page of the pipeline's batch (1,024) is read and embedded
+while the one before is written; before, pages of the drain's batch (256) went one step at a time. The
+two run back to back each round, in turn.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from models.db import create_engine
 from models.embedders import OnnxMiniLMEmbedder
 from models.migrate import upgrade
 from models.repository import Repository
+from models.vector_index import VectorIndexDamaged
 from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import Services
 from resolvers.semantic import SemanticMemory, embeddable_text
@@ -55,6 +62,23 @@ async def one_step_at_a_time(semantic: SemanticMemory, page: int) -> int:
     return done
 
 
+async def damage_rebuild(semantic: SemanticMemory, resource: str) -> int:
+    """The rebuild a damaged collection starts, as the server runs it; returns the messages rebuilt."""
+    await semantic._heal(VectorIndexDamaged(resource, "measured"))
+    await semantic.rebuilt()
+    return await semantic.repository.count_all_messages(resource_id=resource)
+
+
+async def damage_rebuild_before(semantic: SemanticMemory, resource: str) -> int:
+    """The same rebuild as it ran before its pages overlapped: queued, dropped, then one page of the
+    drain's batch at a time (read, embed, write, settle)."""
+    queued = await semantic.repository.outbox_queue_resource(resource)
+    await (await semantic.index()).drop([resource])
+    async for rows in semantic._messages_in_order(resource, batch=semantic.drain_batch):
+        await semantic.sync([m.id for m in rows])
+    return queued
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=3000)
@@ -62,6 +86,7 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--texts", choices=sorted(INGEST_TEXTS), default="chat")
     parser.add_argument("--model-dir", type=Path, default=None)
+    parser.add_argument("--damage", action="store_true", help="measure the rebuild of a damaged collection")
     args = parser.parse_args()
     model_dir = args.model_dir or Path(os.environ.get("RECALLQL_EMBEDDING_MODEL_DIR") or SHARED_MODEL)
     pages = [int(p) for p in args.pages.split(",")]
@@ -74,7 +99,8 @@ async def main() -> None:
         await upgrade(engine)
         repository = Repository(engine)
         plain = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS))
-        await ingest_services(plain, ingest_batches(texts, 100, "r", resources=1))
+        batches = ingest_batches(texts, 100, "r", resources=1)
+        await ingest_services(plain, batches)
         index = IsolatedChromaIndex(path=work / "chroma", model_name=MODEL_NAME, dimension=DIM)
         semantic = SemanticMemory(repository, embedder, lambda _m, _d: index)
         rates: dict[tuple[int, str], list[float]] = {}
@@ -91,7 +117,20 @@ async def main() -> None:
 
         try:
             await semantic.reindex(rebuild=True)  # warm-up: Chroma's child, the collection, SQLite's cache
+            if args.damage:
+                pages = [semantic.pipeline_batch]
             for rnd in range(args.rounds):
+                if args.damage:
+                    first, second = ("rebuild", "before") if rnd % 2 == 0 else ("before", "rebuild")
+                    for name in (first, second):
+                        run = damage_rebuild if name == "rebuild" else damage_rebuild_before
+                        await timed(pages[0], name, run(semantic, batches[0].resource_id))
+                        stored = await index.count(batches[0].resource_id)
+                        if stored != len(texts):  # a rebuild that lost vectors would time as fast
+                            raise SystemExit(f"{name}: {stored} vectors after the rebuild, not {len(texts)}")
+                    await timed(pages[0], "raw", raw(pages[0]))
+                    print(f"  round {rnd + 1} of {args.rounds} done", file=sys.stderr, flush=True)
+                    continue
                 for page in pages:
                     await timed(page, "raw", raw(page))
                     await timed(page, "reindex", semantic.reindex(batch=page, rebuild=True))
@@ -109,6 +148,18 @@ async def main() -> None:
 
     print(f"{len(texts):,} {args.texts} messages in one resource, {args.rounds} rounds, messages/s (medians)")
     print()
+    if args.damage:
+        page = pages[0]
+        print(
+            "| raw embedder (calls of 1,024) | damage rebuild | as before (pages of 256, one step at a time) "
+            "| rebuild / before, each round |"
+        )
+        print("|---:|---:|---:|---|")
+        print(
+            f"| {median(page, 'raw'):.0f} | {median(page, 'rebuild'):.0f} | {median(page, 'before'):.0f} "
+            f"| {each(page, 'rebuild', 'before')} |"
+        )
+        return
     print(
         "| page | raw embedder | reindex | one step at a time (before) "
         "| reindex / raw, each round | reindex / before, each round |"

@@ -353,10 +353,24 @@ class SemanticMemory:
             raise
         rebuild.dropped.set_result(None)
         pages = self._messages_in_order(
-            resource_id, batch=self.drain_batch, without_resource=resource_id is None
+            resource_id, batch=self.pipeline_batch, without_resource=resource_id is None
         )
-        async for rows in pages:
-            await self.sync([m.id for m in rows])
+        # As reindex does: a page is read and embedded while the index writes the one before. Pages hold
+        # distinct messages, so their outbox entries settle in any order.
+        writing: asyncio.Future[None] | None = None
+        try:
+            async for rows in pages:
+                work = await self._load([m.id for m in rows])
+                if writing is not None:
+                    await writing
+                writing = asyncio.ensure_future(self._store(work)) if work.entry_ids else None
+            if writing is not None:
+                await writing
+        finally:
+            if writing is not None and not writing.done():
+                writing.cancel()
+            elif writing is not None and not writing.cancelled():
+                writing.exception()  # retrieved: a failure reading or embedding the next page is raised
         log.warning(
             "vectors of resource %r rebuilt from the database (%d messages) in %.1fs",
             resource_id,

@@ -78,6 +78,11 @@ def test_reindex_throughput_runs(model: Path) -> None:
     assert "40 chat messages in one resource" in out
     assert re.search(r"\| 10 \| \d+ \| \d+ \| \d+ \| \d+% \| \d+% \|", out), out
     assert re.search(r"\| 20 \| \d+ \| \d+ \| \d+ \| \d+% \| \d+% \|", out), out
+    damage = run(
+        "reindex_throughput.py",
+        *("--damage", "--messages", "40", "--rounds", "2", "--model-dir", str(model)),
+    )
+    assert re.search(r"\| \d+ \| \d+ \| \d+ \| \d+%, \d+% \|", damage), damage
 
 
 def test_write_latency_runs() -> None:

@@ -23,7 +23,7 @@ import pytest
 from models.embedders import Embedding, EmbeddingError, embedding_text
 from models.records import MessageQuery
 from models.repository import Repository
-from models.vector_index import ChromaIndex, VectorItem, collection_name
+from models.vector_index import ChromaIndex, VectorIndexDamaged, VectorItem, collection_name
 from resolvers.auth import OPEN
 from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import Services
@@ -308,6 +308,32 @@ async def test_reindex_that_fails_mid_way_leaves_no_write_running(make: Any) -> 
     setup.index.write_gate.set()
     await asyncio.sleep(0.3)
     assert await setup.index.count(resource_id) == 0
+
+
+async def test_the_rebuild_of_a_damaged_resource_embeds_the_next_page_while_the_last_is_written(
+    make: Any,
+) -> None:
+    setup = make(pipeline_batch=10)
+    thread_id, resource_id = await new_thread(setup)
+    ids = await setup.save(thread_id, resource_id, [f"record number {n}" for n in range(25)])
+    calls_before = len(setup.embedder.calls)
+    setup.index.write_gate.clear()
+    await setup.semantic._heal(VectorIndexDamaged(resource_id, "as a test says"))
+    assert await setup.index.count(resource_id) == 0  # dropped before the rebuild refills it
+
+    async def embedded() -> int:
+        return len(setup.embedder.calls) - calls_before >= 2
+
+    # The first page's write is held: the second page is embedded meanwhile, the third waits for it.
+    await eventually(embedded, timeout=10, what="the second page embedded during the first page's write")
+    await asyncio.sleep(0.2)
+    assert setup.embedder.calls[calls_before:] == [10, 10]
+    assert await setup.services.repository.outbox_backlog() == 25
+    setup.index.write_gate.set()
+    await asyncio.wait_for(setup.semantic.rebuilt(), 10)
+    assert setup.index.upserts[-3:] == [10, 10, 5]
+    assert await setup.services.repository.outbox_backlog() == 0
+    assert sorted(await setup.hits("record number", thread_id, resource_id)) == sorted(ids)
 
 
 async def test_a_search_of_a_damaged_resource_waits_for_its_rebuild(
