@@ -355,22 +355,13 @@ class SemanticMemory:
         pages = self._messages_in_order(
             resource_id, batch=self.pipeline_batch, without_resource=resource_id is None
         )
-        # As reindex does: a page is read and embedded while the index writes the one before. Pages hold
-        # distinct messages, so their outbox entries settle in any order.
-        writing: asyncio.Future[None] | None = None
-        try:
-            async for rows in pages:
-                work = await self._load([m.id for m in rows])
-                if writing is not None:
-                    await writing
-                writing = asyncio.ensure_future(self._store(work)) if work.entry_ids else None
-            if writing is not None:
-                await writing
-        finally:
-            if writing is not None and not writing.done():
-                writing.cancel()
-            elif writing is not None and not writing.cancelled():
-                writing.exception()  # retrieved: a failure reading or embedding the next page is raised
+
+        async def load(rows: list[MessageRecord]) -> Callable[[], Awaitable[None]] | None:
+            work = await self._load([m.id for m in rows])
+            return partial(self._store, work) if work.entry_ids else None
+
+        # Pages hold distinct messages, so their outbox entries settle in any order.
+        await _overlapped(pages, load)
         log.warning(
             "vectors of resource %r rebuilt from the database (%d messages) in %.1fs",
             resource_id,
@@ -591,25 +582,13 @@ class SemanticMemory:
         index = await self.index()
         if rebuild:
             await index.drop(None if resource_id is None else [resource_id])
-        done = 0
-        # The page the index is writing: its write (None when it had nothing to embed) and its size.
-        writing: tuple[asyncio.Future[None] | None, int] | None = None
-        try:
-            async for rows in self._messages_in_order(resource_id, batch=batch or self.pipeline_batch):
-                items = await self._embed_messages([m for m in rows if embeddable_text(m) is not None])
-                if writing is not None:
-                    await _page_written(*writing, on_progress)
-                upsert = asyncio.ensure_future(self._healing(partial(index.upsert, items))) if items else None
-                writing = (upsert, len(rows))
-                done += len(rows)
-            if writing is not None:
-                await _page_written(*writing, on_progress)
-        finally:
-            write = writing[0] if writing is not None else None
-            if write is not None and not write.done():
-                write.cancel()
-            elif write is not None and not write.cancelled():
-                write.exception()  # retrieved: a failure reading or embedding the next page is raised
+
+        async def embed(rows: list[MessageRecord]) -> Callable[[], Awaitable[None]] | None:
+            items = await self._embed_messages([m for m in rows if embeddable_text(m) is not None])
+            return partial(self._healing, partial(index.upsert, items)) if items else None
+
+        pages = self._messages_in_order(resource_id, batch=batch or self.pipeline_batch)
+        done = await _overlapped(pages, embed, on_progress)
         # The rebuilds the pages started first: what one of them could not finish is the drain's.
         await self.rebuilt()
         await self.drain()
@@ -756,14 +735,41 @@ class SemanticMemory:
         await self.embedder.aclose()
 
 
-async def _page_written(
-    write: asyncio.Future[None] | None, messages: int, on_progress: Callable[[int], None] | None
-) -> None:
-    """Waits for a reindex page's write, then counts its messages as done."""
-    if write is not None:
-        await write
-    if on_progress is not None:
-        on_progress(messages)
+async def _overlapped(
+    pages: AsyncIterator[list[MessageRecord]],
+    prepare: Callable[[list[MessageRecord]], Awaitable[Callable[[], Awaitable[None]] | None]],
+    on_written: Callable[[int], None] | None = None,
+) -> int:
+    """Runs `prepare` on each page (read, embed) while the write it returned for the page before runs
+    (None: nothing to write); returns the messages paged. `on_written(n)`: a page of n is written.
+    A failure stops the pages and leaves no write running."""
+    done = 0
+    # The page being written: its write and its size.
+    writing: tuple[asyncio.Future[None] | None, int] | None = None
+
+    async def written() -> None:
+        assert writing is not None
+        if writing[0] is not None:
+            await writing[0]
+        if on_written is not None:
+            on_written(writing[1])
+
+    try:
+        async for rows in pages:
+            write = await prepare(rows)
+            if writing is not None:
+                await written()
+            writing = (asyncio.ensure_future(write()) if write is not None else None, len(rows))
+            done += len(rows)
+        if writing is not None:
+            await written()
+    finally:
+        future = writing[0] if writing is not None else None
+        if future is not None and not future.done():
+            future.cancel()
+        elif future is not None and not future.cancelled():
+            future.exception()  # retrieved: a failure reading or embedding the next page is raised
+    return done
 
 
 def _ahead(jobs: Sequence[_Job]) -> dict[str, MessageRecord]:
