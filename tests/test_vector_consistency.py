@@ -312,6 +312,17 @@ def cli(data: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProc
     )
 
 
+def test_maintenance_commands_say_when_the_embedder_is_down(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    # Nothing listens on port 9: the endpoint's dimension probe fails before any message is read.
+    env = {"RECALLQL_EMBEDDINGS_URL": "http://127.0.0.1:9", "RECALLQL_EMBEDDINGS_MODEL": "hash-64"}
+    for command in ("reindex", "check-index"):
+        done = cli(data, env, command)
+        assert done.returncode == 1, done.stderr
+        assert f"{command}: embedding request to http://127.0.0.1:9/v1/embeddings failed" in done.stderr
+        assert "Traceback" not in done.stderr, done.stderr
+
+
 @pytest.mark.slow
 async def test_reindex_rebuilds_a_deleted_chroma_directory(tmp_path: Path) -> None:
     data = tmp_path / "data"

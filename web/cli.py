@@ -17,7 +17,9 @@ from web.settings import Settings, get_settings
 
 if TYPE_CHECKING:  # imported where used: `recallql serve` need not load them
     from rich.progress import Progress
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
+    from models.repository import Repository
     from resolvers.semantic import SemanticMemory
 
 
@@ -57,17 +59,13 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 @contextlib.asynccontextmanager
 async def _semantic_memory(settings: Settings, command: str) -> AsyncIterator[SemanticMemory]:
     """The configured semantic memory over the configured database, for a maintenance command."""
-    from models.db import create_engine
-    from models.migrate import upgrade
-    from models.repository import Repository
+    from models.embedders import EmbeddingError
     from models.vector_index import VectorIndexError
     from web.wiring import build_semantic
 
-    engine = create_engine(settings.resolved_database_url)
+    engine, repository = await _open_repository(settings)
     try:
-        if settings.auto_migrate:
-            await upgrade(engine)
-        semantic = build_semantic(settings, Repository(engine))
+        semantic = build_semantic(settings, repository)
         if semantic is None:
             why = (
                 "RECALLQL_EMBEDDER=off" if settings.embedder == "off" else "see RECALLQL_EMBEDDING_MODEL_DIR"
@@ -75,7 +73,8 @@ async def _semantic_memory(settings: Settings, command: str) -> AsyncIterator[Se
             raise SystemExit(f"{command}: no embedder is configured ({why})")
         try:
             yield semantic
-        except VectorIndexError as exc:  # the directory is busy, the server is down: say so, no traceback
+        # The directory is busy, the Chroma server or the embeddings endpoint is down: say so, no traceback.
+        except (VectorIndexError, EmbeddingError) as exc:
             raise SystemExit(f"{command}: {exc}") from None
         finally:
             await semantic.aclose()
@@ -230,17 +229,21 @@ class _ProgressBars:
         self.progress.advance(self.tasks[kind], n)
 
 
-async def _open_repository(settings: Settings):  # -> (AsyncEngine, Repository)
+async def _open_repository(settings: Settings) -> tuple[AsyncEngine, Repository]:
     from models.db import create_engine, is_sqlite
     from models.migrate import upgrade
     from models.repository import Repository
 
     url = settings.resolved_database_url
-    if is_sqlite(url):
+    if is_sqlite(url):  # a first command on a fresh machine may come before the server ever ran
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url)
-    if settings.auto_migrate:
-        await upgrade(engine)
+    try:
+        if settings.auto_migrate:
+            await upgrade(engine)
+    except BaseException:
+        await engine.dispose()
+        raise
     return engine, Repository(engine)
 
 
