@@ -568,7 +568,17 @@ class ChromaIndex:
                     continue
                 # Still nothing on disk once rebuilt from the log: as damaged as Chroma's own signs say.
                 if any(sign in text for sign in _DAMAGE_SIGNS) or (reloaded and _EVICTED_UNPERSISTED in text):
-                    raise VectorIndexDamaged(resource_id, text + _out_of_files_note()) from exc
+                    short_of_files = _out_of_files_note()
+                    if short_of_files:
+                        # Likely whole files Chroma could not open: left alone, the call fails like an
+                        # unreachable server (a save retries, a search says so); damage is declared only
+                        # when the sign comes with files to spare.
+                        raise VectorIndexError(
+                            f"the vector index of resource {resource_id!r} cannot be opened now: "
+                            + text
+                            + short_of_files
+                        ) from exc
+                    raise VectorIndexDamaged(resource_id, text) from exc
                 raise
 
     def _writing_collection(
@@ -837,14 +847,15 @@ _DAMAGE_SIGNS = (
     "Error creating hnsw segment writer",
 )
 # Chroma cannot tell running out of open files from damaged files: loading an index it cannot open says
-# "Failed to apply logs to the hnsw segment writer" all the same (seen with 158 of 160 files open). The
-# collection is still rebuilt (whether a save cut short by it left whole files is unknown), but the
-# operator is told the likely cause, which a rebuild alone would meet again.
+# "Failed to apply logs to the hnsw segment writer" all the same (seen with 158 of 160 files open).
+# Dropping the collection then would throw away a healthy index and rebuild it into the same shortage, so
+# the sign counts as damage only while files are to spare; if a save cut short by the shortage did leave
+# broken files, the next call with files to spare finds them.
 _FILES_FREE_AT_EXHAUSTION = 4 * _FILES_PER_INDEX
 
 
 def _out_of_files_note() -> str:
-    """A note for a damage sign met while this process has (almost) no open files left, else ''."""
+    """Why a damage sign met while this process has (almost) no open files left is not damage, else ''."""
     try:
         import resource
     except ImportError:

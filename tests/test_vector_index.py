@@ -743,35 +743,54 @@ asyncio.run(main())
 _RUN_OUT_OF_FILES = """
 import asyncio, json
 import numpy as np
-from models.vector_index import ChromaIndex, VectorIndexDamaged, VectorItem
+from models.vector_index import ChromaIndex, VectorIndexDamaged, VectorIndexError, VectorItem
 async def main():
     index = ChromaIndex(path=PATH, model_name="m", dimension=8)
     rng = np.random.default_rng(0)
-    out = {"damaged": None}
+    out = {"failed": None}
     for r in range(150):
-        vectors = rng.standard_normal((3, 8)).astype(np.float32)
+        vectors = rng.standard_normal((3, 8))
+        items = [VectorItem(f"m{r}-{j}", "t", f"r{r}", 0, v) for j, v in enumerate(vectors)]
         try:
-            await index.upsert([VectorItem(f"m{r}-{j}", "t", f"r{r}", 0, vectors[j]) for j in range(3)])
-        except VectorIndexDamaged as exc:
-            out = {"damaged": exc.resource_id, "reason": exc.reason}
+            await index.upsert(items)
+        except VectorIndexError as exc:
+            out = {"failed": r, "damaged": isinstance(exc, VectorIndexDamaged), "message": str(exc)}
             break
-    await index.aclose()
+    await index.aclose()  # its files back, as after the operator raised the limit
+    if out["failed"] is not None:
+        index = ChromaIndex(path=PATH, model_name="m", dimension=8)
+        await index.upsert(items)  # what the outbox does: the same write again
+        # Some of them: reading all would outgrow 160 files again (loaded indexes are what hold files).
+        some = [*range(5), *range(out["failed"] - 5, out["failed"] + 1)]
+        out["counts"] = {r: await index.count(f"r{r}") for r in some}
+        hits = await index.query(items[1].vector, resource_ids=[f"r{out['failed']}"], thread_id=None, top_k=1)
+        out["found"] = [h.message_id for h in hits]
+        await index.aclose()
     print(json.dumps(out))
 asyncio.run(main())
 """
 
 
-def test_damage_met_while_out_of_open_files_says_so(tmp_path: Path) -> None:
+def test_running_out_of_open_files_is_a_passing_failure_not_damage(tmp_path: Path) -> None:
     # With a hard limit of 160 files, embedded Chroma's cache of loaded indexes outgrows the files left
     # within some 50 resources, and Chroma then reports the next index it cannot open in the words it
-    # uses for damaged files. The error must point at the limit, or the rebuild it starts meets it again.
+    # uses for damaged files. Dropping that collection would lose a healthy index and rebuild it into the
+    # same shortage: the call must fail like an unreachable server, say why, and leave every collection be.
     path = tmp_path / "chroma"
     done = _run_limited(_RUN_OUT_OF_FILES.replace("PATH", repr(str(path))), 160, 160)
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert out["damaged"] is not None, "160 open files were enough for 150 resources: nothing tested"
-    assert "Failed to apply logs" in out["reason"]
-    assert re.search(r"had \d+ of its 160 open files in use", out["reason"]), out["reason"]
-    assert "raise the open-file limit" in out["reason"]
+    failed = out["failed"]
+    assert failed is not None, "160 open files were enough for 150 resources: nothing tested"
+    assert not out["damaged"], out["message"]
+    assert (
+        "Failed to apply logs" in out["message"]
+        and f"resource 'r{failed}' cannot be opened now" in out["message"]
+    )
+    assert re.search(r"had \d+ of its 160 open files in use", out["message"]), out["message"]
+    assert "raise the open-file limit" in out["message"]
+    # Nothing was dropped, and the write retried once files are free again lands.
+    assert out["counts"] == {str(r): 3 for r in [*range(5), *range(failed - 5, failed + 1)]}
+    assert out["found"] == [f"m{failed}-1"]
 
 
 def test_the_default_cache_of_loaded_indexes_is_a_quarter_of_memory(monkeypatch: pytest.MonkeyPatch) -> None:
