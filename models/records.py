@@ -72,7 +72,8 @@ class IncludeWindow:
 class OutboxEntry:
     id: int
     message_id: str
-    previous_resource_id: str | None
+    previous_resource_id: str | None  # where the message was filed before the change (None: nowhere)
+    was_stored: bool  # whether it had a row then (entries queued before migration 0002 read False)
 
 
 @dataclass(slots=True)

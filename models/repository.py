@@ -110,11 +110,20 @@ def _row(m: MessageRecord) -> dict[str, Any]:
     }
 
 
-def _write_outbox(conn: Connection, items: Sequence[tuple[str, str | None]], now: int) -> None:
-    """Queues vector work for (message id, resource the message was filed under before, if any)."""
+def _write_outbox(conn: Connection, items: Sequence[tuple[str, MessageRecord | None]], now: int) -> None:
+    """Queues vector work for (message id, its row before this change, None for a new message)."""
     if items:
         conn.execute(
-            O.insert(), [{"message_id": m, "previous_resource_id": r, "created_at": now} for m, r in items]
+            O.insert(),
+            [
+                {
+                    "message_id": m,
+                    "previous_resource_id": None if before is None else before.resource_id,
+                    "was_stored": before is not None,
+                    "created_at": now,
+                }
+                for m, before in items
+            ],
         )
 
 
@@ -483,8 +492,7 @@ class Repository:
                 added=[(m.thread_id, m.resource_id) for m in last.values()],
             )
             if track_vectors:
-                resource_before = {i: m.resource_id for i, m in previous.items()}
-                _write_outbox(conn, [(i, resource_before.get(i)) for i in ids], now)
+                _write_outbox(conn, [(i, previous.get(i)) for i in ids], now)
             written = _select_messages(conn, ids)
             if owned_by is not None:
                 for rec in written.values():
@@ -565,7 +573,7 @@ class Repository:
                 threads = {m.thread_id for m in existing.values()}
                 conn.execute(update(T).where(T.c.id.in_(threads)).values(updated_at=now))
                 if track_vectors:
-                    _write_outbox(conn, [(m.id, m.resource_id) for m in existing.values()], now)
+                    _write_outbox(conn, [(m.id, m) for m in existing.values()], now)
             return list(existing.values())
 
         return await self._write_transaction(body)
@@ -616,7 +624,11 @@ class Repository:
         messages, read in one snapshot: an entry seen here describes a change these rows already show.
         `skip_resources`: leave out the entries of messages these resources hold now (a rebuild of
         theirs is under way); a deleted message's entry is never left out."""
-        stmt = select(O.c.id, O.c.message_id, O.c.previous_resource_id).order_by(O.c.id).limit(limit)
+        stmt = (
+            select(O.c.id, O.c.message_id, O.c.previous_resource_id, O.c.was_stored)
+            .order_by(O.c.id)
+            .limit(limit)
+        )
         if message_ids is not None:
             stmt = stmt.where(O.c.message_id.in_(list(message_ids)))
         if queued_before is not None:
@@ -635,7 +647,7 @@ class Repository:
                 # One read transaction (WAL: a snapshot that never waits for the writer), on a plain
                 # connection: one thread hop at most instead of one per statement through aiosqlite.
                 with _sqlite_transaction(conn, "BEGIN"):
-                    entries = [OutboxEntry(r[0], r[1], r[2]) for r in conn.execute(stmt)]
+                    entries = [OutboxEntry(r[0], r[1], r[2], bool(r[3])) for r in conn.execute(stmt)]
                     ids = list(dict.fromkeys(e.message_id for e in entries))
                     return entries, _select_messages(conn, ids)
 
@@ -644,7 +656,7 @@ class Repository:
         async with self.engine.connect() as conn:
             conn = await conn.execution_options(isolation_level="REPEATABLE READ")
             async with conn.begin():
-                entries = [OutboxEntry(r[0], r[1], r[2]) for r in await conn.execute(stmt)]
+                entries = [OutboxEntry(r[0], r[1], r[2], bool(r[3])) for r in await conn.execute(stmt)]
                 ids = list(dict.fromkeys(e.message_id for e in entries))
                 rows = await conn.run_sync(_select_messages, ids)
         return entries, rows
@@ -1254,11 +1266,7 @@ class Repository:
                     added=[(m.thread_id, m.resource_id) for m in write],
                 )
                 if track_vectors:
-                    _write_outbox(
-                        conn,
-                        [(m.id, stored[m.id].resource_id if m.id in stored else None) for m in write],
-                        now,
-                    )
+                    _write_outbox(conn, [(m.id, stored.get(m.id)) for m in write], now)
             inserted = sum(1 for m in write if m.id not in stored)
             return inserted, len(write) - inserted
 
@@ -1361,7 +1369,7 @@ class Repository:
             if messages:
                 conn.execute(delete(M).where(M.c.thread_id == thread_id))
                 if track_vectors:
-                    _write_outbox(conn, [(m.id, m.resource_id) for m in messages], now)
+                    _write_outbox(conn, [(m.id, m) for m in messages], now)
             # Rows stay (counts 0, versions bumped): a thread recreated under this id must not meet
             # count-cache entries of its predecessor.
             self._write_stats(conn, removed=[(m.thread_id, m.resource_id) for m in messages])
@@ -1499,7 +1507,7 @@ class Repository:
                     added=[(m.thread_id, m.resource_id) for m in after],
                 )
                 if track_vectors:
-                    _write_outbox(conn, [(m.id, before[m.id].resource_id) for m in after], now)
+                    _write_outbox(conn, [(m.id, before[m.id]) for m in after], now)
             stored = _select_messages(conn, [m.id for m in after])
             return before, [stored[m.id] for m in after if m.id in stored]
 

@@ -109,9 +109,10 @@ class VectorOutbox(SQLModel, table=True):
 
     id: int | None = Field(default=None, sa_column=Column(SeqType, primary_key=True, autoincrement=True))
     message_id: str = Field(sa_column=Column(String, nullable=False))
-    # The resource the message's vectors were filed under before this change ("" for none), so a
-    # move or a delete can clean up the old collection.
+    # Whether the message had a row before this change, and the resource it was filed under then (None:
+    # none), so a move or a delete can clean up the old collection; a new message has vectors nowhere.
     previous_resource_id: str | None = Field(default=None, sa_column=Column(String, nullable=True))
+    was_stored: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default="0"))
     created_at: int = Field(sa_column=Column(BigInteger, nullable=False))
 
 

@@ -800,12 +800,15 @@ def _stale_vectors(
     stale: dict[str | None, set[str]] = {}
     for entry in entries:
         current = rows.get(entry.message_id)
+        # A message stored without a resource had its vectors in the null resource's collection; an entry
+        # older than was_stored names no resource for those, nor for a new message.
+        filed = entry.was_stored or entry.previous_resource_id is not None
+        resources: set[str | None] = {entry.previous_resource_id} if filed else set()
         if current is None or embeddable_text(current) is None:
-            resources = {entry.previous_resource_id}
             if current is not None:
                 resources.add(current.resource_id)
-            for resource in resources:
-                stale.setdefault(resource, set()).add(entry.message_id)
-        elif entry.previous_resource_id is not None and entry.previous_resource_id != current.resource_id:
-            stale.setdefault(entry.previous_resource_id, set()).add(entry.message_id)
+        else:
+            resources.discard(current.resource_id)
+        for resource in resources:
+            stale.setdefault(resource, set()).add(entry.message_id)
     return stale

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from models.embedders import Embedding, EmbeddingError, embedding_text
-from models.records import MessageQuery
+from models.records import MessageQuery, MessageRecord
 from models.repository import Repository
 from models.vector_index import ChromaIndex, VectorIndexDamaged, VectorItem, collection_name
 from resolvers.auth import OPEN
@@ -87,8 +87,15 @@ class CountingIndex(ChromaIndex):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.upserts: list[int] = []  # vectors per call
+        self.deletes: list[list[str | None]] = []  # resources per delete_messages call
         self.write_gate = asyncio.Event()
         self.write_gate.set()
+
+    async def delete_messages(  # type: ignore[override]
+        self, message_ids: Sequence[str], resource_ids: Sequence[str | None]
+    ) -> None:
+        self.deletes.append(list(resource_ids))
+        await super().delete_messages(message_ids, resource_ids)
 
     async def upsert(self, items: Sequence[VectorItem]) -> None:  # type: ignore[override]
         items = list(items)
@@ -415,6 +422,58 @@ async def test_updates_and_deletes_go_through_the_pipeline_in_order(make: Any) -
     await setup.services.messages.delete([first], principal=OPEN)
     assert await setup.hits("zebra", thread_id, resource_id) == []
     assert await setup.index.count(resource_id) == 0
+
+
+async def test_a_message_moved_out_of_the_null_resource_takes_its_vectors_along(
+    make: Any, repository: Repository
+) -> None:
+    # Rows without a resource come from imports (Mastra's resourceId column may be NULL); their vectors
+    # live in the null resource's collection, and a move must take them out of it.
+    from resolvers.messages import MessagePatch
+
+    setup = make()
+    thread_id, resource_id = await new_thread(setup)
+    orphan = MessageRecord(
+        id=uid("m"),
+        thread_id=thread_id,
+        resource_id=None,
+        role="user",
+        type="v2",
+        created_at=1_000,
+        content={"format": 2, "parts": [{"type": "text", "text": "okapi"}]},
+    )
+    await repository.save_messages([orphan], now=1_000, track_vectors=True)
+    await setup.semantic.sync([orphan.id])
+    assert await setup.index.count(None) == 1
+
+    await setup.services.messages.update(
+        [MessagePatch(id=orphan.id, resource_id=resource_id)], principal=OPEN
+    )
+
+    assert await setup.index.count(None) == 0
+    assert await setup.hits("okapi", thread_id, resource_id) == [orphan.id]
+    # The thread's search reads both collections (the thread held a row without a resource): one hit.
+    found = await setup.semantic.search(
+        "okapi", thread_id=thread_id, resource_id=None, resource_scope=False, top_k=10
+    )
+    assert [h.message_id for h in found.hits] == [orphan.id]
+
+
+async def test_a_new_message_without_vectors_deletes_nothing_from_other_collections(make: Any) -> None:
+    setup = make()
+    thread_id, resource_id = await new_thread(setup)
+    await setup.services.messages.save(
+        [
+            MessageInput(
+                thread_id=thread_id,
+                resource_id=resource_id,
+                role="system",
+                content={"format": 2, "parts": [{"type": "text", "text": "be brief"}]},
+            )
+        ],
+        principal=OPEN,
+    )
+    assert None not in [r for call in setup.index.deletes for r in call]
 
 
 async def test_saved_messages_are_embedded_while_sql_is_read_and_sql_wins(make: Any) -> None:
