@@ -184,6 +184,9 @@ class MessageService:
                 raise BadUserInput(f"{where}.id must be a non-empty string when given.")
             if not m.role or not m.role.strip():
                 raise BadUserInput(f"{where}.role must be a non-empty string.")
+            # As on update: a blank resource would be one nobody can name in a recall ("" means none there).
+            if m.resource_id is not None and not m.resource_id.strip():
+                raise BadUserInput(f"{where}.resourceId must be a non-empty string when given.")
             _check_content(m.content, where)
             if principal.restricted:
                 principal.require_thread(owners.get(m.thread_id), m.thread_id)

@@ -356,6 +356,25 @@ async def test_update_messages_moves_between_threads(api: Api) -> None:
 
 
 @pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"threadId": " "}, "messages[1].threadId must be a non-empty string."),
+        ({"id": ""}, "messages[1].id must be a non-empty string when given."),
+        ({"role": ""}, "messages[1].role must be a non-empty string."),
+        ({"resourceId": ""}, "messages[1].resourceId must be a non-empty string when given."),
+        ({"resourceId": "  "}, "messages[1].resourceId must be a non-empty string when given."),
+        ({"content": "text"}, "messages[1].content must be an object"),
+    ],
+)
+async def test_save_messages_validation(api: Api, fields: dict[str, Any], message: str) -> None:
+    thread_id, _ = await new_thread(api)
+    good = text_message(thread_id=thread_id, id=f"{thread_id}-ok")
+    got = await error(api, SAVE, m=[good, {**text_message(thread_id=thread_id), **fields}])
+    assert got["extensions"]["code"] == "BAD_USER_INPUT" and message in got["message"]
+    assert await recall(api, thread_id) == []  # the valid message beside it is not saved either
+
+
+@pytest.mark.parametrize(
     ("items", "message"),
     [
         ([{"id": ""}], "messages[0].id must be a non-empty string."),
