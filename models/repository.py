@@ -641,6 +641,16 @@ class Repository:
             )
             owner = select(M.c.id).where(M.c.id == O.c.message_id, held)
             stmt = stmt.where(~owner.exists())
+
+        def rows_to_read(entries: list[OutboxEntry]) -> list[str]:
+            ids = [e.message_id for e in entries]
+            if message_ids is not None and len(entries) >= limit:
+                # The limit may have left some of these messages' entries unread (one message queued
+                # hundreds of times): their rows are read all the same, so that the request waiting for
+                # them gets their vectors, and the entries left wait for the drain.
+                ids.extend(message_ids)
+            return list(dict.fromkeys(ids))
+
         if self.read_engine is not None:
 
             def read(conn: Connection) -> tuple[list[OutboxEntry], dict[str, MessageRecord]]:
@@ -648,8 +658,7 @@ class Repository:
                 # connection: one thread hop at most instead of one per statement through aiosqlite.
                 with _sqlite_transaction(conn, "BEGIN"):
                     entries = [OutboxEntry(r[0], r[1], r[2], bool(r[3])) for r in conn.execute(stmt)]
-                    ids = list(dict.fromkeys(e.message_id for e in entries))
-                    return entries, _select_messages(conn, ids)
+                    return entries, _select_messages(conn, rows_to_read(entries))
 
             # Bounded: at most `limit` entries, looked up by message id, and as many message rows.
             return await self._read(read, bounded=message_ids is not None and 2 * limit <= _INLINE_ROWS)
@@ -657,8 +666,7 @@ class Repository:
             conn = await conn.execution_options(isolation_level="REPEATABLE READ")
             async with conn.begin():
                 entries = [OutboxEntry(r[0], r[1], r[2], bool(r[3])) for r in await conn.execute(stmt)]
-                ids = list(dict.fromkeys(e.message_id for e in entries))
-                rows = await conn.run_sync(_select_messages, ids)
+                rows = await conn.run_sync(_select_messages, rows_to_read(entries))
         return entries, rows
 
     async def outbox_release(self, message_ids: Sequence[str]) -> None:

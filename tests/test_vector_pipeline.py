@@ -150,6 +150,10 @@ async def make(repository: Repository, tmp_path: Path) -> AsyncIterator[Any]:
         await setup.semantic.aclose()
 
 
+def _text(text: str) -> dict[str, Any]:
+    return {"format": 2, "parts": [{"type": "text", "text": text}]}
+
+
 async def new_thread(setup: Setup) -> tuple[str, str]:
     thread_id, resource_id = uid("t"), uid("r")
     await setup.services.threads.create(resource_id=resource_id, thread_id=thread_id, principal=OPEN)
@@ -457,6 +461,31 @@ async def test_a_message_moved_out_of_the_null_resource_takes_its_vectors_along(
         "okapi", thread_id=thread_id, resource_id=None, resource_scope=False, top_k=10
     )
     assert [h.message_id for h in found.hits] == [orphan.id]
+
+
+async def test_a_message_queued_many_times_does_not_starve_the_others_of_its_save(
+    make: Any, repository: Repository
+) -> None:
+    # The pipeline reads a save's outbox entries under a limit (here max(4, 4 per message) = 8): a message
+    # with more entries queued than that must not keep the save's other messages from their vectors.
+    setup = make(drain_batch=4)
+    thread_id, resource_id = await new_thread(setup)
+    (busy,) = await setup.save(thread_id, resource_id, ["aardvark"])
+    stored = (await repository.get_messages([busy]))[busy]
+    for n in range(12):  # queued by writers whose pipeline never ran (crashed, another replica)
+        await repository.save_messages([replace(stored, created_at=n)], now=n, track_vectors=True)
+    assert await repository.outbox_backlog() == 12
+
+    other = uid("m")
+    await setup.services.messages.save(
+        [
+            MessageInput(id=i, thread_id=thread_id, role="user", content=_text(text))
+            for i, text in ((busy, "aardvark"), (other, "pangolin"))
+        ],
+        principal=OPEN,
+    )
+    assert await repository.outbox_backlog() > 0, "the limit was not reached: nothing tested"
+    assert other in await setup.hits("pangolin", thread_id, resource_id)
 
 
 async def test_a_new_message_without_vectors_deletes_nothing_from_other_collections(make: Any) -> None:
