@@ -15,7 +15,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
@@ -688,10 +688,31 @@ class Repository:
 
         return await self._write_transaction(body)
 
-    async def outbox_done(self, entry_ids: Sequence[int]) -> None:
-        if entry_ids:
-            stmt = delete(O).where(O.c.id.in_(list(entry_ids)))
-            await self._write_transaction(_one_statement(stmt))
+    async def outbox_done(
+        self, entry_ids: Sequence[int], written: Mapping[str, MessageRecord | None] | None = None
+    ) -> list[str]:
+        """Settles these entries once their vectors are written. `written`: the rows (None: no row) the
+        vectors were made from; a message whose row differs now is queued again, due at once, and its id
+        returned.
+
+        Another writer (a replica, the drain, a rebuild) may have written a newer version's vectors
+        between this writer's read and its write, and settled that version's entry: the index would
+        keep the older vectors with nothing queued to fix them. Any change committed after the read
+        below is written by its own writer after this one's write, so checking here is enough."""
+        written = written or {}
+        if not entry_ids and not written:
+            return []
+
+        def body(conn: Connection) -> list[str]:
+            current = _select_messages(conn, list(written))
+            changed = [i for i, row in written.items() if current.get(i) != row]
+            # Vectors of `row` are what the index may hold now: where a move or delete must clean up.
+            _write_outbox(conn, [(i, written[i]) for i in changed], 0)
+            if entry_ids:
+                conn.execute(delete(O).where(O.c.id.in_(list(entry_ids))))
+            return changed
+
+        return await self._write_transaction(body)
 
     async def outbox_backlog(self) -> int:
         async with self.engine.connect() as conn:

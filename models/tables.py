@@ -106,6 +106,9 @@ class VectorOutbox(SQLModel, table=True):
     change. Draining re-reads the message: present means (re)embed, gone means delete."""
 
     __tablename__ = "vector_outbox"
+    # Entries are settled by id, some time after they were read: an id SQLite handed out again once the
+    # table had emptied would settle a newer entry nobody has read.
+    __table_args__ = {"sqlite_autoincrement": True}
 
     id: int | None = Field(default=None, sa_column=Column(SeqType, primary_key=True, autoincrement=True))
     message_id: str = Field(sa_column=Column(String, nullable=False))

@@ -91,6 +91,7 @@ class _VectorWork:
     entry_ids: list[int]
     stale: dict[str | None, set[str]]  # per resource, messages whose vectors must go
     items: list[VectorItem]
+    written: dict[str, MessageRecord | None]  # the rows (None: gone) the work was made from
 
 
 @dataclass(slots=True)
@@ -282,11 +283,14 @@ class SemanticMemory:
         unchanged = {m.id for m in current if ahead and m.id in ahead and _same_vectors(ahead[m.id], m)}
         items = [item for item in embedded if item.message_id in unchanged]
         items.extend(await self._embed_messages([m for m in current if m.id not in unchanged]))
-        return _VectorWork([e.id for e in entries], _stale_vectors(entries, rows), items)
+        written = {i: rows.get(i) for i in [*(e.message_id for e in entries), *rows]}
+        return _VectorWork([e.id for e in entries], _stale_vectors(entries, rows), items, written)
 
-    async def _store(self, work: _VectorWork) -> None:
+    async def _store(self, work: _VectorWork, *, again: bool = True) -> None:
         """Stale vectors out, new ones in, then the entries settled (a crash before that repeats it).
-        A damaged collection is dropped (its rebuild queued) and the work written again on a new one."""
+        A damaged collection is dropped (its rebuild queued) and the work written again on a new one.
+        Messages SQL changed meanwhile are queued again (see Repository.outbox_done) and, unless `again`
+        is off, written again at once: another writer's newer vectors may just have been overwritten."""
         index = await self.index()
 
         async def write() -> None:
@@ -296,7 +300,13 @@ class SemanticMemory:
                 await index.upsert(work.items)
 
         await self._healing(write)
-        await self.repository.outbox_done(work.entry_ids)
+        changed = await self.repository.outbox_done(work.entry_ids, work.written)
+        if changed:
+            log.info(
+                "%d message(s) changed while their vectors were written; writing them again", len(changed)
+            )
+            if again:  # once: a message that changes faster than that is left to the drain
+                await self._store(await self._load(changed), again=False)
 
     async def _healing(self, call: Callable[[], Awaitable[T]], *, wait: bool = False) -> T:
         """Runs index calls; a damaged collection they meet is dropped (its rebuild from SQL queued)
@@ -584,8 +594,10 @@ class SemanticMemory:
             await index.drop(None if resource_id is None else [resource_id])
 
         async def embed(rows: list[MessageRecord]) -> Callable[[], Awaitable[None]] | None:
-            items = await self._embed_messages([m for m in rows if embeddable_text(m) is not None])
-            return partial(self._healing, partial(index.upsert, items)) if items else None
+            embeddable = [m for m in rows if embeddable_text(m) is not None]
+            items = await self._embed_messages(embeddable)
+            work = _VectorWork([], {}, items, {m.id: m for m in embeddable})
+            return partial(self._store, work) if items else None
 
         pages = self._messages_in_order(resource_id, batch=batch or self.pipeline_batch)
         done = await _overlapped(pages, embed, on_progress)

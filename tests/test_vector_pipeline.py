@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,7 @@ class CountingIndex(ChromaIndex):
         self.deletes: list[list[str | None]] = []  # resources per delete_messages call
         self.write_gate = asyncio.Event()
         self.write_gate.set()
+        self.hold_next: asyncio.Event | None = None  # the next upsert (only) waits for it
 
     async def delete_messages(  # type: ignore[override]
         self, message_ids: Sequence[str], resource_ids: Sequence[str | None]
@@ -100,6 +102,9 @@ class CountingIndex(ChromaIndex):
     async def upsert(self, items: Sequence[VectorItem]) -> None:  # type: ignore[override]
         items = list(items)
         self.upserts.append(len(items))
+        if self.hold_next is not None:
+            hold, self.hold_next = self.hold_next, None
+            await hold.wait()
         await self.write_gate.wait()
         await super().upsert(items)
 
@@ -486,6 +491,92 @@ async def test_a_message_queued_many_times_does_not_starve_the_others_of_its_sav
     )
     assert await repository.outbox_backlog() > 0, "the limit was not reached: nothing tested"
     assert other in await setup.hits("pangolin", thread_id, resource_id)
+
+
+async def test_outbox_ids_are_never_handed_out_again(make: Any, repository: Repository) -> None:
+    # A writer settles the entries it read by id: an emptied outbox must not give a new entry one of them.
+    setup = make()
+    thread_id, resource_id = await new_thread(setup)
+    (mid,) = await setup.save(thread_id, resource_id, ["giraffe"])
+    stored = (await repository.get_messages([mid]))[mid]
+    seen: list[int] = []
+    for n in range(3):
+        await repository.save_messages([stored], now=n, track_vectors=True)
+        entries, _ = await repository.outbox_snapshot(message_ids=[mid])
+        seen.extend(e.id for e in entries)
+        await repository.outbox_done([e.id for e in entries])
+        assert await repository.outbox_backlog() == 0
+    assert len(seen) == 3 and seen == sorted(set(seen)), seen
+
+
+async def held_write(
+    setup: Setup, start: Callable[[], Awaitable[Any]]
+) -> tuple[asyncio.Event, asyncio.Task[Any]]:
+    """Starts `start` with the index's next upsert held; returns once that upsert is waiting."""
+    hold = asyncio.Event()
+    setup.index.hold_next = hold
+    before = len(setup.index.upserts)
+    task = asyncio.ensure_future(start())
+
+    async def waiting() -> bool:
+        assert not task.done(), task
+        return len(setup.index.upserts) > before
+
+    await eventually(waiting, timeout=10, what="the held upsert")
+    return hold, task
+
+
+@pytest.mark.parametrize("change", ["update", "delete"])
+async def test_a_late_drain_write_does_not_undo_a_newer_change(
+    make: Any, repository: Repository, change: str
+) -> None:
+    # The drain reads a message, and before its write lands the message changes again and the pipeline
+    # writes (or deletes) that version's vectors and settles the outbox. The drain's late write must not
+    # be the index's last word.
+    from resolvers.messages import MessagePatch
+
+    setup = make()
+    thread_id, resource_id = await new_thread(setup)
+    (mid,) = await setup.save(thread_id, resource_id, ["giraffe"])
+    stored = (await repository.get_messages([mid]))[mid]
+    # Queued by a writer whose own vector write never ran (a crash): the drain's work.
+    await repository.save_messages([replace(stored, content=_text("zebra"))], now=1, track_vectors=True)
+    hold, drain = await held_write(setup, setup.semantic.drain)
+
+    if change == "update":
+        await setup.services.messages.update([MessagePatch(id=mid, content=_text("okapi"))], principal=OPEN)
+    else:
+        await setup.services.messages.delete([mid], principal=OPEN)
+    hold.set()
+    await drain
+
+    assert await repository.outbox_backlog() == 0
+    if change == "update":
+        found = await setup.semantic.search(
+            "okapi", thread_id=thread_id, resource_id=resource_id, resource_scope=True, top_k=5
+        )
+        assert [(h.message_id, round(h.score, 6)) for h in found.hits] == [(mid, 1.0)]
+    else:
+        assert await setup.index.count(resource_id) == 0
+
+
+async def test_a_late_reindex_write_does_not_undo_a_newer_change(make: Any, repository: Repository) -> None:
+    from resolvers.messages import MessagePatch
+
+    setup = make()
+    thread_id, resource_id = await new_thread(setup)
+    (mid,) = await setup.save(thread_id, resource_id, ["giraffe"])
+    hold, reindex = await held_write(setup, partial(setup.semantic.reindex, resource_id=resource_id))
+
+    await setup.services.messages.update([MessagePatch(id=mid, content=_text("okapi"))], principal=OPEN)
+    hold.set()
+    assert await reindex == 1
+
+    found = await setup.semantic.search(
+        "okapi", thread_id=thread_id, resource_id=resource_id, resource_scope=True, top_k=5
+    )
+    assert [(h.message_id, round(h.score, 6)) for h in found.hits] == [(mid, 1.0)]
+    assert await repository.outbox_backlog() == 0
 
 
 async def test_a_new_message_without_vectors_deletes_nothing_from_other_collections(make: Any) -> None:
