@@ -3,7 +3,7 @@
     python benchmarks/write_latency.py [--calls 150]
 
 Each write (a thread update, a working-memory update, an update and a delete of 2 messages, an outbox
-settle) runs --calls times, one after another, on a fresh SQLite file; prints the median and p90 of each
+settle, plain and with a pipeline batch's rows checked) runs --calls times, one after another, on a fresh SQLite file; prints the median and p90 of each
 in ms. On SQLite a write transaction is one hop to the writer thread and back, its statements run there on
 a plain connection; before, each statement and fetch hopped through aiosqlite's thread on its own.
 """
@@ -28,7 +28,9 @@ from models.records import MessageRecord, ThreadRecord
 from models.repository import Repository
 
 
-def _writes(repository: Repository) -> dict[str, Callable[[int], Awaitable[Any]]]:
+def _writes(
+    repository: Repository, batch: dict[str, MessageRecord]
+) -> dict[str, Callable[[int], Awaitable[Any]]]:
     return {
         "thread update (title, metadata)": lambda n: repository.update_thread(
             "t", title=f"title {n}", metadata={"n": n}, now=10 + n
@@ -46,6 +48,10 @@ def _writes(repository: Repository) -> dict[str, Callable[[int], Awaitable[Any]]
             [f"m{2 * n}", f"m{2 * n + 1}"], now=10 + n, track_vectors=True
         ),
         "outbox settle (1 entry)": lambda n: repository.outbox_done([n + 1]),
+        # What the vector pipeline settles: its batch's rows are read again to see none changed.
+        f"outbox settle (1 entry, {len(batch)} rows checked)": lambda n: repository.outbox_done(
+            [4 * n + 1], batch
+        ),
     }
 
 
@@ -63,8 +69,11 @@ async def measure(calls: int, work: Path) -> dict[str, list[float]]:
             now=1,
             track_vectors=True,
         )
+        batch = [MessageRecord(f"b{i}", "t", "r", "user", "v2", i, content) for i in range(64)]
+        await repository.save_messages(batch, now=1)
+        stored = await repository.get_messages([m.id for m in batch])
         out: dict[str, list[float]] = {}
-        for name, write in _writes(repository).items():
+        for name, write in _writes(repository, dict(stored)).items():
             times = out.setdefault(name, [])
             for n in range(calls):
                 started = time.perf_counter()
