@@ -268,6 +268,9 @@ async def _serve_calls(conn: Connection, index: ChromaIndex) -> None:
         task = asyncio.create_task(run(call_id, method, args, kwargs))
         running.add(task)
         task.add_done_callback(running.discard)
+    # Writes under way end first (their answers go nowhere): closing gives up the directory's lock, and a
+    # new server could otherwise open it while this process still writes to it.
+    await asyncio.gather(*running, return_exceptions=True)
     await index.aclose()
 
 

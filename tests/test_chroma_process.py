@@ -185,6 +185,31 @@ async def test_the_child_exits_when_its_parent_dies(tmp_path: Path) -> None:
             parent.stdout.close()
 
 
+async def test_a_parent_gone_mid_write_lets_the_write_end_before_the_index_closes() -> None:
+    # A unit test of the child's loop, with a stand-in index: closing the real one gives up the
+    # directory's lock, which a write still running in this process must not outlive.
+    from multiprocessing import Pipe
+
+    from models.chroma_process import _dumps, _serve_calls
+
+    events: list[str] = []
+
+    class SlowIndex:
+        async def upsert(self, items: list[object]) -> None:
+            events.append("write started")
+            await asyncio.sleep(0.3)
+            events.append("write ended")
+
+        async def aclose(self) -> None:
+            events.append("closed")
+
+    parent, child = Pipe()
+    parent.send_bytes(_dumps((1, "upsert", ([],), {})))
+    parent.close()  # the parent dies with the write sent
+    await asyncio.wait_for(_serve_calls(child, SlowIndex()), 10)  # type: ignore[arg-type]
+    assert events == ["write started", "write ended", "closed"]
+
+
 def test_serve_refuses_several_workers_on_the_embedded_directory(tmp_path: Path) -> None:
     # Each worker would open the directory, which Chroma's PersistentClient does not allow safely.
     env = {
