@@ -576,22 +576,25 @@ class SemanticMemory:
         self,
         *,
         resource_id: str | None = None,
+        without_resource: bool = False,
         batch: int | None = None,
         on_progress: Callable[[int], None] | None = None,
         rebuild: bool = False,
     ) -> int:
-        """Re-embeds every message (of one resource, or all) from SQL; returns how many were read. With
-        `rebuild`, the resource's collection (or every collection of this embedder) is dropped first, so
-        that the index ends holding exactly what SQL holds; searches of those resources find nothing
-        until their messages are written again. `on_progress(n)`: n more messages are in the index.
+        """Re-embeds every message (of one resource, those without one with `without_resource`, or all)
+        from SQL; returns how many were read. With `rebuild`, the resource's collection (or every
+        collection of this embedder) is dropped first, so that the index ends holding exactly what SQL
+        holds; searches of those resources find nothing until their messages are written again.
+        `on_progress(n)`: n more messages are in the index.
 
         A page (`batch`, by default the pipeline's batch) is read and embedded while the index writes the
         page before (reindex-2026-12-03.md, one resource of 4,000 chat messages: 641 messages/s in pages
         of 1,024, against 557/s one step at a time in pages of 256, as before; 91% of the embedder alone
         in calls of 1,024)."""
         index = await self.index()
+        one = resource_id is not None or without_resource
         if rebuild:
-            await index.drop(None if resource_id is None else [resource_id])
+            await index.drop([resource_id] if one else None)
 
         async def embed(rows: list[MessageRecord]) -> Callable[[], Awaitable[None]] | None:
             embeddable = [m for m in rows if embeddable_text(m) is not None]
@@ -599,7 +602,9 @@ class SemanticMemory:
             work = _VectorWork([], {}, items, {m.id: m for m in embeddable})
             return partial(self._store, work) if items else None
 
-        pages = self._messages_in_order(resource_id, batch=batch or self.pipeline_batch)
+        pages = self._messages_in_order(
+            resource_id, batch=batch or self.pipeline_batch, without_resource=without_resource
+        )
         done = await _overlapped(pages, embed, on_progress)
         # The rebuilds the pages started first: what one of them could not finish is the drain's.
         await self.rebuilt()
@@ -610,11 +615,13 @@ class SemanticMemory:
         self,
         *,
         resource_id: str | None = None,
+        without_resource: bool = False,
         on_progress: Callable[[int, int], None] | None = None,
     ) -> list[IndexCheck]:
-        """Compares the index with SQL, resource by resource (one, or every resource with messages or a
-        collection), once the outbox is drained: vectors missing, vectors that should not be there, and
-        vectors Chroma holds but its query cannot reach. `on_progress(done, total)` per resource.
+        """Compares the index with SQL, resource by resource (one, the null resource with
+        `without_resource`, or every resource with messages or a collection), once the outbox is
+        drained: vectors missing, vectors that should not be there, and vectors Chroma holds but its
+        query cannot reach. `on_progress(done, total)` per resource.
 
         Meant for a quiet index (the embedded one is only open to one process anyway): a save during the
         check can show up as missing or stray."""
@@ -625,7 +632,7 @@ class SemanticMemory:
         index = await self.index()
         resources = (
             [resource_id]
-            if resource_id is not None
+            if resource_id is not None or without_resource
             else list(
                 dict.fromkeys([*await self.repository.message_resource_ids(), *await index.resources()])
             )
@@ -681,11 +688,8 @@ class SemanticMemory:
         """Rebuilds (drop, then refill from SQL) the collections of the resources a check found wrong;
         returns those resources."""
         broken = [c.resource_id for c in checks if not c.ok]
-        if None in broken:  # messages without a resource: only a rebuild of everything reaches them
-            await self.reindex(rebuild=True)
-        else:
-            for resource in broken:
-                await self.reindex(resource_id=resource, rebuild=True)
+        for resource in broken:
+            await self.reindex(resource_id=resource, without_resource=resource is None, rebuild=True)
         return broken
 
     async def release(self, message_ids: Sequence[str]) -> None:

@@ -89,9 +89,14 @@ class CountingIndex(ChromaIndex):
         super().__init__(**kwargs)
         self.upserts: list[int] = []  # vectors per call
         self.deletes: list[list[str | None]] = []  # resources per delete_messages call
+        self.drops: list[list[str | None] | None] = []  # resources per drop call (None: all)
         self.write_gate = asyncio.Event()
         self.write_gate.set()
         self.hold_next: asyncio.Event | None = None  # the next upsert (only) waits for it
+
+    async def drop(self, resource_ids: Sequence[str | None] | None = None) -> int:
+        self.drops.append(None if resource_ids is None else list(resource_ids))
+        return await super().drop(resource_ids)
 
     async def delete_messages(  # type: ignore[override]
         self, message_ids: Sequence[str], resource_ids: Sequence[str | None]
@@ -577,6 +582,28 @@ async def test_a_late_reindex_write_does_not_undo_a_newer_change(make: Any, repo
     )
     assert [(h.message_id, round(h.score, 6)) for h in found.hits] == [(mid, 1.0)]
     assert await repository.outbox_backlog() == 0
+
+
+async def test_repairing_the_null_resource_rebuilds_its_collection_alone(
+    make: Any, repository: Repository
+) -> None:
+    setup = make()
+    thread_id, resource_id = await new_thread(setup)
+    (kept,) = await setup.save(thread_id, resource_id, ["giraffe"])
+    orphan = MessageRecord(uid("m"), thread_id, None, "user", "v2", 1_000, _text("okapi"))
+    await repository.save_messages([orphan], now=1_000, track_vectors=True)
+    await setup.semantic.sync([orphan.id])
+    # A vector SQL knows nothing of, among those of messages stored without a resource.
+    await setup.index.upsert([VectorItem("ghost", thread_id, None, 0, REF.embed("a ghost"))])
+
+    broken = [c for c in await setup.semantic.check() if not c.ok]
+    assert [(c.resource_id, c.stray) for c in broken] == [(None, ["ghost"])]
+    assert await setup.semantic.repair(broken) == [None]
+
+    assert setup.index.drops == [[None]]  # not every collection, as it used to be
+    again = await setup.semantic.check(without_resource=True)
+    assert [(c.resource_id, c.ok, c.vectors) for c in again] == [(None, True, 1)]
+    assert await setup.hits("giraffe", thread_id, resource_id) == [kept]
 
 
 async def test_a_new_message_without_vectors_deletes_nothing_from_other_collections(make: Any) -> None:

@@ -124,7 +124,12 @@ async def _check_index(settings: Settings, resource_id: str | None, repair: bool
         if not broken or not repair:
             return not broken
         repaired = await semantic.repair(broken)
-        again = [c for r in repaired for c in await semantic.check(resource_id=r) if not c.ok]
+        again = [
+            c
+            for r in repaired
+            for c in await semantic.check(resource_id=r, without_resource=r is None)
+            if not c.ok
+        ]
         print(  # noqa: T201
             f"rebuilt {len(repaired)} resource(s) from the database; {len(again)} still not in line with it"
         )
