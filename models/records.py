@@ -73,7 +73,7 @@ class OutboxEntry:
     id: int
     message_id: str
     previous_resource_id: str | None  # where the message was filed before the change (None: nowhere)
-    was_stored: bool  # whether it had a row then (entries queued before migration 0002 read False)
+    was_stored: bool | None  # whether it had a row then (None: queued by code older than migration 0002)
 
 
 @dataclass(slots=True)

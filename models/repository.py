@@ -34,10 +34,10 @@ from sqlalchemy import (
     func,
     literal,
     literal_column,
-    null,
     or_,
     select,
     text,
+    true,
     tuple_,
     union_all,
     update,
@@ -657,7 +657,7 @@ class Repository:
                 # One read transaction (WAL: a snapshot that never waits for the writer), on a plain
                 # connection: one thread hop at most instead of one per statement through aiosqlite.
                 with _sqlite_transaction(conn, "BEGIN"):
-                    entries = [OutboxEntry(r[0], r[1], r[2], bool(r[3])) for r in conn.execute(stmt)]
+                    entries = [OutboxEntry(r[0], r[1], r[2], r[3]) for r in conn.execute(stmt)]
                     return entries, _select_messages(conn, rows_to_read(entries))
 
             # Bounded: at most `limit` entries, looked up by message id, and as many message rows.
@@ -665,7 +665,7 @@ class Repository:
         async with self.engine.connect() as conn:
             conn = await conn.execution_options(isolation_level="REPEATABLE READ")
             async with conn.begin():
-                entries = [OutboxEntry(r[0], r[1], r[2], bool(r[3])) for r in await conn.execute(stmt)]
+                entries = [OutboxEntry(r[0], r[1], r[2], r[3]) for r in await conn.execute(stmt)]
                 rows = await conn.run_sync(_select_messages, rows_to_read(entries))
         return entries, rows
 
@@ -680,8 +680,10 @@ class Repository:
         once; returns how many. A damaged collection is rebuilt from these entries, so the work
         survives a crash part-way through the rebuild."""
         owner = M.c.resource_id.is_(None) if resource_id is None else M.c.resource_id == resource_id
-        rows = select(M.c.id, null(), literal_column("0")).where(owner)
-        stmt = O.insert().from_select(["message_id", "previous_resource_id", "created_at"], rows)
+        # Each message as stored under its resource now: where its vectors are, if anywhere.
+        rows = select(M.c.id, M.c.resource_id, true(), literal_column("0")).where(owner)
+        columns = ["message_id", "previous_resource_id", "was_stored", "created_at"]
+        stmt = O.insert().from_select(columns, rows)
 
         def body(conn: Connection) -> int:
             return int(conn.execute(stmt).rowcount or 0)

@@ -115,7 +115,8 @@ class VectorOutbox(SQLModel, table=True):
     # Whether the message had a row before this change, and the resource it was filed under then (None:
     # none), so a move or a delete can clean up the old collection; a new message has vectors nowhere.
     previous_resource_id: str | None = Field(default=None, sa_column=Column(String, nullable=True))
-    was_stored: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default="0"))
+    # NULL: queued by code older than the column, which did not say.
+    was_stored: bool | None = Field(default=None, sa_column=Column(Boolean, nullable=True))
     created_at: int = Field(sa_column=Column(BigInteger, nullable=False))
 
 

@@ -816,9 +816,10 @@ def _stale_vectors(
     stale: dict[str | None, set[str]] = {}
     for entry in entries:
         current = rows.get(entry.message_id)
-        # A message stored without a resource had its vectors in the null resource's collection; an entry
-        # older than was_stored names no resource for those, nor for a new message.
-        filed = entry.was_stored or entry.previous_resource_id is not None
+        # A message stored without a resource had its vectors in the null resource's collection. An entry
+        # that does not say whether the message was stored (older code's) is read as older code did:
+        # stored, so a gone message is deleted from the null collection too.
+        filed = entry.was_stored is not False or entry.previous_resource_id is not None
         resources: set[str | None] = {entry.previous_resource_id} if filed else set()
         if current is None or embeddable_text(current) is None:
             if current is not None:

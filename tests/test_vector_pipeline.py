@@ -606,6 +606,30 @@ async def test_repairing_the_null_resource_rebuilds_its_collection_alone(
     assert await setup.hits("giraffe", thread_id, resource_id) == [kept]
 
 
+async def test_an_entry_queued_by_older_code_is_read_as_it_was_then(
+    make: Any, repository: Repository
+) -> None:
+    # Entries queued before migration 0002 (or by a replica older than it) do not say whether the
+    # message was stored: a deleted message's entry naming no resource must still clean the null
+    # collection, as it did then.
+    from models.tables import outbox_table
+
+    setup = make()
+    thread_id, _ = await new_thread(setup)
+    orphan = MessageRecord(uid("m"), thread_id, None, "user", "v2", 1_000, _text("okapi"))
+    await repository.save_messages([orphan], now=1_000, track_vectors=True)
+    await setup.semantic.sync([orphan.id])
+    assert await setup.index.count(None) == 1
+    await repository.delete_messages([orphan.id], now=2_000)
+    async with repository.engine.begin() as conn:
+        await conn.execute(
+            outbox_table.insert().values(message_id=orphan.id, previous_resource_id=None, created_at=0)
+        )
+
+    assert await setup.semantic.drain() == 1
+    assert await setup.index.count(None) == 0
+
+
 async def test_a_new_message_without_vectors_deletes_nothing_from_other_collections(make: Any) -> None:
     setup = make()
     thread_id, resource_id = await new_thread(setup)

@@ -1,8 +1,8 @@
 """vector_outbox.was_stored: whether the message had a row before the change
 
 A NULL previous_resource_id meant both "a new message" and "a message stored without a resource", so
-moving a message out of the null resource left its vectors there. Entries queued before this column
-read as False, which is what they meant before it.
+moving a message out of the null resource left its vectors there. The column is NULL for the entries
+queued before it (and by a replica older than it, during a rolling upgrade): read as they were then.
 
 Revision ID: 0002
 Revises: 0001
@@ -22,7 +22,7 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     with op.batch_alter_table("vector_outbox") as batch:
-        batch.add_column(sa.Column("was_stored", sa.Boolean(), server_default="0", nullable=False))
+        batch.add_column(sa.Column("was_stored", sa.Boolean(), nullable=True))
 
 
 def downgrade() -> None:
