@@ -70,7 +70,7 @@ class IncludeWindow:
 
 @dataclass(slots=True, frozen=True)
 class OutboxEntry:
-    id: int
+    id: int | None  # None: a change read to be applied, its entry left queued (see outbox_snapshot)
     message_id: str
     previous_resource_id: str | None  # where the message was filed before the change (None: nowhere)
     was_stored: bool | None  # whether it had a row then (None: queued by code older than migration 0002)

@@ -642,14 +642,23 @@ class Repository:
             owner = select(M.c.id).where(M.c.id == O.c.message_id, held)
             stmt = stmt.where(~owner.exists())
 
-        def rows_to_read(entries: list[OutboxEntry]) -> list[str]:
+        def snapshot(conn: Connection) -> tuple[list[OutboxEntry], dict[str, MessageRecord]]:
+            entries = [OutboxEntry(r[0], r[1], r[2], r[3]) for r in conn.execute(stmt)]
             ids = [e.message_id for e in entries]
             if message_ids is not None and len(entries) >= limit:
                 # The limit may have left some of these messages' entries unread (one message queued
-                # hundreds of times): their rows are read all the same, so that the request waiting for
-                # them gets their vectors, and the entries left wait for the drain.
-                ids.extend(message_ids)
-            return list(dict.fromkeys(ids))
+                # hundreds of times). The request waiting for them still gets their vectors, where
+                # their changes put them: their rows are read, and the places those entries say the
+                # messages were filed before; the entries themselves stay for the drain.
+                asked = list(message_ids)
+                places = (
+                    select(O.c.message_id, O.c.previous_resource_id, O.c.was_stored)
+                    .where(O.c.message_id.in_(asked), O.c.id > entries[-1].id)
+                    .distinct()
+                )
+                entries += [OutboxEntry(None, r[0], r[1], r[2]) for r in conn.execute(places)]
+                ids += asked
+            return entries, _select_messages(conn, list(dict.fromkeys(ids)))
 
         if self.read_engine is not None:
 
@@ -657,17 +666,14 @@ class Repository:
                 # One read transaction (WAL: a snapshot that never waits for the writer), on a plain
                 # connection: one thread hop at most instead of one per statement through aiosqlite.
                 with _sqlite_transaction(conn, "BEGIN"):
-                    entries = [OutboxEntry(r[0], r[1], r[2], r[3]) for r in conn.execute(stmt)]
-                    return entries, _select_messages(conn, rows_to_read(entries))
+                    return snapshot(conn)
 
             # Bounded: at most `limit` entries, looked up by message id, and as many message rows.
             return await self._read(read, bounded=message_ids is not None and 2 * limit <= _INLINE_ROWS)
         async with self.engine.connect() as conn:
             conn = await conn.execution_options(isolation_level="REPEATABLE READ")
             async with conn.begin():
-                entries = [OutboxEntry(r[0], r[1], r[2], r[3]) for r in await conn.execute(stmt)]
-                rows = await conn.run_sync(_select_messages, rows_to_read(entries))
-        return entries, rows
+                return await conn.run_sync(snapshot)
 
     async def outbox_release(self, message_ids: Sequence[str]) -> None:
         """Marks these messages' queued changes as due now (their request could not write them)."""

@@ -284,7 +284,8 @@ class SemanticMemory:
         items = [item for item in embedded if item.message_id in unchanged]
         items.extend(await self._embed_messages([m for m in current if m.id not in unchanged]))
         written = {i: rows.get(i) for i in [*(e.message_id for e in entries), *rows]}
-        return _VectorWork([e.id for e in entries], _stale_vectors(entries, rows), items, written)
+        entry_ids = [e.id for e in entries if e.id is not None]
+        return _VectorWork(entry_ids, _stale_vectors(entries, rows), items, written)
 
     async def _store(self, work: _VectorWork, *, again: bool = True) -> None:
         """Stale vectors out, new ones in, then the entries settled (a crash before that repeats it).
@@ -299,7 +300,17 @@ class SemanticMemory:
             if work.items:
                 await index.upsert(work.items)
 
-        await self._healing(write)
+        try:
+            await self._healing(write)
+        except BaseException:
+            # Part of the write may have landed before it failed (a delete, an upsert whose answer was
+            # lost), over a newer version another writer wrote and settled meanwhile: what changed since
+            # the read is queued again for the drain. The rest keeps its entries, or was written by
+            # whoever settled them; either way whatever landed of it was the current version.
+            with contextlib.suppress(Exception):
+                if changed := await asyncio.shield(self.repository.outbox_done([], work.written)):
+                    log.info("%d message(s) changed before a failed vector write; queued again", len(changed))
+            raise
         changed = await self.repository.outbox_done(work.entry_ids, work.written)
         if changed:
             log.info(

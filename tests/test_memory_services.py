@@ -46,7 +46,7 @@ class RecordingVectors:
     async def sync(self, message_ids: Sequence[str] | None = None) -> int:
         entries, rows = await self.repository.outbox_snapshot(message_ids=message_ids)
         self.seen.extend((e.message_id, e.previous_resource_id, e.message_id in rows) for e in entries)
-        await self.repository.outbox_done([e.id for e in entries])
+        await self.repository.outbox_done([e.id for e in entries if e.id is not None])
         return len(entries)
 
     async def release(self, message_ids: Sequence[str]) -> None:

@@ -24,7 +24,7 @@ import pytest
 from models.embedders import Embedding, EmbeddingError, embedding_text
 from models.records import MessageQuery, MessageRecord
 from models.repository import Repository
-from models.vector_index import ChromaIndex, VectorIndexDamaged, VectorItem, collection_name
+from models.vector_index import ChromaIndex, VectorIndexDamaged, VectorIndexError, VectorItem, collection_name
 from resolvers.auth import OPEN
 from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import Services
@@ -83,7 +83,9 @@ class GatedEmbedder:
 
 
 class CountingIndex(ChromaIndex):
-    """Counts its upserts; while `write_gate` is closed every upsert waits before it writes."""
+    """Counts its calls; while `write_gate` is closed every upsert waits before it writes; `hold_next`
+    and `hold_next_delete` hold the next call of their kind; `fail_next_upsert` makes the next upsert
+    raise after it has written (an answer lost with the Chroma process)."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -93,6 +95,9 @@ class CountingIndex(ChromaIndex):
         self.write_gate = asyncio.Event()
         self.write_gate.set()
         self.hold_next: asyncio.Event | None = None  # the next upsert (only) waits for it
+        self.hold_next_delete: asyncio.Event | None = None  # the next delete_messages waits for it
+        self.deleting = asyncio.Event()  # set once a held delete waits
+        self.fail_next_upsert = False
 
     async def drop(self, resource_ids: Sequence[str | None] | None = None) -> int:
         self.drops.append(None if resource_ids is None else list(resource_ids))
@@ -102,6 +107,10 @@ class CountingIndex(ChromaIndex):
         self, message_ids: Sequence[str], resource_ids: Sequence[str | None]
     ) -> None:
         self.deletes.append(list(resource_ids))
+        if self.hold_next_delete is not None:
+            hold, self.hold_next_delete = self.hold_next_delete, None
+            self.deleting.set()
+            await hold.wait()
         await super().delete_messages(message_ids, resource_ids)
 
     async def upsert(self, items: Sequence[VectorItem]) -> None:  # type: ignore[override]
@@ -112,6 +121,9 @@ class CountingIndex(ChromaIndex):
             await hold.wait()
         await self.write_gate.wait()
         await super().upsert(items)
+        if self.fail_next_upsert:
+            self.fail_next_upsert = False
+            raise VectorIndexError("the Chroma process exited")
 
 
 class Setup:
@@ -508,8 +520,9 @@ async def test_outbox_ids_are_never_handed_out_again(make: Any, repository: Repo
     for n in range(3):
         await repository.save_messages([stored], now=n, track_vectors=True)
         entries, _ = await repository.outbox_snapshot(message_ids=[mid])
-        seen.extend(e.id for e in entries)
-        await repository.outbox_done([e.id for e in entries])
+        ids = [e.id for e in entries if e.id is not None]
+        seen.extend(ids)
+        await repository.outbox_done(ids)
         assert await repository.outbox_backlog() == 0
     assert len(seen) == 3 and seen == sorted(set(seen)), seen
 
@@ -563,6 +576,62 @@ async def test_a_late_drain_write_does_not_undo_a_newer_change(
         assert [(h.message_id, round(h.score, 6)) for h in found.hits] == [(mid, 1.0)]
     else:
         assert await setup.index.count(resource_id) == 0
+
+
+async def test_a_late_write_that_fails_after_landing_does_not_undo_a_newer_change(
+    make: Any, repository: Repository
+) -> None:
+    # As above, but the drain's late upsert lands and then reports a failure: its entries are gone
+    # (the pipeline settled them), so unless the failure queues the changed message again, nothing would.
+    from resolvers.messages import MessagePatch
+
+    setup = make()
+    thread_id, resource_id = await new_thread(setup)
+    (mid,) = await setup.save(thread_id, resource_id, ["giraffe"])
+    stored = (await repository.get_messages([mid]))[mid]
+    await repository.save_messages([replace(stored, content=_text("zebra"))], now=1, track_vectors=True)
+    hold, drain = await held_write(setup, setup.semantic.drain)
+    await setup.services.messages.update([MessagePatch(id=mid, content=_text("okapi"))], principal=OPEN)
+    setup.index.fail_next_upsert = True
+    hold.set()
+    with pytest.raises(VectorIndexError):
+        await drain
+
+    assert await setup.semantic.drain() == 1
+    found = await setup.semantic.search(
+        "okapi", thread_id=thread_id, resource_id=resource_id, resource_scope=True, top_k=5
+    )
+    assert [(h.message_id, round(h.score, 6)) for h in found.hits] == [(mid, 1.0)]
+
+
+async def test_a_late_move_that_fails_after_its_delete_does_not_lose_the_vectors(
+    make: Any, repository: Repository
+) -> None:
+    # The drain takes a move r1 -> r2 and is held just before it deletes from r1; meanwhile the message
+    # moves back to r1 and the pipeline writes it there. The drain's delete then removes those vectors,
+    # and its upsert into r2 fails: the message must still end with its vectors in r1 alone.
+    from resolvers.messages import MessagePatch
+
+    setup = make()
+    thread_id, r1 = await new_thread(setup)
+    r2 = uid("r")
+    (mid,) = await setup.save(thread_id, r1, ["giraffe"])
+    stored = (await repository.get_messages([mid]))[mid]
+    await repository.save_messages([replace(stored, resource_id=r2)], now=1, track_vectors=True)
+    hold = asyncio.Event()
+    setup.index.hold_next_delete = hold
+    drain = asyncio.ensure_future(setup.semantic.drain())
+    await asyncio.wait_for(setup.index.deleting.wait(), 10)
+    await setup.services.messages.update([MessagePatch(id=mid, resource_id=r1)], principal=OPEN)
+    assert (await setup.index.count(r1), await setup.index.count(r2)) == (1, 0)
+    setup.index.fail_next_upsert = True  # it lands in r2, then fails
+    hold.set()
+    with pytest.raises(VectorIndexError):
+        await drain
+
+    await setup.semantic.drain()
+    assert (await setup.index.count(r1), await setup.index.count(r2)) == (1, 0)
+    assert await setup.hits("giraffe", thread_id, r1) == [mid]
 
 
 async def test_a_late_reindex_write_does_not_undo_a_newer_change(make: Any, repository: Repository) -> None:
@@ -628,6 +697,35 @@ async def test_an_entry_queued_by_older_code_is_read_as_it_was_then(
 
     assert await setup.semantic.drain() == 1
     assert await setup.index.count(None) == 0
+
+
+async def test_a_save_past_the_outbox_limit_still_cleans_up_where_its_messages_were(
+    make: Any, repository: Repository
+) -> None:
+    # As above, and both messages move to another resource in that save: the entry of the one whose
+    # entries lie past the limit is not read, yet its vectors must leave the old resource's collection
+    # before the save answers, or a search of the thread finds it twice.
+    setup = make(drain_batch=4)
+    thread_id, r1 = await new_thread(setup)
+    (busy,) = await setup.save(thread_id, r1, ["aardvark"])
+    (other,) = await setup.save(thread_id, r1, ["pangolin"])
+    stored = (await repository.get_messages([busy]))[busy]
+    for n in range(12):
+        await repository.save_messages([replace(stored, created_at=n)], now=n, track_vectors=True)
+    r2 = uid("r")
+    await setup.services.messages.save(
+        [
+            MessageInput(id=i, thread_id=thread_id, resource_id=r2, role="user", content=_text(text))
+            for i, text in ((busy, "aardvark"), (other, "pangolin"))
+        ],
+        principal=OPEN,
+    )
+    assert await repository.outbox_backlog() > 0, "the limit was not reached: nothing tested"
+    assert (await setup.index.count(r1), await setup.index.count(r2)) == (0, 2)
+    found = await setup.semantic.search(
+        "pangolin", thread_id=thread_id, resource_id=None, resource_scope=False, top_k=10
+    )
+    assert sorted(h.message_id for h in found.hits) == sorted([busy, other])
 
 
 async def test_a_new_message_without_vectors_deletes_nothing_from_other_collections(make: Any) -> None:
