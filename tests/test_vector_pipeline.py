@@ -485,31 +485,6 @@ async def test_a_message_moved_out_of_the_null_resource_takes_its_vectors_along(
     assert [h.message_id for h in found.hits] == [orphan.id]
 
 
-async def test_a_message_queued_many_times_does_not_starve_the_others_of_its_save(
-    make: Any, repository: Repository
-) -> None:
-    # The pipeline reads a save's outbox entries under a limit (here max(4, 4 per message) = 8): a message
-    # with more entries queued than that must not keep the save's other messages from their vectors.
-    setup = make(drain_batch=4)
-    thread_id, resource_id = await new_thread(setup)
-    (busy,) = await setup.save(thread_id, resource_id, ["aardvark"])
-    stored = (await repository.get_messages([busy]))[busy]
-    for n in range(12):  # queued by writers whose pipeline never ran (crashed, another replica)
-        await repository.save_messages([replace(stored, created_at=n)], now=n, track_vectors=True)
-    assert await repository.outbox_backlog() == 12
-
-    other = uid("m")
-    await setup.services.messages.save(
-        [
-            MessageInput(id=i, thread_id=thread_id, role="user", content=_text(text))
-            for i, text in ((busy, "aardvark"), (other, "pangolin"))
-        ],
-        principal=OPEN,
-    )
-    assert await repository.outbox_backlog() > 0, "the limit was not reached: nothing tested"
-    assert other in await setup.hits("pangolin", thread_id, resource_id)
-
-
 async def test_outbox_ids_are_never_handed_out_again(make: Any, repository: Repository) -> None:
     # A writer settles the entries it read by id: an emptied outbox must not give a new entry one of them.
     setup = make()
@@ -544,6 +519,27 @@ async def held_write(
     return hold, task
 
 
+async def drain_held_over_an_older_version(
+    setup: Setup, repository: Repository
+) -> tuple[str, str, str, asyncio.Event, asyncio.Task[Any]]:
+    """A message saved as "giraffe", then changed to "zebra" by a writer whose own vector write never ran
+    (a crash): the drain takes that work and is held just before its upsert. Returns the thread, the
+    resource, the message, the hold and the drain."""
+    thread_id, resource_id = await new_thread(setup)
+    (mid,) = await setup.save(thread_id, resource_id, ["giraffe"])
+    stored = (await repository.get_messages([mid]))[mid]
+    await repository.save_messages([replace(stored, content=_text("zebra"))], now=1, track_vectors=True)
+    hold, drain = await held_write(setup, setup.semantic.drain)
+    return thread_id, resource_id, mid, hold, drain
+
+
+async def scored_hits(setup: Setup, text: str, thread_id: str, resource_id: str) -> list[tuple[str, float]]:
+    found = await setup.semantic.search(
+        text, thread_id=thread_id, resource_id=resource_id, resource_scope=True, top_k=5
+    )
+    return [(h.message_id, round(h.score, 6)) for h in found.hits]
+
+
 @pytest.mark.parametrize("change", ["update", "delete"])
 async def test_a_late_drain_write_does_not_undo_a_newer_change(
     make: Any, repository: Repository, change: str
@@ -554,12 +550,7 @@ async def test_a_late_drain_write_does_not_undo_a_newer_change(
     from resolvers.messages import MessagePatch
 
     setup = make()
-    thread_id, resource_id = await new_thread(setup)
-    (mid,) = await setup.save(thread_id, resource_id, ["giraffe"])
-    stored = (await repository.get_messages([mid]))[mid]
-    # Queued by a writer whose own vector write never ran (a crash): the drain's work.
-    await repository.save_messages([replace(stored, content=_text("zebra"))], now=1, track_vectors=True)
-    hold, drain = await held_write(setup, setup.semantic.drain)
+    thread_id, resource_id, mid, hold, drain = await drain_held_over_an_older_version(setup, repository)
 
     if change == "update":
         await setup.services.messages.update([MessagePatch(id=mid, content=_text("okapi"))], principal=OPEN)
@@ -570,10 +561,7 @@ async def test_a_late_drain_write_does_not_undo_a_newer_change(
 
     assert await repository.outbox_backlog() == 0
     if change == "update":
-        found = await setup.semantic.search(
-            "okapi", thread_id=thread_id, resource_id=resource_id, resource_scope=True, top_k=5
-        )
-        assert [(h.message_id, round(h.score, 6)) for h in found.hits] == [(mid, 1.0)]
+        assert await scored_hits(setup, "okapi", thread_id, resource_id) == [(mid, 1.0)]
     else:
         assert await setup.index.count(resource_id) == 0
 
@@ -586,11 +574,7 @@ async def test_a_late_write_that_fails_after_landing_does_not_undo_a_newer_chang
     from resolvers.messages import MessagePatch
 
     setup = make()
-    thread_id, resource_id = await new_thread(setup)
-    (mid,) = await setup.save(thread_id, resource_id, ["giraffe"])
-    stored = (await repository.get_messages([mid]))[mid]
-    await repository.save_messages([replace(stored, content=_text("zebra"))], now=1, track_vectors=True)
-    hold, drain = await held_write(setup, setup.semantic.drain)
+    thread_id, resource_id, mid, hold, drain = await drain_held_over_an_older_version(setup, repository)
     await setup.services.messages.update([MessagePatch(id=mid, content=_text("okapi"))], principal=OPEN)
     setup.index.fail_next_upsert = True
     hold.set()
@@ -598,10 +582,7 @@ async def test_a_late_write_that_fails_after_landing_does_not_undo_a_newer_chang
         await drain
 
     assert await setup.semantic.drain() == 1
-    found = await setup.semantic.search(
-        "okapi", thread_id=thread_id, resource_id=resource_id, resource_scope=True, top_k=5
-    )
-    assert [(h.message_id, round(h.score, 6)) for h in found.hits] == [(mid, 1.0)]
+    assert await scored_hits(setup, "okapi", thread_id, resource_id) == [(mid, 1.0)]
 
 
 async def test_a_late_move_that_fails_after_its_delete_does_not_lose_the_vectors(
@@ -646,10 +627,7 @@ async def test_a_late_reindex_write_does_not_undo_a_newer_change(make: Any, repo
     hold.set()
     assert await reindex == 1
 
-    found = await setup.semantic.search(
-        "okapi", thread_id=thread_id, resource_id=resource_id, resource_scope=True, top_k=5
-    )
-    assert [(h.message_id, round(h.score, 6)) for h in found.hits] == [(mid, 1.0)]
+    assert await scored_hits(setup, "okapi", thread_id, resource_id) == [(mid, 1.0)]
     assert await repository.outbox_backlog() == 0
 
 
@@ -699,33 +677,38 @@ async def test_an_entry_queued_by_older_code_is_read_as_it_was_then(
     assert await setup.index.count(None) == 0
 
 
-async def test_a_save_past_the_outbox_limit_still_cleans_up_where_its_messages_were(
-    make: Any, repository: Repository
+@pytest.mark.parametrize("move", [False, True], ids=["stay", "move"])
+async def test_a_save_past_its_outbox_limit_writes_all_its_messages(
+    make: Any, repository: Repository, move: bool
 ) -> None:
-    # As above, and both messages move to another resource in that save: the entry of the one whose
-    # entries lie past the limit is not read, yet its vectors must leave the old resource's collection
-    # before the save answers, or a search of the thread finds it twice.
+    # The pipeline reads a save's outbox entries under a limit (here max(4, 4 per message) = 8): a message
+    # with more entries queued than that must not keep the save's other messages from their vectors, nor,
+    # when the save moves them to another resource, leave their old vectors behind before it answers
+    # (a search of the thread would find them twice).
     setup = make(drain_batch=4)
     thread_id, r1 = await new_thread(setup)
     (busy,) = await setup.save(thread_id, r1, ["aardvark"])
-    (other,) = await setup.save(thread_id, r1, ["pangolin"])
+    other = (await setup.save(thread_id, r1, ["pangolin"]))[0] if move else uid("m")
     stored = (await repository.get_messages([busy]))[busy]
-    for n in range(12):
+    for n in range(12):  # queued by writers whose pipeline never ran (crashed, another replica)
         await repository.save_messages([replace(stored, created_at=n)], now=n, track_vectors=True)
-    r2 = uid("r")
+    target = uid("r") if move else None
     await setup.services.messages.save(
         [
-            MessageInput(id=i, thread_id=thread_id, resource_id=r2, role="user", content=_text(text))
+            MessageInput(id=i, thread_id=thread_id, resource_id=target, role="user", content=_text(text))
             for i, text in ((busy, "aardvark"), (other, "pangolin"))
         ],
         principal=OPEN,
     )
+
     assert await repository.outbox_backlog() > 0, "the limit was not reached: nothing tested"
-    assert (await setup.index.count(r1), await setup.index.count(r2)) == (0, 2)
-    found = await setup.semantic.search(
-        "pangolin", thread_id=thread_id, resource_id=None, resource_scope=False, top_k=10
-    )
-    assert sorted(h.message_id for h in found.hits) == sorted([busy, other])
+    assert other in await setup.hits("pangolin", thread_id, target or r1)
+    if target is not None:
+        assert (await setup.index.count(r1), await setup.index.count(target)) == (0, 2)
+        found = await setup.semantic.search(
+            "pangolin", thread_id=thread_id, resource_id=None, resource_scope=False, top_k=10
+        )
+        assert sorted(h.message_id for h in found.hits) == sorted([busy, other])
 
 
 async def test_a_new_message_without_vectors_deletes_nothing_from_other_collections(make: Any) -> None:
