@@ -3,9 +3,10 @@
     python benchmarks/write_latency.py [--calls 150]
 
 Each write (a thread update, a working-memory update, an update and a delete of 2 messages, an outbox
-settle, plain and with a pipeline batch's rows checked) runs --calls times, one after another, on a fresh SQLite file; prints the median and p90 of each
-in ms. On SQLite a write transaction is one hop to the writer thread and back, its statements run there on
-a plain connection; before, each statement and fetch hopped through aiosqlite's thread on its own.
+settle, plain and with a pipeline batch's rows checked) runs --calls times, one after another, on a fresh
+SQLite file; prints the median and p90 of each in ms. On SQLite a write transaction is one hop to the
+writer thread and back, its statements run there on a plain connection; before, each statement and fetch
+hopped through aiosqlite's thread on its own.
 """
 
 from __future__ import annotations
