@@ -283,7 +283,7 @@ class SemanticMemory:
         unchanged = {m.id for m in current if ahead and m.id in ahead and _same_vectors(ahead[m.id], m)}
         items = [item for item in embedded if item.message_id in unchanged]
         items.extend(await self._embed_messages([m for m in current if m.id not in unchanged]))
-        written = {i: rows.get(i) for i in [*(e.message_id for e in entries), *rows]}
+        written: dict[str, MessageRecord | None] = {e.message_id: None for e in entries} | rows
         entry_ids = [e.id for e in entries if e.id is not None]
         return _VectorWork(entry_ids, _stale_vectors(entries, rows), items, written)
 

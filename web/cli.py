@@ -33,14 +33,38 @@ def _apply_overrides(args: argparse.Namespace) -> Settings:
     return get_settings()
 
 
-async def _migrate(settings: Settings) -> list[str]:
+def _create_engine(settings: Settings) -> AsyncEngine:
     from models.db import create_engine, is_sqlite
-    from models.migrate import pending_revisions, upgrade
 
     url = settings.resolved_database_url
-    if is_sqlite(url):
+    if is_sqlite(url):  # a first command on a fresh machine may come before the server ever ran
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url)
+    return create_engine(url)
+
+
+@contextlib.asynccontextmanager
+async def _repository(settings: Settings) -> AsyncIterator[Repository]:
+    """The configured database (migrated unless RECALLQL_AUTO_MIGRATE=false), closed on the way out."""
+    from models.migrate import upgrade
+    from models.repository import Repository
+
+    engine = _create_engine(settings)
+    try:
+        if settings.auto_migrate:
+            await upgrade(engine)
+        repository = Repository(engine)
+        try:
+            yield repository
+        finally:
+            repository.close()
+    finally:
+        await engine.dispose()
+
+
+async def _migrate(settings: Settings) -> list[str]:
+    from models.migrate import pending_revisions, upgrade
+
+    engine = _create_engine(settings)
     try:
         pending = await pending_revisions(engine)
         await upgrade(engine)
@@ -63,8 +87,7 @@ async def _semantic_memory(settings: Settings, command: str) -> AsyncIterator[Se
     from models.vector_index import VectorIndexError
     from web.wiring import build_semantic
 
-    engine, repository = await _open_repository(settings)
-    try:
+    async with _repository(settings) as repository:
         semantic = build_semantic(settings, repository)
         if semantic is None:
             why = (
@@ -78,8 +101,6 @@ async def _semantic_memory(settings: Settings, command: str) -> AsyncIterator[Se
             raise SystemExit(f"{command}: {exc}") from None
         finally:
             await semantic.aclose()
-    finally:
-        await engine.dispose()
 
 
 def _progress(label: str) -> Progress:
@@ -234,31 +255,17 @@ class _ProgressBars:
         self.progress.advance(self.tasks[kind], n)
 
 
-async def _open_repository(settings: Settings) -> tuple[AsyncEngine, Repository]:
-    from models.db import create_engine, is_sqlite
-    from models.migrate import upgrade
-    from models.repository import Repository
-
-    url = settings.resolved_database_url
-    if is_sqlite(url):  # a first command on a fresh machine may come before the server ever ran
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url)
-    try:
-        if settings.auto_migrate:
-            await upgrade(engine)
-    except BaseException:
-        await engine.dispose()
-        raise
-    return engine, Repository(engine)
-
-
 async def _import(settings: Settings, args: argparse.Namespace) -> list[str]:
+    if args.batch_size < 1:
+        raise SystemExit("import: --batch-size must be at least 1")
+    async with _repository(settings) as repository:
+        return await _import_into(repository, settings, args)
+
+
+async def _import_into(repository: Repository, settings: Settings, args: argparse.Namespace) -> list[str]:
     from models.mastra_source import MastraSourceError, open_mastra_source
     from resolvers.transfer import TransferError, embed_pending, import_jsonl, import_mastra
 
-    if args.batch_size < 1:
-        raise SystemExit("import: --batch-size must be at least 1")
-    engine, repository = await _open_repository(settings)
     semantic = None
     if not args.no_embed:
         from web.wiring import build_semantic  # loads the vector store client: only when it is needed
@@ -308,7 +315,6 @@ async def _import(settings: Settings, args: argparse.Namespace) -> list[str]:
     finally:
         if semantic is not None:
             await semantic.aclose()
-        await engine.dispose()
     if args.no_embed:
         notes.append("vectors not built (--no-embed): run `recallql reindex` for semantic recall")
     elif semantic is None:
@@ -326,24 +332,23 @@ def cmd_import(args: argparse.Namespace) -> int:
 async def _export(settings: Settings, args: argparse.Namespace) -> dict[str, int]:
     from resolvers.transfer import export_jsonl
 
-    engine, repository = await _open_repository(settings)
-    target = None if args.out in (None, "-") else Path(args.out)
-    # A file is written aside and renamed at the end: a failed export never leaves a truncated file.
-    partial = None if target is None else target.with_name(target.name + ".partial")
-    out = sys.stdout.buffer if partial is None else partial.open("wb")
-    try:
-        bars = _ProgressBars()
-        with bars.progress:
-            counts = await export_jsonl(repository, out.write, resource_id=args.resource, progress=bars)
-        out.flush()
-        if partial is not None and target is not None:
-            out.close()
-            partial.replace(target)
-    finally:
-        if partial is not None:
-            out.close()
-            partial.unlink(missing_ok=True)
-        await engine.dispose()
+    async with _repository(settings) as repository:
+        target = None if args.out in (None, "-") else Path(args.out)
+        # A file is written aside and renamed at the end: a failed export never leaves a truncated file.
+        partial = None if target is None else target.with_name(target.name + ".partial")
+        out = sys.stdout.buffer if partial is None else partial.open("wb")
+        try:
+            bars = _ProgressBars()
+            with bars.progress:
+                counts = await export_jsonl(repository, out.write, resource_id=args.resource, progress=bars)
+            out.flush()
+            if partial is not None and target is not None:
+                out.close()
+                partial.replace(target)
+        finally:
+            if partial is not None:
+                out.close()
+                partial.unlink(missing_ok=True)
     return counts
 
 
