@@ -648,6 +648,8 @@ class Report:
     ingest_cpu: dict[str, list[float]] = field(default_factory=dict)  # CPU ms per message, per round
     # The default background path, each round between two raw runs of the same embedder.
     bracketed: list[Bracket] = field(default_factory=list)
+    # The raw rate measured right before each round of the row with the vector writes thrown away.
+    unwritten_raw: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     load_samples: list[tuple[str, str]] = field(default_factory=list)
 
@@ -1248,8 +1250,29 @@ SHIPPED_INGEST = (
     "collection settings as Chroma ships them"
 )
 CHROMA_AS_SHIPPED = {"tune_sqlite": False, "sync_threshold": 1000}
+UNWRITTEN_INGEST = (
+    "MessageService.save, background mode, Chroma in a child process, 1 writer, the vector writes "
+    "thrown away (SQL, outbox and embedding only)"
+)
 INDEX_CPU = "vector write (ChromaIndex.upsert alone, as the saves call it)"
 SQL_CPU = "SQL save (MessageService.save without semantic recall)"
+
+
+class _WritesThrownAway:
+    """An index whose upserts and deletes do nothing, the rest passed on: saving through it measures
+    everything but the index's own write, the part of the gap to the raw embedder that is not Chroma's."""
+
+    def __init__(self, inner: ChromaIndex | IsolatedChromaIndex) -> None:
+        self._inner = inner
+
+    async def upsert(self, items: Sequence[VectorItem]) -> None:
+        return None
+
+    async def delete_messages(self, message_ids: Sequence[str], resource_ids: Sequence[str | None]) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
 
 async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, model_dir: Path) -> None:
@@ -1290,6 +1313,7 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
     # The default path again, with Chroma's file and collections as Chroma makes them (before RecallQL
     # tuned them, models/chroma_sqlite.py): what that tuning is worth inside the whole save.
     shipped_row = IngestRow(SHIPPED_INGEST, [])
+    unwritten_row = IngestRow(UNWRITTEN_INGEST, [])
     # The same embedder on one intra-op thread leaves a core to everything else (Chroma, SQL, the event
     # loop): ingest against that embedder's own raw rate shows what the pipeline loses by itself, apart
     # from what the rest takes from an embedder that wants both cores.
@@ -1313,6 +1337,7 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
         isolated: bool = False,
         using: OnnxMiniLMEmbedder = embedder,
         chroma: dict[str, Any] | None = None,
+        writes: bool = True,
         **options: Any,
     ) -> tuple[Services, Any, ChromaIndex | IsolatedChromaIndex]:
         engine = create_engine(f"sqlite+aiosqlite:///{work / f'ingest-{name}.db'}")
@@ -1326,7 +1351,8 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
             cached_indexes=cached_indexes,
             **(chroma or {}),
         )
-        semantic = SemanticMemory(repository, using, lambda _m, _d: index, **options)
+        used = index if writes else _WritesThrownAway(index)
+        semantic = SemanticMemory(repository, using, lambda _m, _d: used, **options)
         services = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS), semantic=semantic)
         return services, engine, index
 
@@ -1348,12 +1374,20 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
         shipped, shipped_engine, shipped_index = await build(
             "shipped", isolated=True, background=True, chroma=dict(CHROMA_AS_SHIPPED)
         )
+    unwritten: Services | None = None
+    unwritten_engine: Any = None
+    unwritten_index: ChromaIndex | IsolatedChromaIndex | None = None
+    if "unwritten" not in args.skip:
+        unwritten, unwritten_engine, unwritten_index = await build(
+            "unwritten", isolated=True, background=True, writes=False
+        )
     measured = [
         services,
         background,
         isolated,
         *([spared] if spared else []),
         *([shipped] if shipped else []),
+        *([unwritten] if unwritten else []),
     ]
     # Chroma alone, written the way saves write it (one upsert per batch, to that batch's resource), with
     # vectors embedded beforehand: what the index costs per vector next to what the embedder costs.
@@ -1463,6 +1497,14 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
                     cpu_between(cpu_raw, cpu_saved),
                 )
             )
+            if unwritten is not None:
+                # Right after a raw run, as the bracketed path above: the ratio is against that run.
+                unwritten_row.rates.append(
+                    await ingest_services(
+                        unwritten, batches_of(texts, args.ingest_batch, f"n{rnd}"), settle=True
+                    )
+                )
+                report.unwritten_raw.append(after)
             if shipped is not None:
                 shipped_row.rates.append(
                     await ingest_services(
@@ -1523,6 +1565,9 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
         if shipped_index is not None:
             await shipped_index.aclose()
             await shipped_engine.dispose()
+        if unwritten_index is not None:
+            await unwritten_index.aclose()
+            await unwritten_engine.dispose()
         if one_thread is not None:
             await one_thread.aclose()
         await alone_index.aclose()
@@ -1532,7 +1577,7 @@ async def phase_ingest(report: Report, args: argparse.Namespace, work: Path, mod
         await iso_engine.dispose()
         await plain_engine.dispose()
     rows = [raw_row, raw_big_row, save_row, conc_row, bg_row, iso_row, sql_row, alone_row]
-    rows.extend(row for row in (shipped_row,) if row.rates)
+    rows.extend(row for row in (shipped_row, unwritten_row) if row.rates)
     rows.extend(row for row in (spare_raw_row, spare_row) if row.rates)
     report.ingest.extend(rows + ([http_row, http_conc_row] if http_row.rates else []))
 
@@ -1907,7 +1952,7 @@ def render(report: Report) -> str:
             if (
                 "SQL only" in row.path
                 or "alone" in row.path
-                or row.path in (SPARE_RAW, SPARE_INGEST, SHIPPED_INGEST)
+                or row.path in (SPARE_RAW, SPARE_INGEST, SHIPPED_INGEST, UNWRITTEN_INGEST)
             ):
                 continue
             share = row.median / best
@@ -1955,6 +2000,16 @@ def render(report: Report) -> str:
                 f"{as_shipped.median:.0f}/s ({as_shipped.median / best * 100:.0f}% of the raw rate), "
                 f"against {tuned.median:.0f}/s as RecallQL sets them up (each round, RecallQL's / Chroma's: "
                 f"{', '.join(f'{x:.2f}x' for x in paired)})."
+            )
+        if UNWRITTEN_INGEST in by_path and report.unwritten_raw:
+            thrown = by_path[UNWRITTEN_INGEST]
+            paired = [x / y for x, y in zip(thrown.rates, report.unwritten_raw, strict=True)]
+            w(
+                "- The same path with the vector writes thrown away (SQL, outbox and embedding only), each "
+                "round right after a raw run, against it: "
+                f"{', '.join(f'{x * 100:.0f}%' for x in paired)}; median "
+                f"**{statistics.median(paired) * 100:.0f}%**. The rest of the gap to the raw embedder is "
+                "the index's write."
             )
         if SPARE_RAW in by_path and SPARE_INGEST in by_path:
             alone, spared = by_path[SPARE_RAW], by_path[SPARE_INGEST]
@@ -2065,7 +2120,8 @@ def main() -> None:
         type=lambda s: {x for x in s.split(",") if x},
         default=set(),
         help="any of search, recall, mastra, ingest, http, spare-core (the one-thread embedder rows), "
-        "shipped (the row with Chroma's own settings)",
+        "shipped (the row with Chroma's own settings), unwritten (the row with the vector writes "
+        "thrown away)",
     )
     parser.add_argument("--model-dir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None)

@@ -107,6 +107,7 @@ def test_semantic_bench_ingest_runs(model: Path, tmp_path: Path, workers: str, s
     assert f"vectors in one in-process ingest resource after the run: {stored}" in text, text
     assert "## 3. Ingest throughput with embedding" in text
     assert f"RECALLQL_EMBEDDING_WORKERS={workers}" in text
+    assert "- The same path with the vector writes thrown away (SQL, outbox and embedding only)" in text
     assert "Chroma in a child process" in text
     assert "With a core left to the rest (the embedder on one intra-op thread)" in text
     assert "each round between two raw runs of the embedder" in text
