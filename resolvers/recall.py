@@ -117,7 +117,6 @@ class RecallEngine:
         return deep_merge(self.defaults, thread_config)
 
     async def recall(self, args: RecallArgs, *, principal: Principal) -> RecallResult:
-        self._check_search_text(args.vector_search_string)
         # 0: who asks. A restricted credential always reads as one of its resources (see _scoped).
         if principal.restricted:
             args = await self._scoped(args, principal)
@@ -129,6 +128,10 @@ class RecallEngine:
         sr = config.get("semanticRecall")
         search_requested = _js_truthy(sr) and bool(args.vector_search_string)
         search_runs = search_requested and self.semantic is not None
+        if search_runs:
+            # The limit bounds what embedding the text costs: a text that nothing embeds (semantic
+            # recall off, no embedder) has no effect, as in Mastra, and is not refused either.
+            self._check_search_text(args.vector_search_string)
 
         # 4: nothing to read, and nothing else is validated on this path.
         if history_disabled and not search_runs:

@@ -31,7 +31,16 @@ from models.repository import Repository
 from resolvers.auth import OPEN
 from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import Services
-from tests.support import Api, ServerProcess, at, database, running_server, text_message, uid
+from tests.support import (
+    Api,
+    ServerProcess,
+    at,
+    database,
+    embed_server_process,
+    running_server,
+    text_message,
+    uid,
+)
 from web.app import create_app
 from web.settings import Settings
 
@@ -61,9 +70,12 @@ MESSAGE_EVENTS = "subscription($t: ID!) { messageSaved(threadId: $t) { kind mess
 @pytest.fixture(scope="module")
 async def limited(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ServerProcess]:
     tmp = tmp_path_factory.mktemp("limits")
-    async with database("sqlite", tmp) as url:
-        with running_server(tmp / "data", {"RECALLQL_DATABASE_URL": url, **LIMITS}) as server:
-            yield server
+    # An embedder (embed_server.py's hash-64), so that a vector search runs where a recall asks for one.
+    with embed_server_process() as embeddings:
+        env = {"RECALLQL_EMBEDDINGS_URL": embeddings, "RECALLQL_EMBEDDINGS_MODEL": "hash-64"}
+        async with database("sqlite", tmp) as url:
+            with running_server(tmp / "data", {"RECALLQL_DATABASE_URL": url, **LIMITS, **env}) as server:
+                yield server
 
 
 @pytest.fixture
@@ -255,14 +267,29 @@ async def test_include_items_limit(api: Api, limited: ServerProcess) -> None:
     assert error["message"] == "include accepts at most 3 items, got 4."
 
 
-async def test_search_text_limit(limited: ServerProcess) -> None:
-    # Checked before anything else is read (this server has no embedder: the search would not even run).
-    ok = await post(limited.url, RECALL, t=uid("t"), s="x" * 100)
-    assert "errors" not in ok, ok
-    error = await only_error(limited.url, RECALL, t=uid("t"), s="x" * 101)
-    assert error["extensions"]["code"] == "BAD_USER_INPUT"
-    assert (error["extensions"]["limit"], error["extensions"]["max"]) == ("maxSearchChars", 100)
-    assert error["message"] == "vectorSearchString may be at most 100 characters, got 101."
+async def test_search_text_limit(api: Api, limited: ServerProcess) -> None:
+    thread, _ = await thread_with(api, 3)
+    search = {"semanticRecall": {"options": {"scope": "THREAD", "topK": 1, "messageRange": {"size": 0}}}}
+    ok = await post(limited.url, RECALL, t=thread, p=0, c=search, s="x" * 100)
+    assert "errors" not in ok and len(ok["data"]["recall"]["messages"]) == 1, ok
+    # Checked before the search reads anything (an unknown thread, which would be NOT_FOUND, says so).
+    for thread_id in (thread, uid("t")):
+        error = await only_error(limited.url, RECALL, t=thread_id, p=0, c=search, s="x" * 101)
+        assert error["extensions"]["code"] == "BAD_USER_INPUT"
+        assert (error["extensions"]["limit"], error["extensions"]["max"]) == ("maxSearchChars", 100)
+        assert error["message"] == "vectorSearchString may be at most 100 characters, got 101."
+
+
+async def test_search_text_that_no_search_embeds_is_not_limited(api: Api, limited: ServerProcess) -> None:
+    """Without a vector search the text has no effect (Mastra ignores it), so its length is not checked:
+    semantic recall off (the server's default), and the lastMessages: false early return."""
+    thread, _ = await thread_with(api, 3)
+    long = "x" * 101
+    plain = await post(limited.url, RECALL, t=thread, p=5, s=long)
+    assert "errors" not in plain and len(plain["data"]["recall"]["messages"]) == 3, plain
+    empty = await post(limited.url, RECALL, t=uid("t"), c={"lastMessages": False}, s=long)
+    assert "errors" not in empty, empty
+    assert empty["data"]["recall"] == {"total": 0, "perPage": 0, "messages": []}
 
 
 # ---------------------------------------------------------------------------------------------- websocket
