@@ -454,7 +454,7 @@ class Repository:
         now: int,
         track_vectors: bool = False,
         owned_by: Collection[str] | None = None,
-    ) -> list[MessageRecord]:
+    ) -> tuple[dict[str, MessageRecord], list[MessageRecord]]:
         """Upserts the batch in one transaction, in the given order.
 
         A re-saved id keeps its createdAt and insertion sequence; everything else is replaced.
@@ -462,10 +462,11 @@ class Repository:
         With owned_by, only stored rows of those resources may be overwritten: a row of another
         resource (or of none), even one another writer inserted a moment ago, is left alone by the
         upsert and raises RowForbidden(id), and nothing is written.
-        Returns the stored rows, in the order given.
+        Returns the rows these ids had before (by id: the ones that existed) and the stored rows, in the
+        order given.
         """
         if not records:
-            return []
+            return {}, []
         # One row per id (the last version wins, at its first position): a statement may not
         # touch the same row twice.
         last: dict[str, MessageRecord] = {}
@@ -481,7 +482,7 @@ class Repository:
         ids = list(last)
         thread_ids = {rec.thread_id for rec in last.values()}
 
-        def write(conn: Connection) -> dict[str, MessageRecord]:
+        def write(conn: Connection) -> tuple[dict[str, MessageRecord], dict[str, MessageRecord]]:
             previous = _select_messages(conn, ids)
             for start in range(0, len(rows), 500):
                 conn.execute(stmt, rows[start : start + 500])
@@ -498,10 +499,10 @@ class Repository:
                 for rec in written.values():
                     if rec.resource_id not in owned_by:
                         raise RowForbidden(rec.id)  # rolls the transaction back
-            return written
+            return previous, written
 
-        stored = await self._write_transaction(write, lock_keys=thread_ids)
-        return [stored[i] for i in ids if i in stored]
+        previous, stored = await self._write_transaction(write, lock_keys=thread_ids)
+        return previous, [stored[i] for i in ids if i in stored]
 
     async def _write_transaction(
         self, body: Callable[[Connection], _T], *, lock_keys: Iterable[str] = ()

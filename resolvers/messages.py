@@ -222,7 +222,7 @@ class MessageService:
                 )
             )
         try:
-            stored = await self.repository.save_messages(
+            previous, stored = await self.repository.save_messages(
                 records,
                 now=now,
                 track_vectors=self.vectors is not None,
@@ -230,7 +230,9 @@ class MessageService:
             )
         except RowForbidden as exc:  # a row of another resource appeared since the check above
             raise principal.message_forbidden(exc.args[0]) from None
-        await self._sync_vectors(stored, stored)
+        # Both sides, as for an update: a re-save that moved a message to another resource leaves its
+        # vectors in the old one to remove, and searches of the old one wait for that (background mode).
+        await self._sync_vectors([*stored, *previous.values()], stored)
         events = [message_event(MESSAGE_SAVED, m.thread_id, m) for m in stored]
         await publish_quietly(self.events, events + await self._thread_events({m.thread_id for m in stored}))
         if titles is not None and self.titles is not None:

@@ -228,6 +228,52 @@ async def test_background_saves_answer_first_and_searches_wait_for_their_vectors
     assert await setup.services.repository.outbox_backlog() == 0
 
 
+async def test_a_background_resave_into_another_resource_makes_searches_of_the_old_one_wait(
+    make: Any,
+) -> None:
+    # A re-save that moves a message to another resource's thread answers first; its vectors in the old
+    # resource are still to be removed, so a search there must wait for that, as for an update.
+    setup = make(background=True)
+    old_thread, old_resource = await new_thread(setup)
+    new_thread_id, new_resource = await new_thread(setup)
+    # The old thread keeps a message of the old resource: its searches read that resource's collection.
+    stays, moved = await setup.save(old_thread, old_resource, ["hello there", "zebra crossing"])
+    assert await setup.semantic.flush()
+    in_old_thread = partial(
+        setup.semantic.search,
+        "zebra crossing",
+        thread_id=old_thread,
+        resource_id=None,
+        resource_scope=False,
+        top_k=4,
+    )
+    assert {h.message_id for h in (await in_old_thread()).hits} == {stays, moved}
+    setup.embedder.gate.clear()
+    result = await asyncio.wait_for(
+        setup.services.messages.save(
+            [
+                MessageInput(
+                    thread_id=new_thread_id,
+                    resource_id=new_resource,
+                    role="user",
+                    content=_text("zebra crossing"),
+                    id=moved,
+                )
+            ],
+            principal=OPEN,
+        ),
+        5,
+    )
+    assert [(m.thread_id, m.resource_id) for m in result.messages] == [(new_thread_id, new_resource)]
+    search = asyncio.create_task(in_old_thread())
+    await asyncio.sleep(0.2)
+    assert not search.done(), "the search of the old resource did not wait for the move's vector work"
+    setup.embedder.gate.set()
+    assert [h.message_id for h in (await asyncio.wait_for(search, 10)).hits] == [stays]
+    assert await setup.index.count(old_resource) == 1
+    assert await setup.hits("zebra crossing", new_thread_id, new_resource) == [moved]
+
+
 async def test_background_saves_wait_for_room_when_the_queue_is_full(make: Any) -> None:
     setup = make(background=True, max_backlog=0)
     thread_id, resource_id = await new_thread(setup)
