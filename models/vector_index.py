@@ -357,6 +357,7 @@ class ChromaIndex:
         lock_timeout: float = 10.0,
         tune_sqlite: bool = True,
         cached_indexes: int | None = None,
+        timeout: float = 30.0,
     ) -> None:
         if (path is None) == (url is None):
             raise ValueError("give exactly one of path (embedded Chroma) or url (Chroma server)")
@@ -368,6 +369,8 @@ class ChromaIndex:
             raise ValueError("sync_threshold must be positive")
         if cached_indexes is not None and cached_indexes < 1:
             raise ValueError("cached_indexes must be positive")
+        if timeout <= 0:
+            raise ValueError("timeout must be positive")
         self._path = Path(path) if path is not None else None
         self._url = url
         if url is not None:
@@ -377,6 +380,11 @@ class ChromaIndex:
         self.model_name = model_name
         self.dimension = dimension
         self._allow_reset = allow_reset
+        # A Chroma server's requests: chromadb's HTTP client waits for ever, so a server that accepts
+        # connections but does not answer (stopped, swapping, a half-open connection) would hang searches
+        # and hold the write pipeline and its worker threads. Failed in time, a request is an ordinary
+        # failure: searches say SERVICE_UNAVAILABLE, writes stay in the outbox for the drain.
+        self._timeout = timeout
         self._lock_timeout = lock_timeout
         self._lock_refused = False  # once refused, later calls fail at once until the holder lets go
         self._directory_lock: FileLock | None = None
@@ -442,15 +450,30 @@ class ChromaIndex:
                         chroma_sqlite.tune_in_child(self._path)  # a new one, which Chroma just created
                 else:
                     assert self._url is not None
-                    parts = urlsplit(self._url)
-                    ssl = parts.scheme == "https"
-                    self._client = chromadb.HttpClient(
-                        host=parts.hostname or "localhost",
-                        port=parts.port or (443 if ssl else 80),
-                        ssl=ssl,
-                        settings=settings,
-                    )
+                    self._client = self._http_client(settings)
             return self._client
+
+    def _http_client(self, settings: Any) -> ClientAPI:
+        import chromadb
+        import httpx
+
+        assert self._url is not None
+        limit = httpx.Timeout(self._timeout, connect=min(self._timeout, 5.0))
+        # Making the client asks the server for its tenant, with no time limit: asked first, in time.
+        httpx.get(f"{self._url.rstrip('/')}/api/v2/heartbeat", timeout=limit).raise_for_status()
+        parts = urlsplit(self._url)
+        ssl = parts.scheme == "https"
+        client = chromadb.HttpClient(
+            host=parts.hostname or "localhost",
+            port=parts.port or (443 if ssl else 80),
+            ssl=ssl,
+            settings=settings,
+        )
+        for owner in (client, getattr(client, "_admin_client", None)):
+            session = getattr(getattr(owner, "_server", None), "_session", None)
+            if session is not None:
+                session.timeout = limit
+        return client
 
     def _lock_directory(self) -> None:
         """Chroma's embedded client is not safe for two processes on one directory (chroma-core/chroma

@@ -371,6 +371,78 @@ async def test_chroma_outage_degrades_search_only_and_recovers(tmp_path: Path) -
             assert "internal error" not in log, log[-3000:]
 
 
+async def test_a_chroma_server_that_stops_answering_fails_calls_in_time_and_recovers(tmp_path: Path) -> None:
+    # SIGSTOP: the server keeps its port and accepts connections but answers nothing, which chromadb's
+    # HTTP client would wait on for ever (a hung search; a write pipeline stuck on one call).
+    resource, thread = uid("r"), uid("t")
+    before = [
+        text_message(thread_id=thread, id=f"{thread}-a{n}", text=t, created_at=at(n))
+        for n, t in enumerate(texts(3, "before"))
+    ]
+    during = [
+        text_message(thread_id=thread, id=f"{thread}-b{n}", text=t, created_at=at(100 + n))
+        for n, t in enumerate(texts(3, "during"))
+    ]
+    expected = sorted(m["id"] for m in before + during)
+    async with database("sqlite", tmp_path) as db_url:
+        with embed_server_process() as embed_url, chroma_process(tmp_path / "chroma") as chroma:
+            env = {
+                **http_embedder_env(embed_url),
+                "RECALLQL_EMBEDDINGS_DIMENSION": str(DIMENSION),
+                "RECALLQL_CHROMA_URL": chroma.url,
+                "RECALLQL_CHROMA_TIMEOUT": "2",
+                "RECALLQL_DATABASE_URL": db_url,
+                "RECALLQL_VECTOR_DRAIN_INTERVAL": "0.2",
+            }
+            with running_server(tmp_path / "data", env) as srv:
+                api = Api(srv.url)
+
+                async def found() -> list[str]:
+                    hits = await search(
+                        api, thread, "note", top_k=50, threshold=-1, scope="RESOURCE", resource_id=resource
+                    )
+                    return sorted(ids(hits))
+
+                await api.execute(CREATE, input={"id": thread, "resourceId": resource})
+                await api.execute(SAVE, m=before)
+                assert await found() == sorted(m["id"] for m in before)
+                assert chroma.process is not None
+                chroma.process.send_signal(signal.SIGSTOP)
+                try:
+                    async with httpx.AsyncClient(timeout=60) as client:
+                        body, took = await gql(
+                            client,
+                            srv.url,
+                            SEARCH,
+                            t=thread,
+                            r=resource,
+                            s="note",
+                            c={"semanticRecall": {"options": {"topK": 3}}},
+                        )
+                        assert codes(body) == ["SERVICE_UNAVAILABLE"], body
+                        assert body["errors"][0]["extensions"]["service"] == "vectors"
+                        assert took < 10, f"the search took {took:.1f}s to fail"
+                        # The save's vector write fails in time too: the save answers well within its
+                        # 10 s wait for the vectors, and the outbox keeps the work.
+                        started = time.monotonic()
+                        await api.execute(SAVE, m=during)
+                        assert time.monotonic() - started < 8
+                        everything = await recall(api, thread, perPage=False)
+                        assert ids(everything) == [m["id"] for m in before + during]
+                finally:
+                    chroma.process.send_signal(signal.SIGCONT)
+
+                async def complete() -> bool:
+                    with contextlib.suppress(Exception):
+                        return await found() == expected
+                    return False
+
+                await eventually(complete, timeout=60, what="the drainer to index what was saved meanwhile")
+            log = srv.log_path.read_text()
+            assert "internal error" not in log, log[-3000:]
+            assert "timed out" in log.lower(), log[-3000:]
+
+
 # ------------------------------------------------------------------------------------- 4. graceful shutdown
 class SlowEmbedder:
     """embed_server.py's endpoint in this process; while `delay` is set, each embeddings request waits that

@@ -57,9 +57,10 @@ def build_semantic(settings: Settings, repository: Repository) -> SemanticMemory
         return None
     if settings.chroma_url:
         url = settings.chroma_url
+        timeout = settings.chroma_timeout
 
         def factory(model: str, dimension: int) -> VectorIndex:
-            return ChromaIndex(url=url, model_name=model, dimension=dimension)
+            return ChromaIndex(url=url, model_name=model, dimension=dimension, timeout=timeout)
 
     else:
         path = settings.chroma_path
