@@ -21,7 +21,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -275,23 +275,60 @@ SEARCH = """query($t: ID!, $r: String, $s: String, $c: MemoryConfigInput) {
   recall(threadId: $t, resourceId: $r, vectorSearchString: $s, threadConfig: $c, perPage: 0) { total } }"""
 
 
-async def test_chroma_outage_degrades_search_only_and_recovers(tmp_path: Path) -> None:
-    resource, thread = uid("r"), uid("t")
-    before = [
-        text_message(thread_id=thread, id=f"{thread}-a{n}", text=t, created_at=at(n))
-        for n, t in enumerate(texts(6, "before"))
-    ]
-    during = [
-        text_message(thread_id=thread, id=f"{thread}-b{n}", text=t, created_at=at(100 + n))
-        for n, t in enumerate(texts(6, "during"))
-    ]
+@dataclass
+class ChromaFault:
+    """A server beside a Chroma server, with one thread's messages saved before a Chroma fault and more
+    to save during it (searches of the resource must find all of them once Chroma is back)."""
 
-    async def found(api: Api) -> list[str]:
+    srv: ServerProcess
+    chroma: ChromaProcess
+    api: Api
+    resource: str = field(default_factory=lambda: uid("r"))
+    thread: str = field(default_factory=lambda: uid("t"))
+    before: list[dict[str, Any]] = field(default_factory=list)
+    during: list[dict[str, Any]] = field(default_factory=list)
+
+    async def found(self) -> list[str]:
         hits = await search(
-            api, thread, "note", top_k=50, threshold=-1, scope="RESOURCE", resource_id=resource
+            self.api, self.thread, "note", top_k=50, threshold=-1, scope="RESOURCE", resource_id=self.resource
         )
         return sorted(ids(hits))
 
+    async def search_fails(self, client: httpx.AsyncClient) -> tuple[dict[str, Any], float]:
+        body, took = await gql(
+            client,
+            self.srv.url,
+            SEARCH,
+            t=self.thread,
+            r=self.resource,
+            s="note",
+            c={"semanticRecall": {"options": {"topK": 3}}},
+        )
+        assert codes(body) == ["SERVICE_UNAVAILABLE"], body
+        assert body["errors"][0]["extensions"]["service"] == "vectors"
+        return body, took
+
+    async def save_during(self, within: float) -> None:
+        """Saves and reads without a search go on; the outbox keeps the vector work."""
+        started = time.monotonic()
+        await self.api.execute(SAVE, m=self.during)
+        assert time.monotonic() - started < within
+        everything = await recall(self.api, self.thread, perPage=False)
+        assert ids(everything) == [m["id"] for m in self.before + self.during]
+
+    async def recovered(self) -> None:
+        expected = sorted(m["id"] for m in self.before + self.during)
+
+        async def complete() -> bool:
+            with contextlib.suppress(Exception):
+                return await self.found() == expected
+            return False
+
+        await eventually(complete, timeout=60, what="the drainer to index what was saved meanwhile")
+
+
+@contextlib.asynccontextmanager
+async def chroma_fault(tmp_path: Path, count: int, **env: str) -> AsyncIterator[ChromaFault]:
     async with database("sqlite", tmp_path) as db_url:
         with embed_server_process() as embed_url, chroma_process(tmp_path / "chroma") as chroma:
             env = {
@@ -300,147 +337,84 @@ async def test_chroma_outage_degrades_search_only_and_recovers(tmp_path: Path) -
                 "RECALLQL_CHROMA_URL": chroma.url,
                 "RECALLQL_DATABASE_URL": db_url,
                 "RECALLQL_VECTOR_DRAIN_INTERVAL": "0.2",
+                **env,
             }
             with running_server(tmp_path / "data", env) as srv:
-                api = Api(srv.url)
-                await api.execute(CREATE, input={"id": thread, "resourceId": resource})
-                await api.execute(SAVE, m=before)
-                assert await found(api) == sorted(m["id"] for m in before)
-                async with httpx.AsyncClient(timeout=60) as client:
-                    ready = await client.get(f"{srv.url}/readyz")
-                    assert (ready.status_code, ready.json()) == (
-                        200,
-                        {"ready": True, "database": "ok", "chroma": "ok"},
-                    )
-
-                    chroma.stop()
-                    started = time.monotonic()
-                    ready = await client.get(f"{srv.url}/readyz")
-                    assert time.monotonic() - started < 4
-                    # Still ready (the database answers), with Chroma reported unreachable.
-                    assert (ready.status_code, ready.json()) == (
-                        200,
-                        {"ready": True, "database": "ok", "chroma": "unreachable"},
-                    )
-                    body, took = await gql(
-                        client,
-                        srv.url,
-                        SEARCH,
-                        t=thread,
-                        r=resource,
-                        s="note",
-                        c={"semanticRecall": {"options": {"topK": 3}}},
-                    )
-                    assert codes(body) == ["SERVICE_UNAVAILABLE"], body
-                    error = body["errors"][0]
-                    assert error["extensions"]["service"] == "vectors" and error["extensions"]["requestId"]
-                    assert "vector index" in error["message"]
-                    assert took < 3, f"the search took {took:.1f}s to fail"
-
-                    # Saves and reads without a search go on; the outbox keeps the vector work.
-                    started = time.monotonic()
-                    await api.execute(SAVE, m=during)
-                    assert time.monotonic() - started < 5
-                    everything = await recall(api, thread, perPage=False)
-                    assert ids(everything) == [m["id"] for m in before + during]
-
-                    # Chroma comes back on the same port and path; RecallQL is not restarted.
-                    chroma.start()
-                    expected = sorted(m["id"] for m in before + during)
-
-                    async def complete() -> bool:
-                        with contextlib.suppress(Exception):
-                            return await found(api) == expected
-                        return False
-
-                    await eventually(
-                        complete, timeout=60, what="the drainer to index what was saved meanwhile"
-                    )
-                    index = ChromaIndex(url=chroma.url, model_name=MODEL, dimension=DIMENSION)
-                    try:
-                        assert await index.count(resource) == len(expected)
-                    finally:
-                        await index.aclose()
-                    ready = await client.get(f"{srv.url}/readyz")
-                    assert ready.json() == {"ready": True, "database": "ok", "chroma": "ok"}
-                    # Each text is its own best hit again.
-                    probe = during[3]["content"]["parts"][0]["text"]
-                    best = await search(api, thread, probe, top_k=1, scope="RESOURCE", resource_id=resource)
-                    assert ids(best) == [during[3]["id"]]
+                fault = ChromaFault(srv, chroma, Api(srv.url))
+                t = fault.thread
+                fault.before = [
+                    text_message(thread_id=t, id=f"{t}-a{n}", text=text, created_at=at(n))
+                    for n, text in enumerate(texts(count, "before"))
+                ]
+                fault.during = [
+                    text_message(thread_id=t, id=f"{t}-b{n}", text=text, created_at=at(100 + n))
+                    for n, text in enumerate(texts(count, "during"))
+                ]
+                await fault.api.execute(CREATE, input={"id": t, "resourceId": fault.resource})
+                await fault.api.execute(SAVE, m=fault.before)
+                assert await fault.found() == sorted(m["id"] for m in fault.before)
+                yield fault
             log = srv.log_path.read_text()
             assert "internal error" not in log, log[-3000:]
+
+
+async def test_chroma_outage_degrades_search_only_and_recovers(tmp_path: Path) -> None:
+    async with chroma_fault(tmp_path, 6) as fault, httpx.AsyncClient(timeout=60) as client:
+        srv, chroma = fault.srv, fault.chroma
+        ready = await client.get(f"{srv.url}/readyz")
+        assert (ready.status_code, ready.json()) == (200, {"ready": True, "database": "ok", "chroma": "ok"})
+
+        chroma.stop()
+        started = time.monotonic()
+        ready = await client.get(f"{srv.url}/readyz")
+        assert time.monotonic() - started < 4
+        # Still ready (the database answers), with Chroma reported unreachable.
+        assert (ready.status_code, ready.json()) == (
+            200,
+            {"ready": True, "database": "ok", "chroma": "unreachable"},
+        )
+        body, took = await fault.search_fails(client)
+        error = body["errors"][0]
+        assert error["extensions"]["requestId"] and "vector index" in error["message"]
+        assert took < 3, f"the search took {took:.1f}s to fail"
+        await fault.save_during(within=5)
+
+        # Chroma comes back on the same port and path; RecallQL is not restarted.
+        chroma.start()
+        await fault.recovered()
+        index = ChromaIndex(url=chroma.url, model_name=MODEL, dimension=DIMENSION)
+        try:
+            assert await index.count(fault.resource) == len(fault.before) + len(fault.during)
+        finally:
+            await index.aclose()
+        ready = await client.get(f"{srv.url}/readyz")
+        assert ready.json() == {"ready": True, "database": "ok", "chroma": "ok"}
+        # Each text is its own best hit again.
+        probe = fault.during[3]["content"]["parts"][0]["text"]
+        best = await search(
+            fault.api, fault.thread, probe, top_k=1, scope="RESOURCE", resource_id=fault.resource
+        )
+        assert ids(best) == [fault.during[3]["id"]]
 
 
 async def test_a_chroma_server_that_stops_answering_fails_calls_in_time_and_recovers(tmp_path: Path) -> None:
     # SIGSTOP: the server keeps its port and accepts connections but answers nothing, which chromadb's
     # HTTP client would wait on for ever (a hung search; a write pipeline stuck on one call).
-    resource, thread = uid("r"), uid("t")
-    before = [
-        text_message(thread_id=thread, id=f"{thread}-a{n}", text=t, created_at=at(n))
-        for n, t in enumerate(texts(3, "before"))
-    ]
-    during = [
-        text_message(thread_id=thread, id=f"{thread}-b{n}", text=t, created_at=at(100 + n))
-        for n, t in enumerate(texts(3, "during"))
-    ]
-    expected = sorted(m["id"] for m in before + during)
-    async with database("sqlite", tmp_path) as db_url:
-        with embed_server_process() as embed_url, chroma_process(tmp_path / "chroma") as chroma:
-            env = {
-                **http_embedder_env(embed_url),
-                "RECALLQL_EMBEDDINGS_DIMENSION": str(DIMENSION),
-                "RECALLQL_CHROMA_URL": chroma.url,
-                "RECALLQL_CHROMA_TIMEOUT": "2",
-                "RECALLQL_DATABASE_URL": db_url,
-                "RECALLQL_VECTOR_DRAIN_INTERVAL": "0.2",
-            }
-            with running_server(tmp_path / "data", env) as srv:
-                api = Api(srv.url)
-
-                async def found() -> list[str]:
-                    hits = await search(
-                        api, thread, "note", top_k=50, threshold=-1, scope="RESOURCE", resource_id=resource
-                    )
-                    return sorted(ids(hits))
-
-                await api.execute(CREATE, input={"id": thread, "resourceId": resource})
-                await api.execute(SAVE, m=before)
-                assert await found() == sorted(m["id"] for m in before)
-                assert chroma.process is not None
-                chroma.process.send_signal(signal.SIGSTOP)
-                try:
-                    async with httpx.AsyncClient(timeout=60) as client:
-                        body, took = await gql(
-                            client,
-                            srv.url,
-                            SEARCH,
-                            t=thread,
-                            r=resource,
-                            s="note",
-                            c={"semanticRecall": {"options": {"topK": 3}}},
-                        )
-                        assert codes(body) == ["SERVICE_UNAVAILABLE"], body
-                        assert body["errors"][0]["extensions"]["service"] == "vectors"
-                        assert took < 10, f"the search took {took:.1f}s to fail"
-                        # The save's vector write fails in time too: the save answers well within its
-                        # 10 s wait for the vectors, and the outbox keeps the work.
-                        started = time.monotonic()
-                        await api.execute(SAVE, m=during)
-                        assert time.monotonic() - started < 8
-                        everything = await recall(api, thread, perPage=False)
-                        assert ids(everything) == [m["id"] for m in before + during]
-                finally:
-                    chroma.process.send_signal(signal.SIGCONT)
-
-                async def complete() -> bool:
-                    with contextlib.suppress(Exception):
-                        return await found() == expected
-                    return False
-
-                await eventually(complete, timeout=60, what="the drainer to index what was saved meanwhile")
-            log = srv.log_path.read_text()
-            assert "internal error" not in log, log[-3000:]
-            assert "timed out" in log.lower(), log[-3000:]
+    async with chroma_fault(tmp_path, 3, RECALLQL_CHROMA_TIMEOUT="2") as fault:
+        process = fault.chroma.process
+        assert process is not None
+        process.send_signal(signal.SIGSTOP)
+        try:
+            async with httpx.AsyncClient(timeout=60) as client:
+                _, took = await fault.search_fails(client)
+            assert took < 10, f"the search took {took:.1f}s to fail"
+            # The save's vector write fails in time too: the save answers well within its 10 s wait
+            # for the vectors.
+            await fault.save_during(within=8)
+        finally:
+            process.send_signal(signal.SIGCONT)
+        await fault.recovered()
+        assert "timed out" in fault.srv.log_path.read_text().lower()
 
 
 # ------------------------------------------------------------------------------------- 4. graceful shutdown
