@@ -483,7 +483,10 @@ class Repository:
         thread_ids = {rec.thread_id for rec in last.values()}
 
         def write(conn: Connection) -> tuple[dict[str, MessageRecord], dict[str, MessageRecord]]:
-            previous = _select_messages(conn, ids)
+            # Locked: a writer through another thread (an update moving one of these messages) holds no
+            # lock this save takes, and the outbox and the per-thread counts must start from the row
+            # this save replaces, not from one read before that writer committed.
+            previous = self._locked_messages(conn, ids)
             for start in range(0, len(rows), 500):
                 conn.execute(stmt, rows[start : start + 500])
             conn.execute(update(T).where(T.c.id.in_(thread_ids)).values(updated_at=now))
@@ -1156,8 +1159,11 @@ class Repository:
         if not self.is_postgres:
             return _select_messages(conn, ids)
         # One array parameter instead of an expanded IN list: much cheaper to build for a large batch.
+        # Locked (in id order, as _locked_messages does), for the reason save_messages locks them.
         ids_param = bindparam("import_ids", value=ids, type_=postgresql.ARRAY(M.c.id.type))
-        result = conn.execute(select(*_MESSAGE_COLUMNS).where(M.c.id == func.any(ids_param)))
+        result = conn.execute(
+            select(*_MESSAGE_COLUMNS).where(M.c.id == func.any(ids_param)).order_by(M.c.id).with_for_update()
+        )
         return {rec.id: rec for rec in map(_message, result)}
 
     async def import_resources(self, records: Sequence[ResourceRecord]) -> tuple[int, int]:
@@ -1308,6 +1314,8 @@ class Repository:
             inserted = sum(1 for m in write if m.id not in stored)
             return inserted, len(write) - inserted
 
+        # No thread locks (a batch may span hundreds of threads): a thread deleted meanwhile takes what
+        # it deletes from its DELETE's result, rows of this batch included.
         return await self._write_transaction(body)
 
     async def export_rows(
@@ -1404,10 +1412,12 @@ class Repository:
             messages = [_message(r) for r in conn.execute(stmt)]
             if guard is not None:
                 guard(_thread(row) if row is not None else None, messages)
-            if messages:
-                conn.execute(delete(M).where(M.c.thread_id == thread_id))
-                if track_vectors:
-                    _write_outbox(conn, [(m.id, m) for m in messages], now)
+            # What the delete returns, not what was read above: on PostgreSQL the statement sees rows
+            # committed since (a clone into this id), and each must leave the outbox and counts too.
+            deleted = delete(M).where(M.c.thread_id == thread_id).returning(*_MESSAGE_COLUMNS)
+            messages = sorted(map(_message, conn.execute(deleted)), key=lambda m: (m.created_at, m.seq))
+            if messages and track_vectors:
+                _write_outbox(conn, [(m.id, m) for m in messages], now)
             # Rows stay (counts 0, versions bumped): a thread recreated under this id must not meet
             # count-cache entries of its predecessor.
             self._write_stats(conn, removed=[(m.thread_id, m.resource_id) for m in messages])
