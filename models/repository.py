@@ -1400,22 +1400,18 @@ class Repository:
     ) -> tuple[ThreadRecord | None, list[MessageRecord]]:
         """Deletes the thread and every message filed under its id, in one transaction; returns what
         was deleted (the thread row may be missing while messages exist, and vice versa). `guard` sees
-        the thread and messages before anything is deleted; if it raises, nothing is."""
+        the thread and the messages the delete removed; if it raises, nothing is deleted."""
 
         def body(conn: Connection) -> tuple[ThreadRecord | None, list[MessageRecord]]:
             row = conn.execute(self._lock(select(T).where(T.c.id == thread_id))).first()
-            stmt = (
-                select(*_MESSAGE_COLUMNS)
-                .where(M.c.thread_id == thread_id)
-                .order_by(M.c.created_at.asc(), M.c.seq.asc())
-            )
-            messages = [_message(r) for r in conn.execute(stmt)]
-            if guard is not None:
-                guard(_thread(row) if row is not None else None, messages)
-            # What the delete returns, not what was read above: on PostgreSQL the statement sees rows
-            # committed since (a clone into this id), and each must leave the outbox and counts too.
+            thread = _thread(row) if row is not None else None
+            # The rows the DELETE returns, not rows read before it: on PostgreSQL the statement also
+            # removes rows committed since (imported or cloned into this id), and the guard, the outbox
+            # and the counts must see each of them.
             deleted = delete(M).where(M.c.thread_id == thread_id).returning(*_MESSAGE_COLUMNS)
             messages = sorted(map(_message, conn.execute(deleted)), key=lambda m: (m.created_at, m.seq))
+            if guard is not None:
+                guard(thread, messages)  # raising rolls the transaction back
             if messages and track_vectors:
                 _write_outbox(conn, [(m.id, m) for m in messages], now)
             # Rows stay (counts 0, versions bumped): a thread recreated under this id must not meet
@@ -1423,7 +1419,7 @@ class Repository:
             self._write_stats(conn, removed=[(m.thread_id, m.resource_id) for m in messages])
             if row is not None:
                 conn.execute(delete(T).where(T.c.id == thread_id))
-            return (_thread(row) if row is not None else None), messages
+            return thread, messages
 
         return await self._write_transaction(body, lock_keys=[thread_id])
 

@@ -155,15 +155,15 @@ async def test_a_save_and_a_move_through_another_thread_start_from_the_same_row(
 async def test_a_deleted_thread_takes_along_a_message_imported_into_it_meanwhile(
     replicas: tuple[Replica, Replica],
 ) -> None:
-    # A deletes t (it has read t's messages: m1); B imports m2 into t and its vectors are written; A's
-    # DELETE then removes m2 as well, which must leave the outbox and the counts with m1.
+    # A deletes t (its transaction has begun: t's row is locked); B imports m2 into t and its vectors are
+    # written; A's DELETE then removes m2 beside m1, and both must leave the outbox and the counts.
     a, b = replicas
     r, t, m1, m2 = uid("r"), uid("t"), uid("m"), uid("m")
     await a.services.threads.create(resource_id=r, thread_id=t, principal=OPEN)
     await a.save(t, r, m1, "giraffe one")
     hold = Hold(
         a.engine,
-        lambda s: s.lstrip().startswith("SELECT") and "FROM messages" in s and "messages.thread_id =" in s,
+        lambda s: s.lstrip().startswith("SELECT") and "FROM threads" in s and "FOR UPDATE" in s,
     )
     hold.armed = True
     deleting = asyncio.create_task(a.services.threads.delete(t, principal=OPEN))
@@ -177,3 +177,4 @@ async def test_a_deleted_thread_takes_along_a_message_imported_into_it_meanwhile
 
     assert await a.repository.get_messages([m1, m2]) == {}
     assert await settled(a, b, r) == {r: set()}
+    assert await thread_totals(a, t) == [0]
