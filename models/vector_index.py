@@ -59,6 +59,7 @@ __all__ = [
     "VectorItem",
     "collection_name",
     "default_cached_indexes",
+    "heartbeat_url",
     "raise_open_file_limit",
 ]
 
@@ -460,7 +461,7 @@ class ChromaIndex:
         assert self._url is not None
         limit = httpx.Timeout(self._timeout, connect=min(self._timeout, 5.0))
         # Making the client asks the server for its tenant, with no time limit: asked first, in time.
-        httpx.get(f"{self._url.rstrip('/')}/api/v2/heartbeat", timeout=limit).raise_for_status()
+        httpx.get(heartbeat_url(self._url), timeout=limit).raise_for_status()
         parts = urlsplit(self._url)
         ssl = parts.scheme == "https"
         client = chromadb.HttpClient(
@@ -845,6 +846,11 @@ class ChromaIndex:
                     session.close()
 
         await self._call("close", close)
+
+
+def heartbeat_url(server_url: str) -> str:
+    """The address at which a Chroma server (1.x API) answers whether it is up."""
+    return f"{server_url.rstrip('/')}/api/v2/heartbeat"
 
 
 def _write(collection: Collection, items: Sequence[VectorItem]) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from models.vector_index import heartbeat_url
 from resolvers.context import Services
 from web.settings import Settings
 
@@ -35,7 +36,7 @@ async def _database(services: Services) -> str:
 async def _chroma(url: str) -> str:
     try:
         async with httpx.AsyncClient(timeout=CHECK_TIMEOUT) as client:
-            response = await client.get(f"{url.rstrip('/')}/api/v2/heartbeat")
+            response = await client.get(heartbeat_url(url))
         response.raise_for_status()
     except Exception as exc:
         log.warning("readyz: Chroma unreachable at %s: %r", url, exc)
