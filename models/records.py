@@ -66,6 +66,9 @@ class IncludeWindow:
     message_id: str
     before: int
     after: int
+    # Set: the target counts only while it is in this thread (a thread-scoped search's hit whose vector
+    # still names a thread the message has since left).
+    thread_id: str | None = None
 
 
 @dataclass(slots=True, frozen=True)

@@ -181,7 +181,8 @@ class _NeedsWorker(Exception):
     """An inline read met unbounded work (an uncached count); the read is run again in a worker."""
 
 
-_WindowShape: TypeAlias = tuple[tuple[bool, ...], bool]
+# Per window: whether it reads neighbours after its target, whether its target is bound to a thread.
+_WindowShape: TypeAlias = tuple[tuple[tuple[bool, bool], ...], bool]
 _WINDOW_SHAPES = 256  # statements kept; building one again costs up to tens of ms, once
 
 
@@ -196,8 +197,9 @@ class _WindowTemplate:
 
 def _window_shape(windows: Sequence[IncludeWindow], resource_id: str | None) -> _WindowShape:
     """What the windows' statement depends on: which windows read neighbours after their target (the
-    others have no second SELECT), and whether it is bound to a resource."""
-    return tuple(w.after > 0 for w in windows), bool(resource_id)
+    others have no second SELECT) and which targets are bound to a thread, and whether it is bound to
+    a resource."""
+    return tuple((w.after > 0, w.thread_id is not None) for w in windows), bool(resource_id)
 
 
 def _window_chunks(windows: Sequence[IncludeWindow]) -> Iterable[Sequence[IncludeWindow]]:
@@ -1051,10 +1053,11 @@ class Repository:
                 self._window_templates.move_to_end(shape)
         if template is None:
             terms = []
-            for n, after in enumerate(shape[0]):
-                terms.append(self._window_select(n, previous=True, resource_id=shape[1]))
+            for n, (after, in_thread) in enumerate(shape[0]):
+                side = functools.partial(self._window_select, n, resource_id=shape[1], thread_id=in_thread)
+                terms.append(side(previous=True))
                 if after:
-                    terms.append(self._window_select(n, previous=False, resource_id=shape[1]))
+                    terms.append(side(previous=False))
             template = _WindowTemplate(union_all(*terms))
             with self._window_lock:
                 self._window_templates[shape] = template
@@ -1066,6 +1069,8 @@ class Repository:
             params[f"window_before_{n}"] = w.before + 1  # the target itself is on this side
             if w.after > 0:
                 params[f"window_after_{n}"] = w.after
+            if w.thread_id is not None:
+                params[f"window_thread_{n}"] = w.thread_id
         if resource_id:
             params["window_resource"] = resource_id
         return template, params
@@ -1110,9 +1115,10 @@ class Repository:
             template.compiled = True
         return out
 
-    def _window_select(self, n: int, *, previous: bool, resource_id: bool) -> Any:
+    def _window_select(self, n: int, *, previous: bool, resource_id: bool, thread_id: bool) -> Any:
         """One side of window `n`. The target's thread and position are scalar subqueries, so the
-        engine evaluates them once and then walks ix_messages_thread_order from that position."""
+        engine evaluates them once and then walks ix_messages_thread_order from that position. A target
+        outside the bound resource or thread has no thread: the window is empty."""
         t = M.alias("target")
         message_id: BindParameter[str] = bindparam(f"window_id_{n}")
 
@@ -1120,6 +1126,8 @@ class Repository:
             stmt = select(column).where(t.c.id == message_id)
             if resource_id:
                 stmt = stmt.where(t.c.resource_id == bindparam("window_resource"))
+            if thread_id:
+                stmt = stmt.where(t.c.thread_id == bindparam(f"window_thread_{n}"))
             return stmt.scalar_subquery()
 
         key = tuple_(M.c.created_at, M.c.seq)

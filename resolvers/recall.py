@@ -170,8 +170,11 @@ class RecallEngine:
             )
             usage = found.usage
             threshold = sr.get("threshold") if isinstance(sr, dict) else None
+            # A thread-scoped hit counts only while its message is still in the thread: its vector names
+            # the thread the message was in when embedded, and a move's vector work may not be done yet.
+            in_thread = None if resource_scope else args.thread_id
             windows.extend(
-                IncludeWindow(hit.message_id, before, after)
+                IncludeWindow(hit.message_id, before, after, in_thread)
                 for hit in found.hits
                 if threshold is None or hit.score >= threshold
             )

@@ -82,7 +82,9 @@ async def test_hot_queries_use_indexes(services: Services) -> None:
     page = await repo.explain(repo.page_statement(plain, descending=True, limit=20, offset=0))
     count = await repo.explain(repo.count_statement(plain))
     windows = await repo.explain(
-        repo.window_statement([IncludeWindow("m42", 2, 2), IncludeWindow("m7", 1, 0)], None)
+        repo.window_statement(
+            [IncludeWindow("m42", 2, 2), IncludeWindow("m7", 1, 0), IncludeWindow("m9", 1, 1, "t3")], None
+        )
     )
     for plan in (page, count, windows):
         assert "ix_messages_thread_order" in plan or "messages_id_key" in plan, plan

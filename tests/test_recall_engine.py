@@ -303,6 +303,10 @@ async def test_include_windows_of_one_shape_share_one_statement(services: Servic
         repo._window_template([IncludeWindow("m0", 1, 0), IncludeWindow("m9", 1, 1)], None)[0] is not template
     )
     assert params["window_id_1"] == "m8" and params["window_after_1"] == 1
+    # A target bound to a thread (a thread-scoped search's hit): another shape, the thread a parameter.
+    bound, bound_params = repo._window_template([IncludeWindow("m3", 1, 1, "t1"), windows[1]], None)
+    assert bound is not template and bound_params["window_thread_0"] == "t1"
+    assert "window_thread_1" not in bound_params
 
 
 async def test_include_window_holds_its_target_among_ties(services: Services) -> None:

@@ -631,6 +631,47 @@ async def test_a_late_write_that_fails_after_landing_does_not_undo_a_newer_chang
     assert await scored_hits(setup, "okapi", thread_id, resource_id) == [(mid, 1.0)]
 
 
+async def test_a_thread_search_leaves_out_a_message_that_left_the_thread_before_its_vectors(
+    make: Any, repository: Repository
+) -> None:
+    # A move whose vector work is still queued (the index down, or the drain not there yet) leaves the
+    # message's vector naming its old thread. A thread-scoped recall there finds it, but returns it only
+    # while the message is still in that thread; a resource-scoped one, wherever it is in the resource.
+    from resolvers.recall import RecallArgs
+
+    setup = make()
+    thread_id, resource_id = await new_thread(setup)
+    other_thread = uid("t")
+    await setup.services.threads.create(resource_id=resource_id, thread_id=other_thread, principal=OPEN)
+    giraffe, okapi = await setup.save(thread_id, resource_id, ["giraffe", "okapi"])
+    stored = (await repository.get_messages([giraffe]))[giraffe]
+    await repository.save_messages([replace(stored, thread_id=other_thread)], now=1, track_vectors=True)
+
+    found = await setup.semantic.search(
+        "giraffe", thread_id=thread_id, resource_id=None, resource_scope=False, top_k=1
+    )
+    assert [h.message_id for h in found.hits] == [giraffe]  # the stale vector is still there
+
+    async def recalled(resource: str | None, scope: str) -> list[str]:
+        config = {"semanticRecall": {"topK": 1, "messageRange": 0, "scope": scope}}
+        args = RecallArgs(
+            thread_id=thread_id,
+            resource_id=resource,
+            per_page=0,
+            thread_config=config,
+            vector_search_string="giraffe",
+        )
+        result = await setup.services.recall.recall(args, principal=OPEN)
+        return [m.id for m in result.messages]
+
+    assert await recalled(None, "thread") == []
+    assert await recalled(resource_id, "thread") == []
+    assert await recalled(resource_id, "resource") == [giraffe]
+    # Once the move's vector work is done, the thread's search finds what is in the thread.
+    assert await setup.semantic.drain() == 1
+    assert await recalled(None, "thread") == [okapi]
+
+
 async def test_a_late_move_that_fails_after_its_delete_does_not_lose_the_vectors(
     make: Any, repository: Repository
 ) -> None:
