@@ -489,8 +489,10 @@ class Repository:
             # lock this save takes, and the outbox and the per-thread counts must start from the row
             # this save replaces, not from one read before that writer committed.
             previous = self._locked_messages(conn, ids)
-            for start in range(0, len(rows), 500):
-                conn.execute(stmt, rows[start : start + 500])
+            inserted = self._claim_new(conn, rows, previous)
+            replaced = [r for r in rows if r["id"] not in inserted] if inserted else rows
+            for start in range(0, len(replaced), 500):
+                conn.execute(stmt, replaced[start : start + 500])
             conn.execute(update(T).where(T.c.id.in_(thread_ids)).values(updated_at=now))
             self._write_stats(
                 conn,
@@ -508,6 +510,26 @@ class Repository:
 
         previous, stored = await self._write_transaction(write, lock_keys=thread_ids)
         return previous, [stored[i] for i in ids if i in stored]
+
+    def _claim_new(
+        self, conn: Connection, rows: Sequence[dict[str, Any]], stored: dict[str, MessageRecord]
+    ) -> set[str]:
+        """PostgreSQL: inserts the rows whose ids `stored` (read and locked before) does not hold, and
+        returns the ids it inserted; the caller writes the other rows. An id another writer inserted
+        after that read (its save or import through another thread: no lock of this transaction keeps
+        it out) is not inserted but locked and read into `stored`: this write replaces that row, and
+        the outbox and the per-thread counts must start from it. SQLite has one writer at a time."""
+        new = [r for r in rows if r["id"] not in stored]
+        if not self.is_postgres or not new:
+            return set()
+        stmt = self._insert(M).on_conflict_do_nothing(index_elements=["id"]).returning(M.c.id)
+        inserted: set[str] = set()
+        for start in range(0, len(new), 500):
+            # ON CONFLICT waits for a transaction inserting the same id, then skips the row if it commits.
+            inserted.update(conn.execute(stmt, new[start : start + 500]).scalars())
+        if raced := [r["id"] for r in new if r["id"] not in inserted]:
+            stored.update(self._locked_messages(conn, raced))
+        return inserted
 
     async def _write_transaction(
         self, body: Callable[[Connection], _T], *, lock_keys: Iterable[str] = ()
@@ -1308,6 +1330,8 @@ class Repository:
             if write:
                 stmt = self._upsert_messages()
                 rows = [_row(m) for m in write]
+                claimed = self._claim_new(conn, rows, stored)
+                rows = [r for r in rows if r["id"] not in claimed] if claimed else rows
                 for start in range(0, len(rows), 500):
                     conn.execute(stmt, rows[start : start + 500])
                 self._write_stats(

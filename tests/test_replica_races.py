@@ -178,3 +178,39 @@ async def test_a_deleted_thread_takes_along_a_message_imported_into_it_meanwhile
     assert await a.repository.get_messages([m1, m2]) == {}
     assert await settled(a, b, r) == {r: set()}
     assert await thread_totals(a, t) == [0]
+
+
+@pytest.mark.parametrize("through", ["save", "import"])
+async def test_a_write_of_a_new_id_saved_meanwhile_elsewhere_replaces_that_row(
+    replicas: tuple[Replica, Replica], through: str
+) -> None:
+    # A writes a new id m into t1 (a save, or an import, which takes no thread lock at all) and has read
+    # that m is not stored; B then saves m into t2 of another resource, commits and writes its vectors.
+    # A's write then takes over B's row: it must do so as the re-save it has become, taking m's vectors
+    # out of r2 and its count out of t2.
+    a, b = replicas
+    r1, r2, t1, t2, m = uid("r"), uid("r"), uid("t"), uid("t"), uid("m")
+    for resource, thread in ((r1, t1), (r2, t2)):
+        await a.services.threads.create(resource_id=resource, thread_id=thread, principal=OPEN)
+    hold = Hold(
+        a.engine,
+        lambda s: s.lstrip().startswith("SELECT") and "FROM messages" in s and "FOR UPDATE" in s,
+    )
+    hold.armed = True
+    if through == "save":
+        first = asyncio.create_task(a.save(t1, r1, m, "giraffe"))
+    else:
+        imported = MessageRecord(m, t1, r1, "user", "v2", 2_000_000_000_000, _text("giraffe"))
+        first = asyncio.create_task(a.repository.import_messages([imported], now=1, track_vectors=True))
+    await hold.stopped(first)
+    await asyncio.wait_for(b.save(t2, r2, m, "okapi"), 10)
+    assert await stored(b, r2) == {m}
+    hold.release.set()
+    done = await asyncio.wait_for(first, 10)
+    if through == "import":
+        assert done == (0, 1)  # inserted, updated: B's row was updated
+
+    row = (await a.repository.get_messages([m]))[m]
+    assert (row.thread_id, row.resource_id) == (t1, r1)
+    assert await settled(a, b, r1, r2) == {r1: {m}, r2: set()}
+    assert await thread_totals(a, t1, t2) == [1, 0]
