@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO, SHARED, require
+from tests.support import REPO, SHARED, database, require
 from tests.test_import_export import oracle_node_modules
 
 MODEL_DIR = Path(os.environ.get("RECALLQL_EMBEDDING_MODEL_DIR") or SHARED / "models/all-MiniLM-L6-v2")
@@ -87,7 +87,15 @@ def test_reindex_throughput_runs(model: Path) -> None:
 
 def test_write_latency_runs() -> None:
     out = run("write_latency.py", "--calls", "5")
-    assert "| write (5 calls each) |" in out and "| delete of 2 messages |" in out
+    assert "| write on SQLite (5 calls each) |" in out and "| delete of 2 messages |" in out
+
+
+async def test_write_latency_runs_on_postgres(tmp_path: Path) -> None:
+    async with database("postgres", tmp_path) as url:
+        for _ in range(2):  # a database used before: the second run's rows are its own
+            out = run("write_latency.py", "--calls", "5", "--database-url", url)
+            assert "| write on PostgreSQL (5 calls each) |" in out, out
+            assert re.search(r"\| re-save of 2 stored messages \| [\d.]+ \| [\d.]+ \|", out), out
 
 
 @pytest.mark.parametrize(("workers", "same_resources"), [("1", False), ("2", True)])
