@@ -9,7 +9,10 @@ the requests and the embedder, on the other core.
 
 The child is started on first use (spawned, not forked: the parent runs threads). It exits when the
 parent closes the index or dies (its end of the pipe reads EOF). If it dies, the calls waiting on it fail
-with :class:`VectorIndexError` and the next call starts a new one.
+with :class:`VectorIndexError` and the next call starts a new one. A call that searches or writes which
+the child does not answer in time (``timeout`` seconds per collection it touches) fails the same way, as
+a Chroma server that does not answer does: the child is left to finish it (killing it mid-write could
+damage the collection), its answer then goes nowhere, and the outbox has the work of a write that failed.
 """
 
 from __future__ import annotations
@@ -50,6 +53,10 @@ class IsolatedChromaIndex:
         self.model_name = model_name
         self.dimension = dimension
         self._options = {"path": os.fspath(path), "model_name": model_name, "dimension": dimension, **options}
+        # Seconds per collection a search or a write may take: a server's deadline is per request, and
+        # one call here does what a server gets one request per collection for.
+        self._timeout = float(options.get("timeout", 30.0))
+        self._answered: Connection | None = None  # the connection whose child has answered a call
         self._conn: Connection | None = None
         self._process: multiprocessing.process.BaseProcess | None = None
         # Calls waiting for an answer, with the connection they went out on (a child that died fails
@@ -98,7 +105,9 @@ class IsolatedChromaIndex:
             loop.call_soon_threadsafe(self._lost, conn)
 
     def _settle(self, call_id: int, ok: bool, value: Any) -> None:
-        _, future = self._pending.pop(call_id, (None, None))
+        conn, future = self._pending.pop(call_id, (None, None))
+        if conn is not None:
+            self._answered = conn
         if future is None or future.done():
             return
         if ok:
@@ -121,6 +130,13 @@ class IsolatedChromaIndex:
             conn.send_bytes(data)
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return await self._call_within(None, method, *args, **kwargs)
+
+    async def _timed(self, collections: int, method: str, *args: Any, **kwargs: Any) -> Any:
+        """A call that serves a request or the write pipeline: it must not wait for ever on a hung child."""
+        return await self._call_within(self._timeout * max(1, collections), method, *args, **kwargs)
+
+    async def _call_within(self, deadline: float | None, method: str, *args: Any, **kwargs: Any) -> Any:
         conn = await self._connection()
         call_id = next(self._ids)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -130,7 +146,17 @@ class IsolatedChromaIndex:
         except (OSError, ValueError) as exc:  # the pipe broke (or was closed) under us
             self._pending.pop(call_id, None)
             raise VectorIndexError(f"the Chroma process is gone: {exc}") from exc
-        return await future
+        if deadline is None:
+            return await future
+        if self._answered is not conn:
+            deadline += _STARTUP_SECONDS  # a child's first call also waits for its imports and Chroma
+        try:
+            return await asyncio.wait_for(future, deadline)
+        except TimeoutError:
+            self._pending.pop(call_id, None)  # its answer, if it ever comes, is dropped (_settle)
+            raise VectorIndexError(
+                f"timed out: the Chroma process did not answer ({method}) within {deadline:g} s"
+            ) from None
 
     # -- the index -----------------------------------------------------------------------------------
 
@@ -141,13 +167,14 @@ class IsolatedChromaIndex:
         # Rows of one size stack into one array; a wrong-sized one goes as it is, for ChromaIndex in
         # the child to refuse with its own message.
         rows = _Columns.of(items) if len({len(i.vector) for i in items}) == 1 else items
-        await self._call("upsert", rows)
+        await self._timed(len({i.resource_id for i in items}), "upsert", rows)
 
     async def delete_messages(self, message_ids: Sequence[str], resource_ids: Iterable[str | None]) -> None:
-        await self._call("delete_messages", list(message_ids), list(resource_ids))
+        resources = list(resource_ids)
+        await self._timed(len(resources), "delete_messages", list(message_ids), resources)
 
     async def delete_resource_thread(self, resource_id: str | None, thread_id: str) -> None:
-        await self._call("delete_resource_thread", resource_id, thread_id)
+        await self._timed(1, "delete_resource_thread", resource_id, thread_id)
 
     async def drop(self, resource_ids: Sequence[str | None] | None = None) -> int:
         return int(await self._call("drop", None if resource_ids is None else list(resource_ids)))
@@ -160,13 +187,18 @@ class IsolatedChromaIndex:
         thread_id: str | None,
         top_k: int,
     ) -> list[VectorHit]:
-        hits: list[VectorHit] = await self._call(
-            "query", list(vector), resource_ids=list(resource_ids), thread_id=thread_id, top_k=top_k
+        hits: list[VectorHit] = await self._timed(
+            len(resource_ids),
+            "query",
+            list(vector),
+            resource_ids=list(resource_ids),
+            thread_id=thread_id,
+            top_k=top_k,
         )
         return hits
 
     async def count(self, resource_id: str | None) -> int:
-        return int(await self._call("count", resource_id))
+        return int(await self._timed(1, "count", resource_id))
 
     async def resources(self) -> list[str | None]:
         found: list[str | None] = await self._call("resources")
@@ -181,7 +213,7 @@ class IsolatedChromaIndex:
         return lost
 
     async def ping(self) -> None:
-        await self._call("ping")
+        await self._timed(1, "ping")
 
     async def aclose(self) -> None:
         process, conn = self._process, self._conn
@@ -273,6 +305,10 @@ async def _serve_calls(conn: Connection, index: ChromaIndex) -> None:
     await asyncio.gather(*running, return_exceptions=True)
     await index.aclose()
 
+
+# How long a new child may take to serve its first call beyond that call's deadline: spawning, importing
+# chromadb, waiting for the directory's lock (10 s, ChromaIndex's lock_timeout) and opening the client.
+_STARTUP_SECONDS = 60.0
 
 # A pipe holds 64 KiB: a message this small is written at once while the other side reads, so it is sent
 # from the event loop; a larger one from a worker thread.

@@ -173,6 +173,15 @@ async def vector_backlog(base_url: str) -> float:
     raise AssertionError("/metrics has no recallql_vector_outbox_backlog")
 
 
+def chroma_child(server_pid: int) -> int:
+    """The pid of a running server's embedded-Chroma child process."""
+    for task in Path(f"/proc/{server_pid}/task").glob("*/children"):  # each thread lists its own
+        for pid in task.read_text().split():
+            if b"multiprocessing.spawn" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return int(pid)
+    raise AssertionError("the server runs no Chroma child")
+
+
 class ServerProcess:
     """`recallql serve` in a child process on a free loopback port."""
 

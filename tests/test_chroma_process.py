@@ -18,6 +18,7 @@ import pytest
 
 from models.chroma_process import IsolatedChromaIndex
 from models.vector_index import ChromaIndex, VectorHit, VectorIndexDamaged, VectorIndexError, VectorItem
+from tests.support import eventually
 from tests.test_vector_index import DIM, E0, E1, E2, MODEL, ids, item
 
 REPO = Path(__file__).resolve().parent.parent
@@ -139,6 +140,40 @@ async def test_a_dead_child_fails_its_calls_and_the_next_call_starts_another(
     assert not any(notes.iterdir())
     await index.upsert([item("m1", E0)])
     assert ids(await index.query(E0, resource_ids=["r1"], thread_id=None, top_k=5)) == ["m1"]
+
+
+async def test_a_child_that_stops_answering_fails_searches_and_writes_in_time(tmp_path: Path) -> None:
+    # SIGSTOP: the child keeps its pipe and answers nothing (a deadlock inside Chroma would look the
+    # same). Searches and writes fail after their deadline, as with a Chroma server that stops
+    # answering, instead of hanging their request or the write pipeline; once the child goes on, what
+    # it was given is done and the next calls are answered.
+    index = IsolatedChromaIndex(path=tmp_path / "chroma", model_name=MODEL, dimension=DIM, timeout=1)
+    try:
+        await index.upsert([item("m1", E0)])
+        child = index._process
+        assert child is not None and child.pid is not None
+        os.kill(child.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(VectorIndexError, match=r"timed out.*\(query\) within 2 s"):
+                await index.query(E0, resource_ids=["r1", "r2"], thread_id=None, top_k=1)
+            with pytest.raises(VectorIndexError, match=r"timed out.*\(upsert\) within 1 s"):
+                await index.upsert([item("m2", E1)])
+            took = time.monotonic() - started
+            assert 3 <= took < 10, took
+        finally:
+            os.kill(child.pid, signal.SIGCONT)
+        assert ids(await index.query(E0, resource_ids=["r1"], thread_id=None, top_k=5))[0] == "m1"
+
+        async def written() -> bool:  # the write that timed out, which the child was left to finish
+            return await index.count("r1") == 2
+
+        await eventually(written, timeout=10, what="the timed-out write to land")
+        assert index._process is child  # the same child: nothing was killed
+        # Maintenance calls scan whole collections in one call and have no deadline.
+        assert await index.stored("r1") == {("m1", 0), ("m2", 0)}
+    finally:
+        await index.aclose()
 
 
 def written_note(notes: Path) -> bool:

@@ -41,6 +41,7 @@ from tests.support import (
     ServerProcess,
     at,
     chroma_binary,
+    chroma_child,
     database,
     engines,
     eventually,
@@ -277,11 +278,12 @@ SEARCH = """query($t: ID!, $r: String, $s: String, $c: MemoryConfigInput) {
 
 @dataclass
 class ChromaFault:
-    """A server beside a Chroma server, with one thread's messages saved before a Chroma fault and more
-    to save during it (searches of the resource must find all of them once Chroma is back)."""
+    """A server beside a Chroma server (or with its embedded Chroma child: `chroma` None), with one
+    thread's messages saved before a Chroma fault and more to save during it (searches of the resource
+    must find all of them once Chroma is back)."""
 
     srv: ServerProcess
-    chroma: ChromaProcess
+    chroma: ChromaProcess | None
     api: Api
     resource: str = field(default_factory=lambda: uid("r"))
     thread: str = field(default_factory=lambda: uid("t"))
@@ -328,13 +330,16 @@ class ChromaFault:
 
 
 @contextlib.asynccontextmanager
-async def chroma_fault(tmp_path: Path, count: int, **env: str) -> AsyncIterator[ChromaFault]:
+async def chroma_fault(
+    tmp_path: Path, count: int, *, embedded: bool = False, **env: str
+) -> AsyncIterator[ChromaFault]:
     async with database("sqlite", tmp_path) as db_url:
-        with embed_server_process() as embed_url, chroma_process(tmp_path / "chroma") as chroma:
+        with embed_server_process() as embed_url, contextlib.ExitStack() as stack:
+            chroma = None if embedded else stack.enter_context(chroma_process(tmp_path / "chroma"))
             env = {
                 **http_embedder_env(embed_url),
                 "RECALLQL_EMBEDDINGS_DIMENSION": str(DIMENSION),
-                "RECALLQL_CHROMA_URL": chroma.url,
+                **({"RECALLQL_CHROMA_URL": chroma.url} if chroma is not None else {}),
                 "RECALLQL_DATABASE_URL": db_url,
                 "RECALLQL_VECTOR_DRAIN_INTERVAL": "0.2",
                 **env,
@@ -361,6 +366,7 @@ async def chroma_fault(tmp_path: Path, count: int, **env: str) -> AsyncIterator[
 async def test_chroma_outage_degrades_search_only_and_recovers(tmp_path: Path) -> None:
     async with chroma_fault(tmp_path, 6) as fault, httpx.AsyncClient(timeout=60) as client:
         srv, chroma = fault.srv, fault.chroma
+        assert chroma is not None
         ready = await client.get(f"{srv.url}/readyz")
         assert (ready.status_code, ready.json()) == (200, {"ready": True, "database": "ok", "chroma": "ok"})
 
@@ -397,13 +403,20 @@ async def test_chroma_outage_degrades_search_only_and_recovers(tmp_path: Path) -
         assert ids(best) == [fault.during[3]["id"]]
 
 
-async def test_a_chroma_server_that_stops_answering_fails_calls_in_time_and_recovers(tmp_path: Path) -> None:
-    # SIGSTOP: the server keeps its port and accepts connections but answers nothing, which chromadb's
-    # HTTP client would wait on for ever (a hung search; a write pipeline stuck on one call).
-    async with chroma_fault(tmp_path, 3, RECALLQL_CHROMA_TIMEOUT="2") as fault:
-        process = fault.chroma.process
-        assert process is not None
-        process.send_signal(signal.SIGSTOP)
+@pytest.mark.parametrize("embedded", [False, True], ids=["server", "embedded child"])
+async def test_a_chroma_that_stops_answering_fails_calls_in_time_and_recovers(
+    tmp_path: Path, embedded: bool
+) -> None:
+    # SIGSTOP: a Chroma server keeps its port and accepts connections but answers nothing, which
+    # chromadb's HTTP client would wait on for ever (a hung search; a write pipeline stuck on one call).
+    # The embedded child keeps its pipe and answers nothing, as a deadlock inside Chroma would.
+    async with chroma_fault(tmp_path, 3, embedded=embedded, RECALLQL_CHROMA_TIMEOUT="2") as fault:
+        if fault.chroma is None:
+            pid = chroma_child(fault.srv.proc.pid)
+        else:
+            assert fault.chroma.process is not None
+            pid = fault.chroma.process.pid
+        os.kill(pid, signal.SIGSTOP)
         try:
             async with httpx.AsyncClient(timeout=60) as client:
                 _, took = await fault.search_fails(client)
@@ -412,7 +425,7 @@ async def test_a_chroma_server_that_stops_answering_fails_calls_in_time_and_reco
             # for the vectors.
             await fault.save_during(within=8)
         finally:
-            process.send_signal(signal.SIGCONT)
+            os.kill(pid, signal.SIGCONT)
         await fault.recovered()
         assert "timed out" in fault.srv.log_path.read_text().lower()
 

@@ -27,6 +27,7 @@ from tests.support import (
     REPO,
     Api,
     at,
+    chroma_child,
     database,
     engines,
     eventually,
@@ -535,15 +536,6 @@ async def test_drainer_converges_when_the_embedder_comes_back(
 
 
 # ------------------------------------------------------------------------------------------------ (d)
-def chroma_child(server_pid: int) -> int:
-    """The pid of a running server's embedded-Chroma child process."""
-    for task in Path(f"/proc/{server_pid}/task").glob("*/children"):  # each thread lists its own
-        for pid in task.read_text().split():
-            if b"multiprocessing.spawn" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                return int(pid)
-    raise AssertionError("the server runs no Chroma child")
-
-
 async def found_by_own_text(api: Api, thread_id: str, resource_id: str, message: dict[str, Any]) -> bool:
     text = message["content"]["parts"][0]["text"]
     hits = await search(

@@ -55,9 +55,9 @@ def build_semantic(settings: Settings, repository: Repository) -> SemanticMemory
                 "embeddings endpoint."
             )
         return None
+    timeout = settings.chroma_timeout
     if settings.chroma_url:
         url = settings.chroma_url
-        timeout = settings.chroma_timeout
 
         def factory(model: str, dimension: int) -> VectorIndex:
             return ChromaIndex(url=url, model_name=model, dimension=dimension, timeout=timeout)
@@ -70,7 +70,9 @@ def build_semantic(settings: Settings, repository: Repository) -> SemanticMemory
         cached = settings.chroma_cached_indexes
 
         def factory(model: str, dimension: int) -> VectorIndex:
-            return embedded(path=path, model_name=model, dimension=dimension, cached_indexes=cached)
+            return embedded(
+                path=path, model_name=model, dimension=dimension, cached_indexes=cached, timeout=timeout
+            )
 
     where = settings.chroma_url or settings.chroma_path
     log.info(
