@@ -13,6 +13,8 @@ with :class:`VectorIndexError` and the next call starts a new one. A call that s
 the child does not answer in time (``timeout`` seconds per collection it touches) fails the same way, as
 a Chroma server that does not answer does: the child is left to finish it (killing it mid-write could
 damage the collection), its answer then goes nowhere, and the outbox has the work of a write that failed.
+Until the child has done such a write, writes of its resources are refused at once (their work stays in
+the outbox), so that none can land before it and be overwritten by its older vectors.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ class IsolatedChromaIndex:
         # one call here does what a server gets one request per collection for.
         self._timeout = float(options.get("timeout", 30.0))
         self._answered: Connection | None = None  # the connection whose child has answered a call
+        # Writes that timed out and that the child may still be doing: call id -> (its connection, the
+        # resources it writes). See _refuse_behind.
+        self._late: dict[int, tuple[Connection, frozenset[str | None]]] = {}
         self._conn: Connection | None = None
         self._process: multiprocessing.process.BaseProcess | None = None
         # Calls waiting for an answer, with the connection they went out on (a child that died fails
@@ -108,6 +113,7 @@ class IsolatedChromaIndex:
         conn, future = self._pending.pop(call_id, (None, None))
         if conn is not None:
             self._answered = conn
+        self._late.pop(call_id, None)
         if future is None or future.done():
             return
         if ok:
@@ -119,6 +125,7 @@ class IsolatedChromaIndex:
         if self._conn is conn:
             self._conn = None
         conn.close()
+        self._late = {call_id: late for call_id, late in self._late.items() if late[0] is not conn}
         for call_id, (sent_on, future) in list(self._pending.items()):
             if sent_on is conn:
                 del self._pending[call_id]
@@ -132,11 +139,36 @@ class IsolatedChromaIndex:
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return await self._call_within(None, method, *args, **kwargs)
 
-    async def _timed(self, collections: int, method: str, *args: Any, **kwargs: Any) -> Any:
+    async def _timed(
+        self, resources: Iterable[str | None], method: str, *args: Any, write: bool = False, **kwargs: Any
+    ) -> Any:
         """A call that serves a request or the write pipeline: it must not wait for ever on a hung child."""
-        return await self._call_within(self._timeout * max(1, collections), method, *args, **kwargs)
+        touched = frozenset(resources)
+        if write:
+            self._refuse_behind(touched)
+        deadline = self._timeout * max(1, len(touched))
+        return await self._call_within(deadline, method, *args, writes=touched if write else None, **kwargs)
 
-    async def _call_within(self, deadline: float | None, method: str, *args: Any, **kwargs: Any) -> Any:
+    def _refuse_behind(self, resources: frozenset[str | None] | None) -> None:
+        """Refuses a write of a resource (None: of any) that a timed-out write still being done by the
+        child also writes. Sent now, it could be done first (the child runs calls side by side) and then
+        be overwritten with the older vectors; refused, its work stays in the outbox until later."""
+        for _, late in self._late.values():
+            if resources is None or late & resources:
+                busy = sorted(late if resources is None else late & resources, key=str)
+                raise VectorIndexError(
+                    f"an earlier write of resource {busy[0]!r} that timed out is still being done by the "
+                    "Chroma process"
+                )
+
+    async def _call_within(
+        self,
+        deadline: float | None,
+        method: str,
+        *args: Any,
+        writes: frozenset[str | None] | None = None,
+        **kwargs: Any,
+    ) -> Any:
         conn = await self._connection()
         call_id = next(self._ids)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -154,6 +186,8 @@ class IsolatedChromaIndex:
             return await asyncio.wait_for(future, deadline)
         except TimeoutError:
             self._pending.pop(call_id, None)  # its answer, if it ever comes, is dropped (_settle)
+            if writes is not None:
+                self._late[call_id] = (conn, writes)
             raise VectorIndexError(
                 f"timed out: the Chroma process did not answer ({method}) within {deadline:g} s"
             ) from None
@@ -167,16 +201,17 @@ class IsolatedChromaIndex:
         # Rows of one size stack into one array; a wrong-sized one goes as it is, for ChromaIndex in
         # the child to refuse with its own message.
         rows = _Columns.of(items) if len({len(i.vector) for i in items}) == 1 else items
-        await self._timed(len({i.resource_id for i in items}), "upsert", rows)
+        await self._timed({i.resource_id for i in items}, "upsert", rows, write=True)
 
     async def delete_messages(self, message_ids: Sequence[str], resource_ids: Iterable[str | None]) -> None:
         resources = list(resource_ids)
-        await self._timed(len(resources), "delete_messages", list(message_ids), resources)
+        await self._timed(resources, "delete_messages", list(message_ids), resources, write=True)
 
     async def delete_resource_thread(self, resource_id: str | None, thread_id: str) -> None:
-        await self._timed(1, "delete_resource_thread", resource_id, thread_id)
+        await self._timed([resource_id], "delete_resource_thread", resource_id, thread_id, write=True)
 
     async def drop(self, resource_ids: Sequence[str | None] | None = None) -> int:
+        self._refuse_behind(None if resource_ids is None else frozenset(resource_ids))
         return int(await self._call("drop", None if resource_ids is None else list(resource_ids)))
 
     async def query(
@@ -188,7 +223,7 @@ class IsolatedChromaIndex:
         top_k: int,
     ) -> list[VectorHit]:
         hits: list[VectorHit] = await self._timed(
-            len(resource_ids),
+            resource_ids,
             "query",
             list(vector),
             resource_ids=list(resource_ids),
@@ -198,7 +233,7 @@ class IsolatedChromaIndex:
         return hits
 
     async def count(self, resource_id: str | None) -> int:
-        return int(await self._timed(1, "count", resource_id))
+        return int(await self._timed([resource_id], "count", resource_id))
 
     async def resources(self) -> list[str | None]:
         found: list[str | None] = await self._call("resources")
@@ -213,7 +248,7 @@ class IsolatedChromaIndex:
         return lost
 
     async def ping(self) -> None:
-        await self._timed(1, "ping")
+        await self._timed([], "ping")
 
     async def aclose(self) -> None:
         process, conn = self._process, self._conn

@@ -161,15 +161,30 @@ async def test_a_child_that_stops_answering_fails_searches_and_writes_in_time(tm
                 await index.upsert([item("m2", E1)])
             took = time.monotonic() - started
             assert 3 <= took < 10, took
+            # Until the child has done that write, another write of r1 could land before it (calls run
+            # side by side there) and be overwritten with older vectors: refused at once instead.
+            started = time.monotonic()
+            for refused in (
+                index.upsert([item("m2", E2), item("k1", E0, resource_id="r2")]),
+                index.delete_messages(["m1"], ["r1"]),
+                index.drop(None),
+            ):
+                with pytest.raises(VectorIndexError, match="earlier write of resource 'r1'"):
+                    await refused
+            assert time.monotonic() - started < 0.5
         finally:
             os.kill(child.pid, signal.SIGCONT)
         assert ids(await index.query(E0, resource_ids=["r1"], thread_id=None, top_k=5))[0] == "m1"
 
         async def written() -> bool:  # the write that timed out, which the child was left to finish
-            return await index.count("r1") == 2
+            # ... and its answer, which tells the parent that r1 takes writes again.
+            return await index.count("r1") == 2 and not index._late
 
         await eventually(written, timeout=10, what="the timed-out write to land")
         assert index._process is child  # the same child: nothing was killed
+        await index.upsert([item("m2", E2)])  # r1 takes writes again
+        hits = await index.query(E2, resource_ids=["r1"], thread_id=None, top_k=1)
+        assert hits == [VectorHit("m2", "t1", pytest.approx(1.0, abs=1e-5))]
         # Maintenance calls scan whole collections in one call and have no deadline.
         assert await index.stored("r1") == {("m1", 0), ("m2", 0)}
     finally:
