@@ -9,10 +9,11 @@ the requests and the embedder, on the other core.
 
 The child is started on first use (spawned, not forked: the parent runs threads). It exits when the
 parent closes the index or dies (its end of the pipe reads EOF). If it dies, the calls waiting on it fail
-with :class:`VectorIndexError` and the next call starts a new one. A call that searches or writes which
-the child does not answer in time (``timeout`` seconds per collection it touches) fails the same way, as
-a Chroma server that does not answer does: the child is left to finish it (killing it mid-write could
-damage the collection), its answer then goes nowhere, and the outbox has the work of a write that failed.
+with :class:`VectorIndexError` and the next call starts a new one. A search or a write that the child
+does not answer in time (``timeout`` seconds, a quarter second more per collection it touches) fails the
+same way, as with a Chroma server that does not answer: the child is left to finish it (killing it
+mid-write could damage the collection), its answer then goes nowhere, and the outbox has the work of a
+write that failed.
 Until the child has done such a write, writes of its resources are refused at once (their work stays in
 the outbox), so that none can land before it and be overwritten by its older vectors.
 """
@@ -55,8 +56,7 @@ class IsolatedChromaIndex:
         self.model_name = model_name
         self.dimension = dimension
         self._options = {"path": os.fspath(path), "model_name": model_name, "dimension": dimension, **options}
-        # Seconds per collection a search or a write may take: a server's deadline is per request, and
-        # one call here does what a server gets one request per collection for.
+        # Seconds a search or a write may take, as with a server (see _PER_COLLECTION_SECONDS).
         self._timeout = float(options.get("timeout", 30.0))
         self._answered: Connection | None = None  # the connection whose child has answered a call
         # Writes that timed out and that the child may still be doing: call id -> (its connection, the
@@ -146,7 +146,7 @@ class IsolatedChromaIndex:
         touched = frozenset(resources)
         if write:
             self._refuse_behind(touched)
-        deadline = self._timeout * max(1, len(touched))
+        deadline = self._timeout + _PER_COLLECTION_SECONDS * len(touched)
         return await self._call_within(deadline, method, *args, writes=touched if write else None, **kwargs)
 
     def _refuse_behind(self, resources: frozenset[str | None] | None) -> None:
@@ -340,6 +340,11 @@ async def _serve_calls(conn: Connection, index: ChromaIndex) -> None:
     await asyncio.gather(*running, return_exceptions=True)
     await index.aclose()
 
+
+# What a call may take beyond the deadline per collection it touches: one call here does what a server
+# gets a request per collection for (a pipeline batch over 1,000 new resources: about 25 ms of Chroma's
+# work each), while a hung child is still noticed after about the deadline.
+_PER_COLLECTION_SECONDS = 0.25
 
 # How long a new child may take to serve its first call beyond that call's deadline: spawning, importing
 # chromadb, waiting for the directory's lock (10 s, ChromaIndex's lock_timeout) and opening the client.

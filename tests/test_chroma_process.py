@@ -155,12 +155,12 @@ async def test_a_child_that_stops_answering_fails_searches_and_writes_in_time(tm
         os.kill(child.pid, signal.SIGSTOP)
         try:
             started = time.monotonic()
-            with pytest.raises(VectorIndexError, match=r"timed out.*\(query\) within 2 s"):
+            with pytest.raises(VectorIndexError, match=r"timed out.*\(query\) within 1.5 s"):
                 await index.query(E0, resource_ids=["r1", "r2"], thread_id=None, top_k=1)
-            with pytest.raises(VectorIndexError, match=r"timed out.*\(upsert\) within 1 s"):
+            with pytest.raises(VectorIndexError, match=r"timed out.*\(upsert\) within 1.25 s"):
                 await index.upsert([item("m2", E1)])
             took = time.monotonic() - started
-            assert 3 <= took < 10, took
+            assert 2.7 <= took < 10, took
             # Until the child has done that write, another write of r1 could land before it (calls run
             # side by side there) and be overwritten with older vectors: refused at once instead.
             started = time.monotonic()
