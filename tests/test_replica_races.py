@@ -20,7 +20,7 @@ from sqlalchemy.util import await_only
 from models.db import create_engine
 from models.migrate import upgrade
 from models.records import MessageRecord
-from models.repository import Repository
+from models.repository import Repository, RowForbidden
 from models.vector_index import ChromaIndex
 from resolvers.auth import OPEN
 from resolvers.config import BUILTIN_DEFAULTS
@@ -180,6 +180,24 @@ async def test_a_deleted_thread_takes_along_a_message_imported_into_it_meanwhile
     assert await thread_totals(a, t) == [0]
 
 
+async def two_threads(replica: Replica) -> tuple[str, str, str, str, str]:
+    """r1, r2 and a thread in each, t1 and t2, and an id m not stored yet."""
+    r1, r2, t1, t2, m = uid("r"), uid("r"), uid("t"), uid("t"), uid("m")
+    for resource, thread in ((r1, t1), (r2, t2)):
+        await replica.services.threads.create(resource_id=resource, thread_id=thread, principal=OPEN)
+    return r1, r2, t1, t2, m
+
+
+def holding_locked_read(replica: Replica) -> Hold:
+    """Armed to hold the replica's next write right after it read (and locked) the messages it replaces."""
+    hold = Hold(
+        replica.engine,
+        lambda s: s.lstrip().startswith("SELECT") and "FROM messages" in s and "FOR UPDATE" in s,
+    )
+    hold.armed = True
+    return hold
+
+
 @pytest.mark.parametrize("through", ["save", "import"])
 async def test_a_write_of_a_new_id_saved_meanwhile_elsewhere_replaces_that_row(
     replicas: tuple[Replica, Replica], through: str
@@ -189,14 +207,8 @@ async def test_a_write_of_a_new_id_saved_meanwhile_elsewhere_replaces_that_row(
     # A's write then takes over B's row: it must do so as the re-save it has become, taking m's vectors
     # out of r2 and its count out of t2.
     a, b = replicas
-    r1, r2, t1, t2, m = uid("r"), uid("r"), uid("t"), uid("t"), uid("m")
-    for resource, thread in ((r1, t1), (r2, t2)):
-        await a.services.threads.create(resource_id=resource, thread_id=thread, principal=OPEN)
-    hold = Hold(
-        a.engine,
-        lambda s: s.lstrip().startswith("SELECT") and "FROM messages" in s and "FOR UPDATE" in s,
-    )
-    hold.armed = True
+    r1, r2, t1, t2, m = await two_threads(a)
+    hold = holding_locked_read(a)
     if through == "save":
         first = asyncio.create_task(a.save(t1, r1, m, "giraffe"))
     else:
@@ -214,3 +226,25 @@ async def test_a_write_of_a_new_id_saved_meanwhile_elsewhere_replaces_that_row(
     assert (row.thread_id, row.resource_id) == (t1, r1)
     assert await settled(a, b, r1, r2) == {r1: {m}, r2: set()}
     assert await thread_totals(a, t1, t2) == [1, 0]
+
+
+async def test_a_restricted_save_of_a_new_id_saved_meanwhile_elsewhere_changes_nothing(
+    replicas: tuple[Replica, Replica],
+) -> None:
+    # The same race for a caller limited to r1: the row B inserted meanwhile belongs to r2, so A's save
+    # may not take it over; it fails and leaves B's row, its count and its vectors as they were.
+    a, b = replicas
+    r1, r2, t1, t2, m = await two_threads(a)
+    hold = holding_locked_read(a)
+    mine = MessageRecord(m, t1, r1, "user", "v2", 1_000, _text("giraffe"))
+    first = asyncio.create_task(a.repository.save_messages([mine], now=1, track_vectors=True, owned_by={r1}))
+    await hold.stopped(first)
+    await asyncio.wait_for(b.save(t2, r2, m, "okapi"), 10)
+    hold.release.set()
+    with pytest.raises(RowForbidden):
+        await asyncio.wait_for(first, 10)
+
+    row = (await a.repository.get_messages([m]))[m]
+    assert (row.thread_id, row.resource_id) == (t2, r2)
+    assert await settled(a, b, r1, r2) == {r1: set(), r2: {m}}
+    assert await thread_totals(a, t1, t2) == [0, 1]
