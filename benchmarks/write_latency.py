@@ -39,11 +39,12 @@ def _writes(
     calls = len(entries) // 2
     content = {"format": 2, "parts": [{"type": "text", "text": "hello again"}]}
 
+    def pair(n: int, prefix: str) -> list[str]:
+        """The ids call n writes: stored ones ("m", saved before the timing) or new ones ("s")."""
+        return [f"{run}{prefix}{2 * n}", f"{run}{prefix}{2 * n + 1}"]
+
     def saved(n: int, prefix: str) -> list[MessageRecord]:
-        return [
-            MessageRecord(f"{run}{prefix}{2 * n + k}", f"{run}t", "r", "user", "v2", 10 + n, content)
-            for k in range(2)
-        ]
+        return [MessageRecord(i, f"{run}t", "r", "user", "v2", 10 + n, content) for i in pair(n, prefix)]
 
     return {
         "save of 2 new messages": lambda n: repository.save_messages(
@@ -59,13 +60,13 @@ def _writes(
             f"{run}t", lambda _: f"memory {n}", now=10 + n
         ),
         "update of 2 messages": lambda n: repository.update_messages(
-            [f"{run}m{2 * n}", f"{run}m{2 * n + 1}"],
+            pair(n, "m"),
             lambda before: list(before.values()),
             now=10 + n,
             track_vectors=True,
         ),
         "delete of 2 messages": lambda n: repository.delete_messages(
-            [f"{run}m{2 * n}", f"{run}m{2 * n + 1}"], now=10 + n, track_vectors=True
+            pair(n, "m"), now=10 + n, track_vectors=True
         ),
         "outbox settle (1 entry)": lambda n: repository.outbox_done([entries[n]]),
         # What the vector pipeline settles: its batch's rows are read again to see none changed.

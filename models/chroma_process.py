@@ -13,9 +13,8 @@ with :class:`VectorIndexError` and the next call starts a new one. A search or a
 does not answer in time (``timeout`` seconds, a quarter second more per collection it touches) fails the
 same way, as with a Chroma server that does not answer: the child is left to finish it (killing it
 mid-write could damage the collection), its answer then goes nowhere, and the outbox has the work of a
-write that failed.
-Until the child has done such a write, writes of its resources are refused at once (their work stays in
-the outbox), so that none can land before it and be overwritten by its older vectors.
+write that failed. Until the child has done such a write, writes of its resources are refused at once
+(their work stays in the outbox), so that none can land before it and be overwritten by its older vectors.
 """
 
 from __future__ import annotations
@@ -52,12 +51,12 @@ class IsolatedChromaIndex:
         self, *, path: str | os.PathLike[str], model_name: str, dimension: int, **options: Any
     ) -> None:
         # Validated here, where the mistake is made, rather than in the child on first use.
-        ChromaIndex(path=path, model_name=model_name, dimension=dimension, **options)
+        checked = ChromaIndex(path=path, model_name=model_name, dimension=dimension, **options)
         self.model_name = model_name
         self.dimension = dimension
         self._options = {"path": os.fspath(path), "model_name": model_name, "dimension": dimension, **options}
         # Seconds a search or a write may take, as with a server (see _PER_COLLECTION_SECONDS).
-        self._timeout = float(options.get("timeout", 30.0))
+        self._timeout = checked.timeout
         self._answered: Connection | None = None  # the connection whose child has answered a call
         # Writes that timed out and that the child may still be doing: call id -> (its connection, the
         # resources it writes). See _refuse_behind.

@@ -385,7 +385,7 @@ class ChromaIndex:
         # connections but does not answer (stopped, swapping, a half-open connection) would hang searches
         # and hold the write pipeline and its worker threads. Failed in time, a request is an ordinary
         # failure: searches say SERVICE_UNAVAILABLE, writes stay in the outbox for the drain.
-        self._timeout = timeout
+        self.timeout = timeout
         self._lock_timeout = lock_timeout
         self._lock_refused = False  # once refused, later calls fail at once until the holder lets go
         self._directory_lock: FileLock | None = None
@@ -459,7 +459,7 @@ class ChromaIndex:
         import httpx
 
         assert self._url is not None
-        limit = httpx.Timeout(self._timeout, connect=min(self._timeout, 5.0))
+        limit = httpx.Timeout(self.timeout, connect=min(self.timeout, 5.0))
         # Making the client asks the server for its tenant, with no time limit: asked first, in time.
         httpx.get(heartbeat_url(self._url), timeout=limit).raise_for_status()
         parts = urlsplit(self._url)

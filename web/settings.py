@@ -66,7 +66,8 @@ class Settings(BaseSettings):
     # runs N batches at once on one core each (more throughput for bulk ingest, slower lone queries).
     embedding_workers: int = Field(default=1, ge=1, le=64)
     chroma_url: str | None = None
-    # Seconds a request to the Chroma server may take (connecting: at most 5) before it counts as failed.
+    # Seconds a request to the Chroma server may take (connecting: at most 5) before it counts as failed;
+    # with embedded Chroma's child process, a search or a write (models/chroma_process.py).
     chroma_timeout: float = Field(default=30.0, gt=0)
     # Embedded Chroma in a child process (models/chroma_process.py): its writes hold the GIL, which
     # there stalls neither the requests nor the embedder (read p99 during ingest about halved).
