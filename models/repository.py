@@ -489,8 +489,7 @@ class Repository:
             # lock this save takes, and the outbox and the per-thread counts must start from the row
             # this save replaces, not from one read before that writer committed.
             previous = self._locked_messages(conn, ids)
-            inserted = self._claim_new(conn, rows, previous)
-            replaced = [r for r in rows if r["id"] not in inserted] if inserted else rows
+            replaced = self._claim_new(conn, rows, previous)
             for start in range(0, len(replaced), 500):
                 conn.execute(stmt, replaced[start : start + 500])
             conn.execute(update(T).where(T.c.id.in_(thread_ids)).values(updated_at=now))
@@ -513,15 +512,17 @@ class Repository:
 
     def _claim_new(
         self, conn: Connection, rows: Sequence[dict[str, Any]], stored: dict[str, MessageRecord]
-    ) -> set[str]:
+    ) -> Sequence[dict[str, Any]]:
         """PostgreSQL: inserts the rows whose ids `stored` (read and locked before) does not hold, and
-        returns the ids it inserted; the caller writes the other rows. An id another writer inserted
-        after that read (its save or import through another thread: no lock of this transaction keeps
-        it out) is not inserted but locked and read into `stored`: this write replaces that row, and
-        the outbox and the per-thread counts must start from it. SQLite has one writer at a time."""
+        returns the rows left for the caller to write. An id another writer inserted after that read (its
+        save or import through another thread: no lock of this transaction keeps it out) is not inserted
+        but locked and read into `stored`: this write replaces that row, and the outbox and the
+        per-thread counts must start from it. SQLite has one writer at a time: every row is left."""
+        if not self.is_postgres:
+            return rows
         new = [r for r in rows if r["id"] not in stored]
-        if not self.is_postgres or not new:
-            return set()
+        if not new:
+            return rows
         stmt = self._insert(M).on_conflict_do_nothing(index_elements=["id"]).returning(M.c.id)
         inserted: set[str] = set()
         for start in range(0, len(new), 500):
@@ -529,7 +530,7 @@ class Repository:
             inserted.update(conn.execute(stmt, new[start : start + 500]).scalars())
         if raced := [r["id"] for r in new if r["id"] not in inserted]:
             stored.update(self._locked_messages(conn, raced))
-        return inserted
+        return [r for r in rows if r["id"] not in inserted] if inserted else rows
 
     async def _write_transaction(
         self, body: Callable[[Connection], _T], *, lock_keys: Iterable[str] = ()
@@ -1329,9 +1330,7 @@ class Repository:
             ]
             if write:
                 stmt = self._upsert_messages()
-                rows = [_row(m) for m in write]
-                claimed = self._claim_new(conn, rows, stored)
-                rows = [r for r in rows if r["id"] not in claimed] if claimed else rows
+                rows = self._claim_new(conn, [_row(m) for m in write], stored)
                 for start in range(0, len(rows), 500):
                     conn.execute(stmt, rows[start : start + 500])
                 self._write_stats(
