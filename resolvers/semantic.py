@@ -6,9 +6,12 @@ delete), so a crash between the SQL commit and the vector write is repaired by t
 
 Requests hand their messages to one write pipeline per process (`submit`): it takes the work of all
 waiting requests at once (up to `pipeline_batch` messages), embeds it in one call and writes each
-resource's vectors in one index call, and embeds the next batch while the index writes the previous
+resource's vectors in one index call, and embeds the next batches while the index writes the previous
 one. Concurrent saves therefore share embedder batches and vector writes instead of each paying Chroma's
-per-call cost, and a stream of saves keeps both the embedder and the index busy. A request hands over
+per-call cost, and a stream of saves keeps both the embedder and the index busy. When the index is the
+slower of the two (saves spread over many resources: Chroma's cost is per call, not per vector), the
+batches embedded meanwhile (up to `merge_batches`) are written together, each resource's vectors of all
+of them in one call, so the slower the writes the fewer calls each vector costs. A request hands over
 the rows it wrote, so the embedder starts on them while the pipeline reads SQL back; SQL's answer still
 decides what is written.
 
@@ -149,8 +152,11 @@ class SemanticMemory:
         pipeline_batch: int = 1024,
         background: bool = False,
         max_backlog: int = 2048,
+        merge_batches: int = 4,
         rebuild_wait: float = 10.0,
     ) -> None:
+        if merge_batches < 1:
+            raise ValueError("merge_batches must be positive")
         self.repository = repository
         self.embedder = embedder
         self._index_factory = index_factory
@@ -165,6 +171,8 @@ class SemanticMemory:
         self.pipeline_batch = pipeline_batch
         self.background = background
         self.max_backlog = max_backlog
+        # Batches embedded while the index writes, written together once it is free (1: one at a time).
+        self.merge_batches = merge_batches
         self._jobs: deque[_Job] = deque()
         self._backlog = 0  # messages submitted and not finished
         self._queued = 0  # messages submitted and not yet taken into a batch
@@ -174,7 +182,7 @@ class SemanticMemory:
         self._finished = 0  # every job with a ticket <= this has finished
         self._last_ticket: dict[str | None, int] = {}  # the newest job touching each resource
         self._progress: asyncio.Condition | None = None
-        self._applying: list[_Job] = []  # the batch whose index writes are running
+        self._applying: list[_Job] = []  # the jobs whose index writes are running
         # Damaged collections being rebuilt from SQL, by resource; searches wait `rebuild_wait` for them.
         self._rebuilds: dict[str | None, _Rebuild] = {}
         self.rebuild_wait = rebuild_wait
@@ -496,13 +504,41 @@ class SemanticMemory:
 
     async def _run_pipeline(self) -> None:
         assert self._wake is not None and self._progress is not None
-        applying: asyncio.Task[None] | None = None
+        # Batches embedded and not yet handed to the writer, oldest first; the writer takes all of them
+        # whenever it is free, so they queue up only while a write takes longer than an embedding.
+        ready: list[_Prepared] = []
+        changed = asyncio.Condition()
         jobs: list[_Job] = []
+
+        async def write_ready() -> None:
+            while True:
+                async with changed:
+                    await changed.wait_for(lambda: bool(ready))
+                    batches = ready.copy()
+                    ready.clear()
+                    changed.notify_all()
+                # The writes stay in order, batch after batch: a message saved twice ends with its
+                # newer vectors.
+                await self._apply(batches)
+
+        # Inherits this task's empty context (see submit), as the pipeline must.
+        writer = asyncio.create_task(write_ready(), name="recallql-vector-writer")
+        # _apply settles every failure on its jobs; should it raise all the same, the pipeline stops
+        # (its jobs fail, the outbox keeps their work) and the next submit starts a new one.
+        pipeline = asyncio.current_task()
+        assert pipeline is not None
+
+        def writer_stopped(_writer: asyncio.Task[None]) -> None:
+            pipeline.cancel()
+
+        writer.add_done_callback(writer_stopped)
         try:
             while True:
                 if not self._jobs:
                     self._wake.clear()
                     await self._wake.wait()
+                async with changed:
+                    await changed.wait_for(lambda: len(ready) < self.merge_batches)
                 jobs = []
                 size = 0
                 while self._jobs and (
@@ -511,20 +547,27 @@ class SemanticMemory:
                     job = self._jobs.popleft()
                     jobs.append(job)
                     size += len(job.message_ids)
+                if not jobs:  # emptied by aclose meanwhile
+                    continue
                 self._queued -= size
                 async with self._progress:
                     self._progress.notify_all()  # saves waiting for room (background mode)
-                # Embedding this batch overlaps the index writes of the previous one; the writes
-                # themselves stay in order, so a message saved twice ends with its newer vectors.
+                # Embedding this batch overlaps the index writes of the ones before it.
                 prepared = await self._prepare(jobs)
-                if applying is not None:
-                    await applying
-                applying = asyncio.create_task(self._apply(prepared))
+                async with changed:
+                    ready.append(prepared)
+                    jobs = []
+                    changed.notify_all()
         finally:
-            if applying is not None and not applying.done():
-                applying.cancel()
+            writer.remove_done_callback(writer_stopped)
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                try:
+                    await writer
+                except Exception:
+                    log.exception("the vector write pipeline stopped")
             # Stopped mid-batch (shutdown): the outbox keeps the work; nobody waits for it here.
-            for job in [*jobs, *self._applying]:
+            for job in [*jobs, *(j for batch in ready for j in batch.jobs), *self._applying]:
                 job.done.cancel()
 
     async def _prepare(self, jobs: list[_Job]) -> _Prepared:
@@ -535,27 +578,36 @@ class SemanticMemory:
         except Exception as exc:  # the jobs fail; their outbox entries stay for the drain
             return _Prepared(jobs, None, error=exc)
 
-    async def _apply(self, prepared: _Prepared) -> None:
-        self._applying = prepared.jobs
-        error = prepared.error
-        if prepared.work is not None and prepared.work.entry_ids:
+    async def _apply(self, batches: list[_Prepared]) -> None:
+        """Writes these batches' work, merged (one index call per resource for all of them), then
+        settles their jobs in order: each with the error that kept its batch from being prepared, or the
+        write's."""
+        jobs = [job for batch in batches for job in batch.jobs]
+        self._applying = jobs
+        write_error: BaseException | None = None
+        work = _merged([b.work for b in batches if b.work is not None and b.error is None])
+        if work is not None and work.entry_ids:
             try:
-                await self._store(prepared.work)
+                await self._store(work)
             except Exception as exc:
-                error = exc
-        for job in prepared.jobs:
-            self._backlog -= len(job.message_ids)
-            if not job.done.done():
-                if error is None:
-                    job.done.set_result(None)
-                else:
-                    job.done.set_exception(error)
-                    # Retrieved here so that an abandoned future (background mode) logs nothing more.
-                    job.done.exception()
-        if error is not None and self.background:
-            log.warning("vector write deferred to the outbox drain: %r", error)
+                write_error = exc
+        for batch in batches:
+            error = batch.error or write_error
+            for job in batch.jobs:
+                self._backlog -= len(job.message_ids)
+                if not job.done.done():
+                    if error is None:
+                        job.done.set_result(None)
+                    else:
+                        job.done.set_exception(error)
+                        # Retrieved here so that an abandoned future (background mode) logs nothing more.
+                        job.done.exception()
+            if batch.error is not None and self.background:
+                log.warning("vector write deferred to the outbox drain: %r", batch.error)
+        if write_error is not None and self.background:
+            log.warning("vector write deferred to the outbox drain: %r", write_error)
         self._applying = []
-        self._finished = prepared.jobs[-1].ticket
+        self._finished = jobs[-1].ticket
         if len(self._last_ticket) > 4096:  # resources whose work is all done need no entry
             self._last_ticket = {r: t for r, t in self._last_ticket.items() if t > self._finished}
         assert self._progress is not None
@@ -797,6 +849,30 @@ async def _overlapped(
         elif future is not None and not future.cancelled():
             future.exception()  # retrieved: a failure reading or embedding the next page is raised
     return done
+
+
+def _merged(works: Sequence[_VectorWork]) -> _VectorWork | None:
+    """Consecutive batches' work as one, older first: a message in a later batch keeps only that
+    batch's vectors and row (read from SQL later), and every batch's stale vectors go (a message that
+    moved in one batch and back in the next must leave the resource in between). Deletes run before
+    upserts, so a message that came back to a resource it left ends with its vectors there."""
+    if len(works) <= 1:
+        return works[0] if works else None
+    items: list[VectorItem] = []
+    later: set[str] = set()
+    for work in reversed(works):
+        items[:0] = [item for item in work.items if item.message_id not in later]
+        later.update(work.written)
+    stale: dict[str | None, set[str]] = {}
+    for work in works:
+        for resource, ids in work.stale.items():
+            stale.setdefault(resource, set()).update(ids)
+    return _VectorWork(
+        entry_ids=[i for work in works for i in work.entry_ids],
+        stale=stale,
+        items=items,
+        written={k: v for work in works for k, v in work.written.items()},
+    )
 
 
 def _ahead(jobs: Sequence[_Job]) -> dict[str, MessageRecord]:

@@ -85,6 +85,20 @@ def test_reindex_throughput_runs(model: Path) -> None:
     assert re.search(r"\| \d+ \| \d+ \| \d+ \| \d+%, \d+% \|", damage), damage
 
 
+def test_write_merging_runs(model: Path) -> None:
+    out = run(
+        "write_merging.py",
+        *("--messages", "60", "--resources", "5", "--save", "3", "--rounds", "2", "--merge", "1,3"),
+        *("--model-dir", str(model)),
+    )
+    # Both variants wrote every vector (the script checks the counts) and report rates and Chroma calls.
+    for merge in (1, 3):
+        assert re.search(
+            rf"\| background ingest, merge_batches {merge} \| \d+ \| \d+, \d+ \| .+ \| \d+ \|", out
+        ), out
+    assert re.search(r"merge 3 against merge 1, each round: [\d.]+x, [\d.]+x", out), out
+
+
 def test_write_latency_runs() -> None:
     out = run("write_latency.py", "--calls", "5")
     assert "| write on SQLite (5 calls each) |" in out and "| delete of 2 messages |" in out

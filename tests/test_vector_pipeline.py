@@ -321,6 +321,104 @@ async def test_a_writer_that_outruns_the_pipeline_keeps_its_batches_whole(make: 
     assert await setup.index.count(resource_id) == 30
 
 
+async def _embedded(setup: Setup, calls: int) -> bool:
+    return len(setup.embedder.calls) >= calls
+
+
+@pytest.mark.parametrize("merge_batches", [4, 2])
+async def test_batches_embedded_while_the_index_writes_are_written_together(
+    make: Any, merge_batches: int
+) -> None:
+    # Saves spread over many resources make the index the slower stage (Chroma's cost is per call): the
+    # batches the embedder prepares meanwhile are then written in one call per resource, up to
+    # `merge_batches` of them, instead of one call per resource and batch.
+    setup = make(pipeline_batch=4, merge_batches=merge_batches)
+    (t1, r1), (t2, r2) = await new_thread(setup), await new_thread(setup)
+    setup.index.write_gate.clear()
+    first = asyncio.create_task(setup.save(t1, r1, [f"first {k}" for k in range(4)]))
+    await eventually(lambda: _embedded(setup, 1), timeout=10, what="the first batch embedded")
+    later = []
+    for n, (thread_id, resource_id) in enumerate([(t1, r1), (t2, r2), (t1, r1)]):
+        later.append(
+            asyncio.create_task(setup.save(thread_id, resource_id, [f"later {n} {k}" for k in range(4)]))
+        )
+        # One save per batch (pipeline_batch=4), in this order.
+        await eventually(
+            lambda n=n: _embedded(setup, min(n + 2, 1 + merge_batches)), timeout=10, what="a batch embedded"
+        )
+    await asyncio.sleep(0.3)
+    # The embedder worked on while the first write was held, up to `merge_batches` batches ahead.
+    assert len(setup.embedder.calls) == 1 + min(3, merge_batches), setup.embedder.calls
+    assert setup.index.upserts == [4]
+    setup.index.write_gate.set()
+    saved = await asyncio.gather(first, *later)
+    assert setup.index.upserts == ([4, 12] if merge_batches >= 3 else [4, 8, 4])
+    assert await setup.index.count(r1) == 12 and await setup.index.count(r2) == 4
+    for (thread_id, resource_id), ids in zip([(t1, r1), (t1, r1), (t2, r2), (t1, r1)], saved, strict=True):
+        assert set(ids) <= set(await setup.hits("first later", thread_id, resource_id))
+    assert await setup.services.repository.outbox_backlog() == 0
+
+
+async def test_merged_batches_write_each_message_as_its_last_batch_left_it(make: Any) -> None:
+    from resolvers.messages import MessagePatch
+
+    setup = make(background=True)
+    (t1, r1), (_, r2) = await new_thread(setup), await new_thread(setup)
+    (okapi,) = await setup.save(t1, r1, ["okapi"])
+    assert await setup.semantic.flush(10)
+    setup.index.write_gate.clear()
+    held = await setup.save(t1, r1, ["held write"])
+    await eventually(lambda: _embedded(setup, 2), timeout=10, what="the held batch embedded")
+
+    # Four batches while that write is held, each waiting for the one before to be embedded.
+    async def batch(change: Awaitable[Any], calls: int) -> Any:
+        result = await change
+        await eventually(lambda: _embedded(setup, calls), timeout=10, what=f"batch {calls} embedded")
+        return result
+
+    (pelican,) = await batch(setup.save(t1, r1, ["pelican"]), 3)
+    # okapi leaves r1 in one batch and changes its text in the next: r1 must still lose its vector.
+    await batch(setup.services.messages.update([MessagePatch(id=okapi, resource_id=r2)], principal=OPEN), 4)
+    await batch(
+        setup.services.messages.update([MessagePatch(id=okapi, content=_text("zebra"))], principal=OPEN), 5
+    )
+    # pelican's vector from the first batch is for r1, which the last batch moved it out of.
+    await batch(setup.services.messages.update([MessagePatch(id=pelican, resource_id=r2)], principal=OPEN), 6)
+    setup.index.write_gate.set()
+    assert await setup.semantic.flush(30)
+
+    # okapi's first write, the held one, then the four batches in one.
+    assert len(setup.index.upserts) == 3, setup.index.upserts
+    assert await setup.index.count(r1) == 1 and await setup.index.count(r2) == 2
+    assert await setup.hits("held write", t1, r1) == held
+    for text, message in [("zebra", okapi), ("pelican", pelican)]:
+        found = await setup.semantic.search(text, thread_id=t1, resource_id=r2, resource_scope=True, top_k=1)
+        assert [(h.message_id, round(h.score, 6)) for h in found.hits] == [(message, 1.0)]
+    assert await setup.services.repository.outbox_backlog() == 0
+
+
+async def test_a_batch_that_could_not_be_prepared_fails_alone_in_a_merged_write(make: Any) -> None:
+    setup = make(background=True)
+    (t1, r1), (t2, r2) = await new_thread(setup), await new_thread(setup)
+    setup.index.write_gate.clear()
+    await setup.save(t1, r1, ["held write"])
+    await eventually(lambda: _embedded(setup, 1), timeout=10, what="the held batch embedded")
+    setup.embedder.fail = True
+    lost = await setup.save(t2, r2, ["the embedder is down for this one"])
+    await eventually(lambda: _embedded(setup, 2), timeout=10, what="the failing batch tried")
+    setup.embedder.fail = False
+    kept = await setup.save(t1, r1, ["this one is embedded"])
+    await eventually(lambda: _embedded(setup, 3), timeout=10, what="the last batch embedded")
+    setup.index.write_gate.set()
+    assert await setup.semantic.flush(30)
+    assert await setup.index.count(r1) == 2 and await setup.index.count(r2) == 0
+    assert kept[0] in await setup.hits("this one is embedded", t1, r1)
+    # The failed batch's work stays in the outbox, for the drain.
+    assert await setup.services.repository.outbox_backlog() == 1
+    assert await setup.semantic.drain() == 1
+    assert await setup.hits("the embedder is down", t2, r2) == lost
+
+
 async def test_a_failed_write_leaves_the_work_to_the_drain(make: Any) -> None:
     setup = make()
     thread_id, resource_id = await new_thread(setup)
