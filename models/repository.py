@@ -745,8 +745,11 @@ class Repository:
             changed = [i for i, row in written.items() if current.get(i) != row]
             # Vectors of `row` are what the index may hold now: where a move or delete must clean up.
             _write_outbox(conn, [(i, written[i]) for i in changed], 0)
-            if entry_ids:
-                conn.execute(delete(O).where(O.c.id.in_(list(entry_ids))))
+            ids = sorted(set(entry_ids))
+            # In slices: a write of merged pipeline batches settles thousands, and each id is a bound
+            # parameter (PostgreSQL's protocol takes at most 32,767 per statement).
+            for start in range(0, len(ids), 5000):
+                conn.execute(delete(O).where(O.c.id.in_(ids[start : start + 5000])))
             return changed
 
         return await self._write_transaction(body)

@@ -646,6 +646,33 @@ async def test_outbox_ids_are_never_handed_out_again(make: Any, repository: Repo
     assert len(seen) == 3 and seen == sorted(set(seen)), seen
 
 
+async def test_settling_more_entries_than_one_statement_can_bind(make: Any, repository: Repository) -> None:
+    # A merged write (or a large RECALLQL_VECTOR_BATCH) settles many thousand entries at once; PostgreSQL
+    # binds at most 32,767 parameters per statement.
+    setup = make()
+    thread_id, resource_id = await new_thread(setup)
+    stored = [
+        MessageRecord(
+            id=uid("m"),
+            thread_id=thread_id,
+            resource_id=resource_id,
+            role="user",
+            type="v2",
+            created_at=1_000 + n,
+            content=_text(f"note {n}"),
+        )
+        for n in range(1_100)
+    ]
+    await repository.save_messages(stored, now=1_000, track_vectors=True)
+    for _ in range(30):
+        await repository.outbox_queue_resource(resource_id)
+    entries, _ = await repository.outbox_snapshot(limit=40_000)
+    ids = [e.id for e in entries if e.id is not None]
+    assert len(ids) == 31 * 1_100
+    assert await repository.outbox_done(ids) == []
+    assert await repository.outbox_backlog() == 0
+
+
 async def held_write(
     setup: Setup, start: Callable[[], Awaitable[Any]]
 ) -> tuple[asyncio.Event, asyncio.Task[Any]]:

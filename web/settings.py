@@ -82,7 +82,9 @@ class Settings(BaseSettings):
     vector_writes: Literal["wait", "background"] = "wait"
     # Messages the write pipeline embeds and writes at once: larger batches mean fewer Chroma calls
     # under load (each call costs several ms on top of its vectors); light traffic never fills them.
-    vector_batch: int = Field(default=1024, ge=1)
+    # At most 8,192: a batch's message ids are bound one per parameter in single statements (PostgreSQL
+    # takes 32,767), and a merged write settles several batches' outbox entries.
+    vector_batch: int = Field(default=1024, ge=1, le=8192)
 
     # Title generation: an OpenAI-compatible chat endpoint (else a deterministic heuristic).
     chat_url: str | None = None
