@@ -701,6 +701,39 @@ def test_auto_mode_on_loopback_is_open_and_warns(tmp_path: Path) -> None:
         assert OFF_WARNING in server.log_path.read_text()
 
 
+@pytest.mark.parametrize(
+    ("variables", "said"),
+    [
+        (
+            {"RECALLQL_VECTOR_BATCH": "0", "RECALLQL_PORT": "s3cr3t-port"},
+            ["RECALLQL_VECTOR_BATCH: Input should be greater than or equal to 1", "RECALLQL_PORT: "],
+        ),
+        (
+            {"RECALLQL_VECTOR_BATCH": "9000"},
+            ["RECALLQL_VECTOR_BATCH: Input should be less than or equal to 8192"],
+        ),
+        ({"RECALLQL_API_KEYS": "s3cr3t-key"}, ["RECALLQL_API_KEYS", "(expected JSON)"]),
+    ],
+)
+def test_a_bad_setting_is_named_without_a_traceback_or_its_value(
+    tmp_path: Path, variables: dict[str, str], said: list[str]
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "web.cli", "migrate", "--data-dir", str(tmp_path)],
+        cwd=REPO,
+        env={**os.environ, **variables},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("recallql: ") and "Traceback" not in done.stderr, done.stderr
+    for text in said:
+        assert text in done.stderr, done.stderr
+    # The value may be a secret (API keys, a JWT secret, a database URL with its password).
+    assert "s3cr3t" not in done.stderr, done.stderr
+
+
 def test_serve_on_a_public_host_requires_authentication(tmp_path: Path) -> None:
     """`recallql serve --host 0.0.0.0` passes the host to the workers: auto mode turns authentication on."""
     port = free_port()

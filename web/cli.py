@@ -7,11 +7,15 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import signal
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from web.settings import Settings, get_settings
 
@@ -464,7 +468,27 @@ def main(argv: list[str] | None = None) -> int:
     new.set_defaults(func=cmd_keys_new)
 
     args = parser.parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except ValidationError as exc:
+        if exc.title != Settings.__name__:
+            raise
+        print(_settings_problem(exc), file=sys.stderr)  # noqa: T201
+        return 2
+    except SettingsError as exc:  # a value that is not even JSON, for a list or object setting
+        named = re.sub(r'field "(\w+)"', lambda m: f"RECALLQL_{m[1].upper()}", str(exc))
+        print(f"recallql: setting not valid: {named} (expected JSON)", file=sys.stderr)  # noqa: T201
+        return 2
+
+
+def _settings_problem(exc: ValidationError) -> str:
+    """A bad RECALLQL_* variable, named, instead of pydantic's traceback. The value is left out: it may
+    be a secret (a JWT secret, API keys, a database URL with its password)."""
+    lines = [f"recallql: {exc.error_count()} setting(s) not valid:"]
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else ""
+        lines.append(f"  RECALLQL_{field.upper()}: {error['msg']}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
