@@ -2,7 +2,7 @@
 batch per write, beside the embedder alone on the same texts.
 
     python benchmarks/write_merging.py [--messages 6000] [--resources 1000] [--save 2] [--rounds 4]
-        [--merge 1,4] [--texts chat|conversation] [--model-dir DIR] [--out FILE]
+        [--merge 1,8] [--texts chat|conversation] [--model-dir DIR] [--out FILE]
 
 Each variant (`--merge`: SemanticMemory's merge_batches; 1 is the pipeline as it was before merging) has
 its own SQLite file and its own default index (embedded Chroma in a child process). Saves of `--save`
@@ -93,7 +93,7 @@ async def main() -> None:
     parser.add_argument("--resources", type=int, default=1000)
     parser.add_argument("--save", type=int, default=2, help="messages per save")
     parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--merge", default="1,4", help="merge_batches of each variant")
+    parser.add_argument("--merge", default="1,8", help="merge_batches of each variant")
     parser.add_argument("--texts", choices=sorted(INGEST_TEXTS), default="chat")
     parser.add_argument("--model-dir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None)

@@ -152,7 +152,7 @@ class SemanticMemory:
         pipeline_batch: int = 1024,
         background: bool = False,
         max_backlog: int = 2048,
-        merge_batches: int = 4,
+        merge_batches: int = 8,
         rebuild_wait: float = 10.0,
     ) -> None:
         if merge_batches < 1:
