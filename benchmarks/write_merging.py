@@ -27,6 +27,7 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -81,10 +82,6 @@ class Variant:
     async def aclose(self) -> None:
         await self.semantic.aclose()
         await self.engine.dispose()
-
-
-def median(values: list[float]) -> float:
-    return statistics.median(values)
 
 
 async def main() -> None:

@@ -547,8 +547,6 @@ class SemanticMemory:
                     job = self._jobs.popleft()
                     jobs.append(job)
                     size += len(job.message_ids)
-                if not jobs:  # emptied by aclose meanwhile
-                    continue
                 self._queued -= size
                 async with self._progress:
                     self._progress.notify_all()  # saves waiting for room (background mode)
