@@ -407,6 +407,12 @@ class ChromaIndex:
         }
         self._client: ClientAPI | None = None
         self._client_lock = threading.Lock()
+        # Chroma calls running in worker threads. A cancelled await does not stop its thread, so aclose
+        # waits for them: closing the client or letting go of the directory under a live write would let
+        # a restarted server take it as a write cut off by a crash, and two clients share one directory.
+        self._running = 0
+        self._idle = threading.Condition()
+        self._left_open: list[tuple[ClientAPI, FileLock | None]] = []
         self._collections: dict[str, Collection] = {}
         # Writes to one collection are serialised so that two saves of the same message cannot interleave
         # their upsert and stale-chunk cleanup. Weak values: a lock nobody holds or awaits can go.
@@ -494,8 +500,18 @@ class ChromaIndex:
         self._directory_lock = lock
 
     async def _call(self, operation: str, fn: Callable[..., T], *args: Any) -> T:
+        def counted() -> T:
+            with self._idle:
+                self._running += 1
+            try:
+                return fn(*args)
+            finally:
+                with self._idle:
+                    self._running -= 1
+                    self._idle.notify_all()
+
         try:
-            return await asyncio.to_thread(fn, *args)
+            return await asyncio.to_thread(counted)
         except VectorIndexError:
             raise
         except Exception as exc:
@@ -833,6 +849,13 @@ class ChromaIndex:
         lock, self._directory_lock = self._directory_lock, None
 
         def close() -> None:
+            with self._idle:
+                if not self._idle.wait_for(lambda: self._running == 0, timeout=self.timeout):
+                    # Still writing: the client stays open and the directory locked (held here, since a
+                    # collected FileLock lets go) until the process ends.
+                    log.warning("Chroma calls still run after %.0f s; the index stays open", self.timeout)
+                    self._left_open.append((client, lock))
+                    return
             try:
                 client.close()  # type: ignore[attr-defined]
             finally:
@@ -845,7 +868,10 @@ class ChromaIndex:
                 if session is not None:
                     session.close()
 
-        await self._call("close", close)
+        try:
+            await asyncio.to_thread(close)  # not _call: it would count itself as running
+        except Exception as exc:
+            raise VectorIndexError(f"Chroma close failed: {exc}") from exc
 
 
 def heartbeat_url(server_url: str) -> str:

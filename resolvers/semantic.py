@@ -365,7 +365,14 @@ class SemanticMemory:
             )
             self._rebuilds[resource_id] = rebuild
             rebuild.task.add_done_callback(partial(self._rebuild_ended, resource_id, rebuild))
-        await asyncio.shield(rebuild.dropped)
+        try:
+            await asyncio.shield(rebuild.dropped)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if rebuild.dropped.cancelled() and task is not None and not task.cancelling():
+                # The rebuild was stopped (shutdown), not this caller: a failure of this write only.
+                raise VectorIndexError(f"the rebuild of resource {resource_id!r} was stopped") from None
+            raise
 
     async def _rebuild(self, damage: VectorIndexDamaged, rebuild: _Rebuild) -> None:
         _REBUILDING.set(True)
@@ -528,7 +535,11 @@ class SemanticMemory:
         pipeline = asyncio.current_task()
         assert pipeline is not None
 
-        def writer_stopped(_writer: asyncio.Task[None]) -> None:
+        def writer_stopped(stopped: asyncio.Task[None]) -> None:
+            # Only a writer that ended by itself gets here (the finally below unhooks this first). An
+            # exception is logged there; a cancellation nobody asked for would otherwise pass unseen.
+            if stopped.cancelled():
+                log.error("the vector writer was cancelled; the pipeline stops, the outbox keeps its work")
             pipeline.cancel()
 
         writer.add_done_callback(writer_stopped)
@@ -785,11 +796,14 @@ class SemanticMemory:
                 delay = min(delay * 2, 60.0)
             await asyncio.sleep(delay)
 
+    async def _stop_rebuilds(self) -> None:
+        while rebuilding := [r.task for r in self._rebuilds.values() if not r.task.done()]:
+            for task in rebuilding:  # the outbox keeps what they had left to do
+                task.cancel()
+            await asyncio.gather(*rebuilding, return_exceptions=True)
+
     async def aclose(self, *, flush_timeout: float = 10.0) -> None:
-        rebuilding = [r.task for r in self._rebuilds.values()]
-        for task in rebuilding:  # the outbox keeps what they had left to do
-            task.cancel()
-        await asyncio.gather(*rebuilding, return_exceptions=True)
+        await self._stop_rebuilds()
         if self._worker is not None:
             # Background saves were acknowledged before their vectors: write them before going, within
             # reason. Whatever is left stays in the outbox for the next start's drain.
@@ -806,6 +820,7 @@ class SemanticMemory:
             if self._progress is not None:
                 async with self._progress:
                     self._progress.notify_all()  # saves waiting for room: there is no queue any more
+        await self._stop_rebuilds()  # and any the flush started
         if self._index is not None:
             with contextlib.suppress(Exception):
                 await self._index.aclose()

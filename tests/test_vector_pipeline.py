@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from functools import partial
@@ -302,6 +303,99 @@ async def test_saves_waiting_for_room_are_let_go_at_shutdown(make: Any) -> None:
     await setup.semantic.aclose(flush_timeout=0.1)
     await asyncio.wait_for(waiting, 5)
     assert await setup.services.repository.outbox_backlog() == 2
+
+
+async def test_shutdown_writes_the_saves_of_healthy_resources_while_a_damaged_one_waits_for_its_rebuild(
+    make: Any,
+) -> None:
+    # aclose cancels the rebuilds under way. The pipeline's write that waited for one (for the damaged
+    # collection to go) used to take that cancellation as its own: the writer task ended, the pipeline
+    # with it, silently, and aclose then waited its whole flush timeout for nothing.
+    setup = make(background=True)
+    (damaged_thread, damaged), (healthy_thread, healthy) = await new_thread(setup), await new_thread(setup)
+    await setup.save(damaged_thread, damaged, ["first"])
+    assert await setup.semantic.flush(10)
+    setup.index._suspect[collection_name(damaged, "hash-64", DIMENSION)] = damaged  # as after a crash
+    dropping, never = asyncio.Event(), asyncio.Event()
+    drop = setup.index.drop
+
+    async def slow_drop(resource_ids: Sequence[str | None] | None = None) -> int:
+        dropping.set()
+        await never.wait()
+        return await drop(resource_ids)
+
+    setup.index.drop = slow_drop  # type: ignore[method-assign]
+    await setup.save(damaged_thread, damaged, ["second"])
+    await asyncio.wait_for(dropping.wait(), 10)
+    (acknowledged,) = await setup.save(healthy_thread, healthy, ["acknowledged before its vectors"])
+    started = asyncio.get_running_loop().time()
+    await setup.semantic.aclose(flush_timeout=20)
+    assert asyncio.get_running_loop().time() - started < 15, "aclose waited for a pipeline that had died"
+    assert await setup.index.count(healthy) == 1
+    outbox, _ = await setup.services.repository.outbox_snapshot()
+    # The damaged resource's work stays queued for the next start; the healthy one's is settled.
+    assert outbox and {e.message_id for e in outbox}.isdisjoint({acknowledged})
+
+
+async def test_a_rebuild_started_by_the_shutdown_flush_ends_with_the_shutdown(make: Any) -> None:
+    setup = make(background=True)
+    thread_id, resource_id = await new_thread(setup)
+    await setup.save(thread_id, resource_id, [f"note {n}" for n in range(5)])
+    assert await setup.semantic.flush(10)
+    setup.index._suspect[collection_name(resource_id, "hash-64", DIMENSION)] = resource_id
+    setup.embedder.gate.clear()
+    await setup.save(thread_id, resource_id, ["acknowledged before its vectors"])
+    embed = setup.embedder.embed
+    calls = 0
+
+    async def slow_after_the_first(texts: Sequence[str]) -> Embedding:
+        nonlocal calls
+        calls += 1
+        if calls > 1:
+            await asyncio.sleep(1.0)  # the rebuild's pages
+        return await embed(texts)
+
+    setup.embedder.embed = slow_after_the_first  # type: ignore[method-assign]
+    asyncio.get_running_loop().call_later(0.2, setup.embedder.gate.set)
+    # No rebuild yet when aclose starts: the flush's write meets the damage and starts one.
+    await setup.semantic.aclose(flush_timeout=5)
+    assert setup.index.drops, "the flush never started the rebuild"
+    assert all(r.task.done() for r in setup.semantic._rebuilds.values()), "a rebuild outlived aclose"
+    assert setup.index._client is None, "the closed index was opened again"
+
+
+async def test_shutdown_waits_for_a_chroma_write_under_way_before_it_lets_go_of_the_directory(
+    make: Any,
+) -> None:
+    # A cancelled await does not stop Chroma's worker thread. Closing under it let a restarted server
+    # open the directory mid-write and take the write's journal note for a crash (a rebuild, two clients).
+    setup = make(background=True)
+    thread_id, resource_id = await new_thread(setup)
+    entered, release = threading.Event(), threading.Event()
+    upsert_sync = ChromaIndex._upsert_sync
+
+    def slow_upsert_sync(collection: Any, group: dict[str, VectorItem]) -> None:
+        entered.set()
+        release.wait(30)
+        upsert_sync(collection, group)
+
+    setup.index._upsert_sync = slow_upsert_sync  # type: ignore[method-assign]
+    await setup.save(thread_id, resource_id, ["written while the server stops"])
+    await asyncio.to_thread(entered.wait, 10)
+    lock = setup.index._directory_lock
+    assert lock is not None and lock.is_locked
+    closing = asyncio.create_task(setup.semantic.aclose(flush_timeout=0.2))
+    await asyncio.sleep(0.5)
+    assert not closing.done() and lock.is_locked, "the directory was let go under a live write"
+    release.set()
+    await asyncio.wait_for(closing, 30)
+    assert not lock.is_locked
+    assert setup.index._path is not None
+    reopened = ChromaIndex(path=setup.index._path, model_name="hash-64", dimension=DIMENSION)
+    try:
+        assert await reopened.count(resource_id) == 1  # the write landed whole, nothing taken for damage
+    finally:
+        await reopened.aclose()
 
 
 async def test_a_writer_that_outruns_the_pipeline_keeps_its_batches_whole(make: Any) -> None:
