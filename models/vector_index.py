@@ -517,6 +517,27 @@ class ChromaIndex:
         except Exception as exc:
             raise VectorIndexError(f"Chroma {operation} failed: {exc}") from exc
 
+    async def _write_alone(
+        self, operation: str, resource_id: str | None, create: bool, action: Callable[[Collection], None]
+    ) -> None:
+        """Runs one write of a resource's collection, alone among this index's writes of it."""
+        async with self._write_lock(resource_id):
+            call = asyncio.ensure_future(
+                self._call(operation, self._writing_collection, resource_id, create, action, None)
+            )
+            try:
+                await asyncio.shield(call)
+            except asyncio.CancelledError:
+                # The caller is cancelled (a shutdown, a rebuild that failed on its next page), but not
+                # Chroma's thread: the collection stays locked until that write has ended, so that no
+                # other write of it runs beside it and settles work this one then overwrites.
+                while not call.done():
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.wait([call])
+                if not call.cancelled():
+                    call.exception()  # its failure is the caller's no more: retrieved, not reported
+                raise
+
     def _write_lock(self, resource_id: str | None) -> asyncio.Lock:
         name = collection_name(resource_id, self.model_name, self.dimension)
         lock = self._write_locks.get(name)
@@ -653,9 +674,7 @@ class ChromaIndex:
             # The same id twice in one Chroma upsert is an error; the last one given wins.
             by_resource[item.resource_id][_vector_id(item.message_id, item.chunk)] = item
         for resource_id, group in by_resource.items():
-            async with self._write_lock(resource_id):
-                action = partial(self._upsert_sync, group=group)
-                await self._call("upsert", self._writing_collection, resource_id, True, action, None)
+            await self._write_alone("upsert", resource_id, True, partial(self._upsert_sync, group=group))
 
     @staticmethod
     def _upsert_sync(collection: Collection, group: dict[str, VectorItem]) -> None:
@@ -688,8 +707,7 @@ class ChromaIndex:
                 collection.delete(where=_message_in(batch))
 
         for resource_id in dict.fromkeys(resource_ids):
-            async with self._write_lock(resource_id):
-                await self._call("delete", self._writing_collection, resource_id, False, action, None)
+            await self._write_alone("delete", resource_id, False, action)
 
     async def delete_resource_thread(self, resource_id: str | None, thread_id: str) -> None:
         """Remove every vector of one thread from that resource's collection."""
@@ -697,8 +715,7 @@ class ChromaIndex:
         def action(collection: Collection) -> None:
             collection.delete(where={"thread_id": thread_id})
 
-        async with self._write_lock(resource_id):
-            await self._call("delete", self._writing_collection, resource_id, False, action, None)
+        await self._write_alone("delete", resource_id, False, action)
 
     async def drop(self, resource_ids: Sequence[str | None] | None = None) -> int:
         """Deletes the collections of these resources (None: every collection of this embedder identity),

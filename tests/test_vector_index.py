@@ -9,8 +9,10 @@ import re
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -171,6 +173,41 @@ async def test_concurrent_saves_of_one_message_do_not_mix(index: ChromaIndex) ->
     three = [item("m1", v, chunk=i) for i, v in enumerate((E0, E1, E2))]
     await asyncio.gather(index.upsert(three), index.upsert([item("m1", E3)]), index.upsert(three))
     assert set(await stored(index, "r1")) == {"m1:0", "m1:1", "m1:2"}
+
+
+async def test_a_cancelled_write_keeps_its_collection_until_chromas_thread_is_done(
+    index: ChromaIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Cancelling the await does not stop the thread that runs the Chroma call. The next write of the
+    # collection used to start beside it (and could be overwritten by it).
+    await index.upsert([item("m1", E0)])
+    order: list[str] = []
+    entered, release = threading.Event(), threading.Event()
+    upsert_sync = ChromaIndex._upsert_sync
+
+    def slow_upsert_sync(collection: Any, group: dict[str, VectorItem]) -> None:
+        order.append("first starts")
+        entered.set()
+        release.wait(30)
+        upsert_sync(collection, group)
+        order.append("first ends")
+
+    monkeypatch.setattr(index, "_upsert_sync", slow_upsert_sync)
+    first = asyncio.create_task(index.upsert([item("m1", E1)]))
+    await asyncio.to_thread(entered.wait, 10)
+    first.cancel()
+    await asyncio.sleep(0.1)
+    assert not first.done(), "the cancelled write let go of the collection under its thread"
+    monkeypatch.setattr(index, "_upsert_sync", upsert_sync)
+    second = asyncio.create_task(index.delete_messages(["m1"], ["r1"]))
+    await asyncio.sleep(0.3)
+    assert order == ["first starts"] and not second.done()
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    await asyncio.wait_for(second, 30)
+    assert order == ["first starts", "first ends"]
+    assert await index.count("r1") == 0, "the delete ran before the cancelled write had landed"
 
 
 async def test_upsert_validates(index: ChromaIndex) -> None:
@@ -742,6 +779,8 @@ asyncio.run(main())
 
 _RUN_OUT_OF_FILES = """
 import asyncio, json
+from typing import Any
+
 import numpy as np
 from models.vector_index import ChromaIndex, VectorIndexDamaged, VectorIndexError, VectorItem
 async def main():
