@@ -18,6 +18,8 @@ from typing import Any
 import orjson
 from jsonschema import exceptions as jsonschema_exceptions
 from jsonschema import validators
+from referencing import Registry, Resource
+from referencing.exceptions import NoSuchResource, Unresolvable
 
 from models.records import ResourceRecord, ThreadRecord
 from models.repository import Repository
@@ -82,6 +84,8 @@ def working_memory_config(merged: dict[str, Any]) -> WorkingMemoryConfig:
     if schema is not None:
         if not isinstance(schema, dict):
             raise BadUserInput("workingMemory.schema must be a JSON Schema object.")
+        if not isinstance(schema.get("$schema", ""), str):
+            raise BadUserInput("workingMemory.schema is not a valid JSON Schema: $schema must be a string.")
         try:
             validators.validator_for(schema).check_schema(schema)
         except jsonschema_exceptions.SchemaError as exc:
@@ -255,14 +259,31 @@ class WorkingMemoryService:
     @staticmethod
     def _validate(document: Any, cfg: WorkingMemoryConfig) -> None:
         assert cfg.schema is not None
-        validator = validators.validator_for(cfg.schema)(cfg.schema)
-        error = jsonschema_exceptions.best_match(validator.iter_errors(document))
+        validator = validators.validator_for(cfg.schema)(cfg.schema, registry=_LOCAL_REFERENCES)
+        try:
+            error = jsonschema_exceptions.best_match(validator.iter_errors(document))
+        except Unresolvable as exc:
+            raise BadUserInput(
+                f"workingMemory.schema has a $ref that cannot be resolved within the schema: {exc}"
+            ) from None
+        except RecursionError:
+            raise BadUserInput("workingMemory.schema refers to itself without end.") from None
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path)
             location = f" at /{where}" if where else ""
             raise BadUserInput(
                 f"workingMemory does not match workingMemory.schema{location}: {error.message}"
             )
+
+
+def _no_retrieval(uri: str) -> Resource[Any]:
+    raise NoSuchResource(uri)
+
+
+# A $ref is resolved within the caller's schema only. jsonschema's default fetches any other URI, with
+# urllib, on the event loop: a request could make the server read its own files (their content came
+# back in the error) or call any host, and a host that never answers froze every request.
+_LOCAL_REFERENCES: Registry[Any] = Registry(retrieve=_no_retrieval)  # type: ignore[call-arg]  # attrs alias
 
 
 def _thread_working_memory(thread: ThreadRecord) -> str | None:

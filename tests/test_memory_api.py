@@ -4,8 +4,11 @@ resources and working memory (with concurrency), and what a failed call leaves b
 from __future__ import annotations
 
 import asyncio
+import http.server
 import itertools
 import json
+import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -544,6 +547,59 @@ async def test_json_schema_working_memory_is_validated(api: Api) -> None:
     # Nothing of the failed calls was stored.
     stored = (await api.execute(WM_GET, t=thread_id, r=resource_id, c=config))["workingMemory"]
     assert json.loads(stored) == {"name": "Ada", "prefs": {"tea": True, "sugar": 0}}
+
+
+async def test_a_working_memory_schema_refers_only_within_itself(api: Api, tmp_path: Path) -> None:
+    # jsonschema's default resolver fetched any $ref: a file of the server's (its content came back in
+    # the error) or any host (on the event loop, without a timeout: a host that never answered froze it).
+    thread_id, resource_id = await new_thread(api)
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"properties": {"k": {"const": "s3cr3t"}}}')
+    fetched: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            fetched.append(self.path)
+            body = b'{"type": "string"}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: Any) -> None:
+            pass
+
+    listener = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=listener.serve_forever, daemon=True).start()
+    try:
+        await api.execute(WM_UPDATE, t=thread_id, r=resource_id, w='{"k": "kept"}', c=ON)
+        remote = f"http://127.0.0.1:{listener.server_address[1]}/schema.json"
+        for schema, fragment in (
+            ({"$ref": secret.as_uri()}, "cannot be resolved"),
+            ({"properties": {"k": {"$ref": remote}}}, "cannot be resolved"),
+            ({"$ref": "#/definitions/nope"}, "cannot be resolved"),
+            ({"$ref": "#"}, "refers to itself"),
+            ({"$schema": 5, "type": "object"}, "$schema must be a string"),
+        ):
+            config = {"workingMemory": {"enabled": True, "schema": schema}}
+            got = await error(api, WM_UPDATE, t=thread_id, r=resource_id, w='{"k": "x"}', c=config)
+            assert got["extensions"]["code"] == "BAD_USER_INPUT" and fragment in got["message"], got
+            assert "s3cr3t" not in got["message"]
+    finally:
+        listener.shutdown()
+        listener.server_close()
+    assert fetched == []
+    # A reference within the schema still works.
+    local = {
+        "definitions": {"name": {"type": "string"}},
+        "type": "object",
+        "properties": {"k": {"$ref": "#/definitions/name"}},
+    }
+    config = {"workingMemory": {"enabled": True, "schema": local}}
+    got = await error(api, WM_UPDATE, t=thread_id, r=resource_id, w='{"k": 1}', c=config)
+    assert "at /k: 1 is not of type 'string'" in got["message"]
+    done = await api.execute(WM_UPDATE, t=thread_id, r=resource_id, w='{"k": "new"}', c=config)
+    assert json.loads(done["updateWorkingMemory"]["workingMemory"]) == {"k": "new"}
 
 
 async def test_concurrent_replaces_end_in_the_last_committed_write(api: Api) -> None:
