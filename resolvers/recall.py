@@ -22,6 +22,9 @@ PerPage = int | float | Literal[False]
 
 _METADATA_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DISALLOWED_KEYS = frozenset({"__proto__", "constructor", "prototype"})
+# Each key is a condition of the statement, and SQLite refuses an expression tree over 1,000 deep (a
+# threads listing failed at 300 keys, a recall at 499). Mastra sets no bound; none of its users need more.
+MAX_METADATA_FILTER_KEYS = 64
 RESOURCE_SCOPE_ERROR = (
     "Memory error: Resource-scoped semantic recall is enabled but no resourceId was provided. "
     "Either provide a resourceId or explicitly set semanticRecall.scope to 'thread'."
@@ -389,6 +392,12 @@ def validate_metadata_filter(metadata: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(metadata, dict):
         raise BadUserInput("Metadata filter must be an object.")
+    if len(metadata) > MAX_METADATA_FILTER_KEYS:
+        raise BadUserInput(
+            f"Metadata filter may have at most {MAX_METADATA_FILTER_KEYS} keys, got {len(metadata)}.",
+            limit="maxMetadataFilterKeys",
+            max=MAX_METADATA_FILTER_KEYS,
+        )
     for key, value in metadata.items():
         if len(key) > 128 or not _METADATA_KEY.fullmatch(key) or key in _DISALLOWED_KEYS:
             raise BadUserInput(f'Invalid metadata filter key "{key}".')

@@ -212,6 +212,27 @@ async def test_bad_input_is_bad_user_input(
     assert "Traceback" not in str(errors)
 
 
+async def test_metadata_filters_take_up_to_64_keys(api: Api) -> None:
+    # 300 keys used to overflow SQLite's expression depth (an internal error); now a bounded filter.
+    wide = {f"k{n}": n for n in range(64)}
+    thread_id, resource_id = await new_thread(api, metadata=wide)
+    await api.execute(SAVE, m=[text_message(thread_id=thread_id, id=uid("m"), metadata=wide)])
+    await api.execute(SAVE, m=[text_message(thread_id=thread_id, id=uid("m"), metadata={**wide, "k63": 0})])
+    found = (await api.execute(RECALL, threadId=thread_id, filter={"metadata": wide}))["recall"]
+    assert found["total"] == 1
+    threads = "query($r: String!, $m: JSON) { threads(resourceId: $r, metadata: $m) { total } }"
+    assert (await api.execute(threads, r=resource_id, m=wide))["threads"]["total"] == 1
+    wider = {**wide, "k64": 64}
+    for errors in (
+        await api.errors(RECALL, threadId=thread_id, filter={"metadata": wider}),
+        await api.errors(threads, r=resource_id, m=wider),
+    ):
+        assert errors[0]["extensions"]["code"] == "BAD_USER_INPUT", errors
+        assert errors[0]["extensions"]["limit"] == "maxMetadataFilterKeys"
+        assert errors[0]["extensions"]["max"] == 64
+        assert "at most 64 keys, got 65" in errors[0]["message"]
+
+
 async def test_missing_thread_is_not_found(api: Api) -> None:
     errors = await api.errors(RECALL, threadId=uid("ghost"), resourceId="r")
     assert errors[0]["extensions"]["code"] == "NOT_FOUND"
