@@ -401,6 +401,49 @@ async def test_several_operations_need_an_operation_name(server: ServerProcess) 
             "METHOD_NOT_ALLOWED",
             "mutations are not allowed when using GET",
         ),
+        # These were bare 500s from Strawberry's parsing (and closed the keep-alive connection).
+        *(
+            (
+                "POST",
+                {"content": body, "headers": {"content-type": "application/json"}},
+                400,
+                "BAD_REQUEST",
+                message,
+            )
+            for body, message in (
+                (b'"hello"', "The request body must be a JSON object."),
+                (b"5", "The request body must be a JSON object."),
+                (b"null", "The request body must be a JSON object."),
+                (b'{"query": "\xff\xfe"}', "Unable to parse request body as JSON"),
+                (
+                    b'{"query": "{ __typename }", "variables": {"v": ' + b"[" * 400 + b"]" * 400 + b"}}",
+                    "The request body nests JSON deeper than 64 levels.",
+                ),
+            )
+        ),
+        *(
+            (
+                "POST",
+                {"json": {"query": query, **extra}},
+                400,
+                "BAD_REQUEST",
+                "Subscriptions are served over WebSocket",
+            )
+            for query, extra in (
+                ('subscription { messageSaved(threadId: "t") { kind } }', {}),
+                (
+                    'query Q { __typename } subscription S { messageSaved(threadId: "t") { kind } }',
+                    {"operationName": "S"},
+                ),
+            )
+        ),
+        (
+            "GET",
+            {"params": {"query": 'subscription { messageSaved(threadId: "t") { kind } }'}},
+            400,
+            "BAD_REQUEST",
+            "Subscriptions are served over WebSocket",
+        ),
     ],
 )
 async def test_requests_refused_before_execution_are_graphql_errors(
@@ -410,7 +453,9 @@ async def test_requests_refused_before_execution_are_graphql_errors(
         response = await client.request(method, f"{server.url}/graphql", **kwargs)
     assert response.status_code == status
     assert response.headers["content-type"].startswith("application/json")
-    assert response.json() == {"errors": [{"message": message, "extensions": {"code": code}}]}
+    (error,) = response.json()["errors"]
+    assert error["message"].startswith(message) and error["extensions"] == {"code": code}
+    assert response.json() == {"errors": [error]}
     if status == 405:
         assert response.headers["allow"] == "POST"
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
 import orjson
+from graphql import GraphQLError, OperationType, get_operation_ast, parse
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -47,17 +48,32 @@ class GraphQLFront:
             if any(_has_nul(value) for values in params.values() for value in values):
                 await _respond(send, _nul_error())
                 return
+            if _subscription({k: v[0] for k, v in params.items()}):
+                await _respond(send, _refusal(_OVER_WEBSOCKET), status=400)
+                return
             await self.app(scope, receive, send)
             return
         body = await _read_body(receive)
         payload: Any = None
         if _is_json(scope):
+            # Strawberry's own parsing answered these with a bare 500 (an object is all it expects).
             try:
                 payload = orjson.loads(body)
             except orjson.JSONDecodeError:
-                payload = None
+                await _respond(send, _refusal("Unable to parse request body as JSON"), status=400)
+                return
+            if not isinstance(payload, dict | list):
+                await _respond(send, _refusal("The request body must be a JSON object."), status=400)
+                return
+            if _deeper_than(payload, MAX_JSON_DEPTH):
+                message = f"The request body nests JSON deeper than {MAX_JSON_DEPTH} levels."
+                await _respond(send, _refusal(message), status=400)
+                return
         if _has_nul(payload):
             await _respond(send, _nul_error())
+            return
+        if isinstance(payload, dict) and _subscription(payload):
+            await _respond(send, _refusal(_OVER_WEBSOCKET), status=400)
             return
         answer = await self._answer(scope, payload) if self.fast_path is not None else None
         if answer is None:
@@ -93,13 +109,61 @@ class GraphQLFront:
 
 def _has_nul(value: Any) -> bool:
     """Whether any string in a decoded request (keys included) holds U+0000, or a query text spells it."""
-    if isinstance(value, str):
-        return "\x00" in value or ("\\u0000" in value and _GRAPHQL_NUL.search(value) is not None)
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(v) for v in value)
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item or ("\\u0000" in item and _GRAPHQL_NUL.search(item) is not None):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
     return False
+
+
+# Deeper than any message content needs, and below orjson's limit of 254 when content is stored.
+MAX_JSON_DEPTH = 64
+_OVER_WEBSOCKET = (
+    "Subscriptions are served over WebSocket at this path (graphql-transport-ws or graphql-ws), "
+    "not over HTTP."
+)
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether a decoded JSON value nests more than `limit` arrays or objects (iteratively: a deep value
+    must not exhaust the stack that checks it)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _subscription(payload: Mapping[str, Any]) -> bool:
+    """Whether a request's operation is a subscription, which HTTP cannot serve here (Strawberry ran it
+    as a query, and its null answer was an internal error)."""
+    query = payload.get("query")
+    if not isinstance(query, str) or "subscription" not in query:
+        return False
+    try:
+        document = parse(query)
+    except GraphQLError:
+        return False  # the view reports it
+    name = payload.get("operationName")
+    operation = get_operation_ast(document, name if isinstance(name, str) else None)
+    return operation is not None and operation.operation == OperationType.SUBSCRIPTION
+
+
+def _refusal(message: str) -> bytes:
+    """A request refused before execution, in the shape of web.app's refusals."""
+    return orjson.dumps({"errors": [{"message": message, "extensions": {"code": "BAD_REQUEST"}}]})
 
 
 def _nul_error() -> bytes:
@@ -111,9 +175,9 @@ def _nul_error() -> bytes:
     return orjson.dumps({"data": None, "errors": [{"message": message, "extensions": extensions}]})
 
 
-async def _respond(send: Send, body: bytes) -> None:
+async def _respond(send: Send, body: bytes, *, status: int = 200) -> None:
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
