@@ -142,7 +142,7 @@ def _part(raw: dict[str, Any]) -> Any:
                 tool_name=_str(inv.get("toolName")),
                 args=inv.get("args"),
                 result=inv.get("result"),
-                step=step if isinstance(step, int) and not isinstance(step, bool) else None,
+                step=_int32(step),
             ),
         )
     if kind == "file":
@@ -165,6 +165,14 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _int32(value: Any) -> int | None:
+    """A stored number as GraphQL's Int, or null: content is free JSON, and a value beyond 32 bits made
+    every read of its message an internal error."""
+    if isinstance(value, int) and not isinstance(value, bool) and -(2**31) <= value < 2**31:
+        return value
+    return None
+
+
 # ---------------------------------------------------------------------------------------------- messages
 @strawberry.type(description="A message's content in the stored format (format 2).")
 class MessageContent:
@@ -172,8 +180,8 @@ class MessageContent:
 
     @strawberry.field(description="The content format; always 2.")
     def format(self) -> int:
-        value = self._raw.get("format")
-        return value if isinstance(value, int) else 2
+        value = _int32(self._raw.get("format"))
+        return 2 if value is None else value
 
     @strawberry.field(description="The parts, typed; select the part types you need.")
     def parts(self) -> list[MessagePart]:

@@ -335,6 +335,21 @@ async def test_typed_parts_and_raw_content(api: Api) -> None:
     assert content["parts"][7] == {"__typename": "UnknownPart", "type": "mystery", "raw": parts[7]}
 
 
+async def test_a_tool_step_beyond_graphql_int_reads_as_null(api: Api) -> None:
+    # Content is free JSON; a step of 2^31 made every read of its message an internal error.
+    thread_id, _ = await new_thread(api)
+    steps = [2, 2**31 - 1, 2**31, -(2**31) - 1, 2**40, "two", 1.5, True]
+    parts = [
+        {"type": "tool-invocation", "toolInvocation": {"state": "call", "toolName": "x", "step": step}}
+        for step in steps
+    ]
+    await api.execute(SAVE, m=[text_message(thread_id=thread_id, role="assistant", parts=parts)])
+    q = """query($t: ID!) { recall(threadId: $t) { messages { content { parts {
+      ... on ToolInvocationPart { toolInvocation { step } } } } } } }"""
+    read = (await api.execute(q, t=thread_id))["recall"]["messages"][0]["content"]["parts"]
+    assert [p["toolInvocation"]["step"] for p in read] == [2, 2**31 - 1, None, None, None, None, None, None]
+
+
 async def test_threads_listing(api: Api) -> None:
     resource_id = uid("r")
     for n in range(3):
