@@ -36,4 +36,17 @@ def parse_iso(value: str) -> int:
     if dt.tzinfo is None:
         raise ValueError(f"DateTime must include a timezone (for example Z): {value!r}")
     delta = dt - datetime(1970, 1, 1, tzinfo=UTC)
-    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+    ms = (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+    # An offset can carry a year-1 or year-9999 time outside them in UTC, which to_iso would then write
+    # as a year this parser refuses: what the server answered could not be sent back to it.
+    if not MIN_MS <= ms <= MAX_MS:
+        raise OutOfRange(f"DateTime must fall within the years 1 to 9999 in UTC: {value!r}")
+    return ms
+
+
+class OutOfRange(ValueError):
+    pass
+
+
+MIN_MS = -62_135_596_800_000  # 0001-01-01T00:00:00.000Z
+MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z

@@ -10,7 +10,7 @@ from graphql import BooleanValueNode, FloatValueNode, IntValueNode, ValueNode
 from strawberry.scalars import JSON
 from strawberry.types.scalar import ScalarDefinition
 
-from resolvers.clock import parse_iso, to_iso
+from resolvers.clock import OutOfRange, parse_iso, to_iso
 
 
 def _serialize_datetime(value: Any) -> str:
@@ -22,6 +22,9 @@ def _parse_datetime(value: Any) -> int:
         raise ValueError("DateTime must be an ISO-8601 string, for example 2026-01-01T00:00:00.000Z")
     try:
         return parse_iso(value)
+    except OutOfRange as exc:
+        message = f"Invalid DateTime {value!r}: it must fall within the years 1 to 9999 in UTC"
+        raise ValueError(message) from exc
     except ValueError as exc:
         raise ValueError(
             f"Invalid DateTime {value!r}: use ISO-8601 with a timezone, e.g. 2026-01-01T00:00:00Z"

@@ -199,6 +199,11 @@ async def test_recall_options_reach_the_engine(api: Api) -> None:
             "must specify exactly one key",
         ),
         ({"filter": {"dateRange": {"start": "yesterday"}}}, "BAD_USER_INPUT", "Invalid DateTime"),
+        (
+            {"filter": {"dateRange": {"end": "9999-12-31T23:59:59-14:00"}}},
+            "BAD_USER_INPUT",
+            "it must fall within the years 1 to 9999 in UTC",
+        ),
         ({"perPage": True}, "BAD_USER_INPUT", "PerPage must be a non-negative integer or false"),
     ],
 )
@@ -348,6 +353,24 @@ async def test_a_tool_step_beyond_graphql_int_reads_as_null(api: Api) -> None:
       ... on ToolInvocationPart { toolInvocation { step } } } } } } }"""
     read = (await api.execute(q, t=thread_id))["recall"]["messages"][0]["content"]["parts"]
     assert [p["toolInvocation"]["step"] for p in read] == [2, 2**31 - 1, None, None, None, None, None, None]
+
+
+async def test_instants_stay_within_the_years_the_api_reads_back(api: Api) -> None:
+    # An offset used to carry an instant past year 9999 in UTC: stored, then written as 10000-01-01, a
+    # value this API refused when it was sent back.
+    thread_id, _ = await new_thread(api)
+    for edge in ("9999-12-31T23:59:59-14:00", "0001-01-01T00:00:00+14:00"):
+        message = text_message(thread_id=thread_id, id=uid("m"), created_at=edge)
+        errors = await api.errors(SAVE, m=[message])
+        assert errors[0]["extensions"]["code"] == "BAD_USER_INPUT", errors
+        assert "within the years 1 to 9999" in errors[0]["message"]
+    for edge in ("9999-12-31T23:59:59.999Z", "0001-01-01T00:00:00.000Z"):
+        await api.execute(SAVE, m=[text_message(thread_id=thread_id, id=uid("m"), created_at=edge)])
+    recall = await api.execute(RECALL, threadId=thread_id, orderBy={"direction": "ASC"})
+    stamps = [m["createdAt"] for m in recall["recall"]["messages"]]
+    assert stamps == ["0001-01-01T00:00:00.000Z", "9999-12-31T23:59:59.999Z"]
+    window = {"dateRange": {"start": stamps[0], "end": stamps[1]}}  # what it answered, sent back
+    assert (await api.execute(RECALL, threadId=thread_id, filter=window))["recall"]["total"] == 2
 
 
 async def test_threads_listing(api: Api) -> None:
