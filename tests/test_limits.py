@@ -351,6 +351,51 @@ async def test_subscriptions_per_connection(
         await nothing_for(ws, 0.5)
 
 
+@pytest.mark.parametrize(
+    "frame",
+    [
+        "[1, 2]",
+        '"x"',
+        json.dumps({"id": "1", "type": "subscribe", "payload": None}),
+        json.dumps({"id": "1", "type": "subscribe", "payload": "s"}),
+        json.dumps({"id": 1, "type": "subscribe", "payload": {"query": MESSAGE_EVENTS}}),
+        json.dumps({"id": "1", "type": "subscribe", "payload": {"query": MESSAGE_EVENTS, "variables": [1]}}),
+    ],
+)
+async def test_a_malformed_frame_closes_the_connection_with_4400(limited: ServerProcess, frame: str) -> None:
+    # These crashed Strawberry's handler: the connection dropped without a close frame (1006).
+    async with ws_session(limited.url, "graphql-transport-ws") as ws:
+        await ws.send(frame)
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await next_message(ws)
+    assert closed.value.rcvd is not None
+    assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (4400, "Failed to parse message")
+
+
+@pytest.mark.parametrize(
+    ("protocol", "subscribe"), [("graphql-transport-ws", "subscribe"), ("graphql-ws", "start")]
+)
+async def test_a_query_that_does_not_parse_is_an_error_over_websocket(
+    limited: ServerProcess, protocol: str, subscribe: str
+) -> None:
+    # It used to end in a bare `complete`, the syntax error only in the server's log.
+    async with ws_session(limited.url, protocol) as ws:
+        await ws.send(json.dumps({"id": "1", "type": subscribe, "payload": {"query": "subscription {"}}))
+        refused = await next_message(ws)
+        assert (refused["type"], refused["id"]) == ("error", "1"), refused
+        error = refused["payload"][0] if isinstance(refused["payload"], list) else refused["payload"]
+        assert error["extensions"] == {"code": "GRAPHQL_PARSE_FAILED"}
+        assert error["message"].startswith("Syntax Error")
+        if protocol == "graphql-ws":  # no close code there: a bad frame is its operation's error
+            await ws.send("[1]")
+            bad = await next_message(ws)
+            assert bad["type"] == "error" and bad["payload"]["extensions"] == {"code": "BAD_REQUEST"}
+        # The connection still serves a good subscription.
+        payload = {"query": MESSAGE_EVENTS, "variables": {"t": uid("t")}}
+        await ws.send(json.dumps({"id": "2", "type": subscribe, "payload": payload}))
+        await nothing_for(ws, 0.5)
+
+
 # -------------------------------------------------------------------------------------------- introspection
 INTROSPECTION_QUERIES = [
     "{ __schema { queryType { name } } }",

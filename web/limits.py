@@ -1,13 +1,19 @@
-"""WebSocket limits: at most `max_subscriptions_per_connection` operations at once on one connection.
+"""WebSocket handlers: limits and malformed frames, on both protocols (graphql-transport-ws, legacy
+graphql-ws).
 
-Strawberry enforces the count; these handlers only give its refusal the shape of every other RecallQL
-error (a code, the limit's name and value), on both protocols (graphql-transport-ws, legacy graphql-ws).
+Strawberry enforces the count of operations at once on one connection; these handlers give its refusal
+the shape of every other RecallQL error (a code, the limit's name and value). They also screen what a
+client sends before Strawberry reads it: a frame that is not an object, or a subscribe without an object
+payload and a query, crashed Strawberry's handler (the connection dropped with no close frame), and a
+query that does not parse ended in a bare `complete` (its stream path raised the syntax error instead
+of reporting it).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from graphql import GraphQLSyntaxError, parse
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import BaseGraphQLTransportWSHandler
 from strawberry.subscriptions.protocols.graphql_ws.handlers import BaseGraphQLWSHandler
 
@@ -27,7 +33,51 @@ def _is_limit_error(payload: Any) -> bool:
     return isinstance(payload, dict) and payload.get("message") == _STRAWBERRY_LIMIT_MESSAGE
 
 
+_MALFORMED = "Failed to parse message"
+
+
+def _malformed(message: Any, start: str) -> bool:
+    """Whether a client frame lacks what the handlers read: a type, and for `start` (the protocol's
+    subscribe) an id and a payload with a query."""
+    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+        return True
+    if message["type"] != start:
+        return False
+    payload = message.get("payload")
+    return not (
+        isinstance(message.get("id"), str)
+        and isinstance(payload, dict)
+        and isinstance(payload.get("query"), str)
+        and isinstance(payload.get("variables") or {}, dict)
+        and isinstance(payload.get("operationName") or "", str)
+    )
+
+
+def _parse_error(query: str) -> dict[str, Any] | None:
+    """The error HTTP answers for a query that does not parse, or None."""
+    try:
+        parse(query)
+    except GraphQLSyntaxError as exc:
+        return {**exc.formatted, "extensions": {"code": "GRAPHQL_PARSE_FAILED"}}
+    return None
+
+
 class TransportWSHandler(BaseGraphQLTransportWSHandler[Any, Any]):
+    async def handle_message(self, message: Any) -> None:
+        if _malformed(message, "subscribe"):
+            await self.handle_invalid_message(_MALFORMED)  # closes with 4400, as for any invalid message
+            return
+        if (
+            message["type"] == "subscribe"
+            and self.connection_acknowledged
+            and message["id"] not in self.operations
+        ):
+            error = _parse_error(message["payload"]["query"])
+            if error is not None:
+                await self.send_message({"id": message["id"], "type": "error", "payload": [error]})
+                return
+        await super().handle_message(message)
+
     async def send_message(self, message: Any) -> None:
         payload = message.get("payload") if message.get("type") == "error" else None
         if isinstance(payload, list) and any(_is_limit_error(p) for p in payload):
@@ -36,6 +86,20 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[Any, Any]):
 
 
 class LegacyWSHandler(BaseGraphQLWSHandler[Any, Any]):
+    async def handle_message(self, message: Any) -> None:
+        # The legacy protocol has no close code for a bad frame: the operation's error, the connection kept.
+        if _malformed(message, "start"):
+            operation = message.get("id") if isinstance(message, dict) else None
+            payload = {"message": _MALFORMED, "extensions": {"code": "BAD_REQUEST"}}
+            await self.send_message({"type": "error", "id": operation, "payload": payload})
+            return
+        if message["type"] == "start" and self.connection_acknowledged:
+            error = _parse_error(message["payload"]["query"])
+            if error is not None:
+                await self.send_message({"type": "error", "id": message["id"], "payload": error})
+                return
+        await super().handle_message(message)
+
     async def send_message(self, message: Any) -> None:
         if message.get("type") == "error" and _is_limit_error(message.get("payload")):
             message = {**message, "payload": limit_error(self.max_subscriptions_per_connection)}
