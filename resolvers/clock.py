@@ -30,6 +30,14 @@ def to_iso(ms: int) -> str:
     )
 
 
+class OutOfRange(ValueError):
+    """An ISO-8601 instant outside the years 1 to 9999 in UTC, the range to_iso writes."""
+
+
+MIN_MS = -62_135_596_800_000  # 0001-01-01T00:00:00.000Z
+MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+
+
 def parse_iso(value: str) -> int:
     """Parses an ISO-8601 timestamp with a timezone, truncated to milliseconds (as JS Date does)."""
     dt = datetime.fromisoformat(value)
@@ -42,11 +50,3 @@ def parse_iso(value: str) -> int:
     if not MIN_MS <= ms <= MAX_MS:
         raise OutOfRange(f"DateTime must fall within the years 1 to 9999 in UTC: {value!r}")
     return ms
-
-
-class OutOfRange(ValueError):
-    pass
-
-
-MIN_MS = -62_135_596_800_000  # 0001-01-01T00:00:00.000Z
-MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z

@@ -365,14 +365,7 @@ class SemanticMemory:
             )
             self._rebuilds[resource_id] = rebuild
             rebuild.task.add_done_callback(partial(self._rebuild_ended, resource_id, rebuild))
-        try:
-            await asyncio.shield(rebuild.dropped)
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if rebuild.dropped.cancelled() and task is not None and not task.cancelling():
-                # The rebuild was stopped (shutdown), not this caller: a failure of this write only.
-                raise VectorIndexError(f"the rebuild of resource {resource_id!r} was stopped") from None
-            raise
+        await asyncio.shield(rebuild.dropped)
 
     async def _rebuild(self, damage: VectorIndexDamaged, rebuild: _Rebuild) -> None:
         _REBUILDING.set(True)
@@ -381,9 +374,6 @@ class SemanticMemory:
         try:
             queued = await self.repository.outbox_queue_resource(resource_id)
             await (await self.index()).drop([resource_id])
-        except asyncio.CancelledError:
-            rebuild.dropped.cancel()
-            raise
         except Exception as exc:
             rebuild.dropped.set_exception(exc)
             raise
@@ -408,8 +398,13 @@ class SemanticMemory:
     def _rebuild_ended(self, resource_id: str | None, rebuild: _Rebuild, task: asyncio.Task[None]) -> None:
         if self._rebuilds.get(resource_id) is rebuild:
             del self._rebuilds[resource_id]
-        if rebuild.dropped.done() and not rebuild.dropped.cancelled():
-            rebuild.dropped.exception()  # retrieved: the callers that waited for it have seen it
+        if not rebuild.dropped.done():
+            # Stopped (shutdown), maybe before it began: for the writes that wait for the drop, a failure
+            # of their own, not a cancellation, which would end the write pipeline one of them runs in.
+            rebuild.dropped.set_exception(
+                VectorIndexError(f"the rebuild of resource {resource_id!r} was stopped")
+            )
+        rebuild.dropped.exception()  # retrieved here: an error no write waited for is not reported
         if not task.cancelled() and (exc := task.exception()) is not None:
             log.warning(
                 "rebuild of the vectors of resource %r stopped; the outbox drain goes on: %r",

@@ -32,7 +32,7 @@ from web.auth import (
     on_connect,
     websocket_principal,
 )
-from web.compiled import GraphQLFront
+from web.compiled import GraphQLFront, refused
 from web.frontend import frontend_routes, graphiql_response
 from web.health import readiness
 from web.limits import LegacyWSHandler, TransportWSHandler
@@ -60,7 +60,7 @@ class RecallQLGraphQL(GraphQL[RequestContext, None]):
         try:
             response = await self.run(Request(scope=scope, receive=receive))
         except HTTPException as exc:
-            response = _refused(exc.status_code, exc.reason)
+            response = refused(exc.status_code, exc.reason)
         await response(scope, receive, send)
 
     async def get_context(self, request: Any, response: Any = None) -> RequestContext:
@@ -86,19 +86,6 @@ class RecallQLGraphQL(GraphQL[RequestContext, None]):
 
     async def render_graphql_ide(self, request: Any) -> Response:
         return graphiql_response(self.graphql_ide_html)
-
-
-def _refused(status: int, reason: str) -> Response:
-    """A request refused before execution, as a GraphQL response: its status, the errors list."""
-    code, headers = "BAD_REQUEST", None
-    if reason.startswith("Unknown operation named"):
-        code = "OPERATION_RESOLUTION_FAILURE"
-    elif reason.endswith("are not allowed when using GET"):
-        # GraphQL over HTTP: a mutation over GET is 405, with the method that would do.
-        status, code, headers = 405, "METHOD_NOT_ALLOWED", {"Allow": "POST"}
-    return JSONResponse(
-        {"errors": [{"message": reason, "extensions": {"code": code}}]}, status_code=status, headers=headers
-    )
 
 
 class BodyLimit:

@@ -17,6 +17,7 @@ from urllib.parse import parse_qs
 import orjson
 from graphql import GraphQLError, OperationType, get_operation_ast, parse
 from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from schema.fastpath import FastPath, Plan
@@ -45,11 +46,11 @@ class GraphQLFront:
             return
         if scope["method"] != "POST":
             params = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-            if any(_has_nul(value) for values in params.values() for value in values):
+            if _fault(list(params.values())) == _NUL:
                 await _respond(send, _nul_error())
                 return
             if _subscription({k: v[0] for k, v in params.items()}):
-                await _respond(send, _refusal(_OVER_WEBSOCKET), status=400)
+                await refused(400, _OVER_WEBSOCKET)(scope, receive, send)
                 return
             await self.app(scope, receive, send)
             return
@@ -60,20 +61,21 @@ class GraphQLFront:
             try:
                 payload = orjson.loads(body)
             except orjson.JSONDecodeError:
-                await _respond(send, _refusal("Unable to parse request body as JSON"), status=400)
+                await refused(400, "Unable to parse request body as JSON")(scope, receive, send)
                 return
             if not isinstance(payload, dict | list):
-                await _respond(send, _refusal("The request body must be a JSON object."), status=400)
+                await refused(400, "The request body must be a JSON object.")(scope, receive, send)
                 return
-            if _deeper_than(payload, MAX_JSON_DEPTH):
-                message = f"The request body nests JSON deeper than {MAX_JSON_DEPTH} levels."
-                await _respond(send, _refusal(message), status=400)
-                return
-        if _has_nul(payload):
+        fault = _fault(payload, MAX_JSON_DEPTH)
+        if fault == _NUL:
             await _respond(send, _nul_error())
             return
+        if fault == _DEEP:
+            message = f"The request body nests JSON deeper than {MAX_JSON_DEPTH} levels."
+            await refused(400, message)(scope, receive, send)
+            return
         if isinstance(payload, dict) and _subscription(payload):
-            await _respond(send, _refusal(_OVER_WEBSOCKET), status=400)
+            await refused(400, _OVER_WEBSOCKET)(scope, receive, send)
             return
         answer = await self._answer(scope, payload) if self.fast_path is not None else None
         if answer is None:
@@ -107,43 +109,36 @@ class GraphQLFront:
         return orjson.dumps(result)
 
 
-def _has_nul(value: Any) -> bool:
-    """Whether any string in a decoded request (keys included) holds U+0000, or a query text spells it."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item or ("\\u0000" in item and _GRAPHQL_NUL.search(item) is not None):
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
-
-
 # Deeper than any message content needs, and below orjson's limit of 254 when content is stored.
 MAX_JSON_DEPTH = 64
 _OVER_WEBSOCKET = (
     "Subscriptions are served over WebSocket at this path (graphql-transport-ws or graphql-ws), "
     "not over HTTP."
 )
+_NUL, _DEEP = "nul", "deep"
 
 
-def _deeper_than(value: Any, limit: int) -> bool:
-    """Whether a decoded JSON value nests more than `limit` arrays or objects (iteratively: a deep value
-    must not exhaust the stack that checks it)."""
+def _fault(value: Any, depth_limit: int | None = None) -> str | None:
+    """What a decoded request holds that no operation may: a string (keys included) with U+0000, or a
+    query text spelling it (_NUL), or arrays and objects nested over `depth_limit` (_DEEP). One walk,
+    every request, without recursion: a deep value must not exhaust the stack that checks it."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is None:
+        if isinstance(item, str):
+            if "\x00" in item or ("\\u0000" in item and _GRAPHQL_NUL.search(item) is not None):
+                return _NUL
             continue
-        if depth > limit:
-            return True
+        if isinstance(item, dict):
+            children = [*item.keys(), *item.values()]
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth_limit is not None and depth > depth_limit:
+            return _DEEP
         stack.extend((child, depth + 1) for child in children)
-    return False
+    return None
 
 
 def _subscription(payload: Mapping[str, Any]) -> bool:
@@ -161,9 +156,17 @@ def _subscription(payload: Mapping[str, Any]) -> bool:
     return operation is not None and operation.operation == OperationType.SUBSCRIPTION
 
 
-def _refusal(message: str) -> bytes:
-    """A request refused before execution, in the shape of web.app's refusals."""
-    return orjson.dumps({"errors": [{"message": message, "extensions": {"code": "BAD_REQUEST"}}]})
+def refused(status: int, reason: str) -> Response:
+    """A request refused before execution, as a GraphQL response: its status, the errors list."""
+    code, headers = "BAD_REQUEST", None
+    if reason.startswith("Unknown operation named"):
+        code = "OPERATION_RESOLUTION_FAILURE"
+    elif reason.endswith("are not allowed when using GET"):
+        # GraphQL over HTTP: a mutation over GET is 405, with the method that would do.
+        status, code, headers = 405, "METHOD_NOT_ALLOWED", {"Allow": "POST"}
+    return JSONResponse(
+        {"errors": [{"message": reason, "extensions": {"code": code}}]}, status_code=status, headers=headers
+    )
 
 
 def _nul_error() -> bytes:
@@ -175,9 +178,9 @@ def _nul_error() -> bytes:
     return orjson.dumps({"data": None, "errors": [{"message": message, "extensions": extensions}]})
 
 
-async def _respond(send: Send, body: bytes, *, status: int = 200) -> None:
+async def _respond(send: Send, body: bytes) -> None:
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
