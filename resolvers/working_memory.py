@@ -12,14 +12,11 @@ document that validates against it.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import jsonschema_rs
 import orjson
-from jsonschema import exceptions as jsonschema_exceptions
-from jsonschema import validators
-from referencing import Registry, Resource
-from referencing.exceptions import NoSuchResource, Unresolvable
 
 from models.records import ResourceRecord, ThreadRecord
 from models.repository import Repository
@@ -38,6 +35,9 @@ USE_REMOVED_ERROR = (
     "The workingMemory.use option has been removed. Working memory always uses tool-call mode."
 )
 DRAFT_07 = "http://json-schema.org/draft-07/schema#"
+# JSON working memory nests at most this deep: a MERGE writes the document back with orjson, which
+# refuses more than 254 levels, and the merge itself recurses.
+MAX_DOCUMENT_DEPTH = 64
 
 REPLACE = "replace"
 APPEND = "append"
@@ -51,6 +51,7 @@ class WorkingMemoryConfig:
     scope: str  # "resource" | "thread"
     template: str | None
     schema: dict[str, Any] | None
+    validator: jsonschema_rs.Validator | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True, frozen=True)
@@ -81,16 +82,45 @@ def working_memory_config(merged: dict[str, Any]) -> WorkingMemoryConfig:
     if template is not None and not isinstance(template, str):
         raise BadUserInput("workingMemory.template must be a string.")
     schema = wm.get("schema")
-    if schema is not None:
-        if not isinstance(schema, dict):
-            raise BadUserInput("workingMemory.schema must be a JSON Schema object.")
-        if not isinstance(schema.get("$schema", ""), str):
-            raise BadUserInput("workingMemory.schema is not a valid JSON Schema: $schema must be a string.")
-        try:
-            validators.validator_for(schema).check_schema(schema)
-        except jsonschema_exceptions.SchemaError as exc:
-            raise BadUserInput(f"workingMemory.schema is not a valid JSON Schema: {exc.message}") from exc
-    return WorkingMemoryConfig(bool(wm.get("enabled")), scope, template, schema or None)
+    if schema is not None and not isinstance(schema, dict):
+        raise BadUserInput("workingMemory.schema must be a JSON Schema object.")
+    validator = _compile(schema) if schema else None
+    return WorkingMemoryConfig(bool(wm.get("enabled")), scope, template, schema or None, validator)
+
+
+# The schema is the caller's: its $refs resolve within it only (retrieval would let a request read the
+# server's files or call any host), and its patterns run on a backtracking engine with a bound, so a
+# catastrophic pattern fails in milliseconds instead of holding the event loop (Python's re has none).
+_PATTERNS = jsonschema_rs.FancyRegexOptions(backtrack_limit=1_000_000)
+
+
+def _compile(schema: dict[str, Any]) -> jsonschema_rs.Validator:
+    try:
+        return jsonschema_rs.validator_for(schema, offline=True, pattern_options=_PATTERNS)
+    except jsonschema_rs.ValidationError as exc:
+        if isinstance(exc.kind, jsonschema_rs.ValidationErrorKind.Referencing):
+            raise BadUserInput(
+                f"workingMemory.schema has a $ref that cannot be resolved within the schema: {exc.message}"
+            ) from None
+        raise BadUserInput(
+            f"workingMemory.schema is not a valid JSON Schema{_at(exc.instance_path)}: {exc.message}"
+        ) from None
+    except ValueError as exc:  # the compiler's own recursion bound
+        raise BadUserInput(f"workingMemory.schema is not a valid JSON Schema: {exc}") from None
+
+
+def _at(path: list[str | int]) -> str:
+    return f" at /{'/'.join(str(p) for p in path)}" if path else ""
+
+
+def _depth(document: Any) -> int:
+    deepest, stack = 0, [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return deepest
 
 
 def deep_merge_working_memory(existing: Any, update: Any) -> dict[str, Any]:
@@ -222,6 +252,11 @@ class WorkingMemoryService:
                     existing = orjson.loads(current) if current else None
                 except orjson.JSONDecodeError:
                     existing = None
+                if _depth(existing) > MAX_DOCUMENT_DEPTH:  # stored as text, before a schema was set
+                    raise BadUserInput(
+                        f"The stored working memory nests deeper than {MAX_DOCUMENT_DEPTH} levels; "
+                        "REPLACE it instead of merging into it."
+                    )
                 merged = deep_merge_working_memory(existing, document)
                 self._validate(merged, cfg)
                 return _json_text(merged)
@@ -249,41 +284,30 @@ class WorkingMemoryService:
     @staticmethod
     def _parse(text: str, cfg: WorkingMemoryConfig) -> Any:
         try:
-            return orjson.loads(text)
+            document = orjson.loads(text)
         except orjson.JSONDecodeError as exc:
             raise BadUserInput(
                 "workingMemory must be a JSON document when workingMemory.schema is set: "
                 f"{exc.args[0] if exc.args else exc}"
             ) from exc
+        if _depth(document) > MAX_DOCUMENT_DEPTH:
+            raise BadUserInput(f"workingMemory nests deeper than {MAX_DOCUMENT_DEPTH} levels.")
+        return document
 
     @staticmethod
     def _validate(document: Any, cfg: WorkingMemoryConfig) -> None:
-        assert cfg.schema is not None
-        validator = validators.validator_for(cfg.schema)(cfg.schema, registry=_LOCAL_REFERENCES)
-        try:
-            error = jsonschema_exceptions.best_match(validator.iter_errors(document))
-        except Unresolvable as exc:
+        assert cfg.validator is not None
+        error = next(cfg.validator.iter_errors(document), None)
+        if error is None:
+            return
+        if isinstance(error.kind, jsonschema_rs.ValidationErrorKind.BacktrackLimitExceeded):
             raise BadUserInput(
-                f"workingMemory.schema has a $ref that cannot be resolved within the schema: {exc}"
-            ) from None
-        except RecursionError:
-            raise BadUserInput("workingMemory.schema refers to itself without end.") from None
-        if error is not None:
-            where = "/".join(str(p) for p in error.absolute_path)
-            location = f" at /{where}" if where else ""
-            raise BadUserInput(
-                f"workingMemory does not match workingMemory.schema{location}: {error.message}"
+                f"workingMemory could not be checked{_at(error.instance_path)}: a pattern of "
+                "workingMemory.schema backtracked beyond its limit; write it without nested repetition."
             )
-
-
-def _no_retrieval(uri: str) -> Resource[Any]:
-    raise NoSuchResource(uri)
-
-
-# A $ref is resolved within the caller's schema only. jsonschema's default fetches any other URI, with
-# urllib, on the event loop: a request could make the server read its own files (their content came
-# back in the error) or call any host, and a host that never answers froze every request.
-_LOCAL_REFERENCES: Registry[Any] = Registry(retrieve=_no_retrieval)  # type: ignore[call-arg]  # attrs alias
+        raise BadUserInput(
+            f"workingMemory does not match workingMemory.schema{_at(error.instance_path)}: {error.message}"
+        )
 
 
 def _thread_working_memory(thread: ThreadRecord) -> str | None:

@@ -527,10 +527,10 @@ async def test_json_schema_working_memory_is_validated(api: Api) -> None:
 
     assert json.loads((await update('{"name": "Ada"}'))["workingMemory"]) == {"name": "Ada"}
     for value, fragment in (
-        ('{"name": 1}', "at /name: 1 is not of type 'string'"),
+        ('{"name": 1}', 'at /name: 1 is not of type "string"'),
         ('{"age": 3}', "Additional properties are not allowed"),
         ("not json", "must be a JSON document"),
-        ("[1]", "is not of type 'object'"),
+        ("[1]", 'is not of type "object"'),
     ):
         got = await error(api, WM_UPDATE, t=thread_id, r=resource_id, w=value, c=config)
         assert got["extensions"]["code"] == "BAD_USER_INPUT" and fragment in got["message"], got
@@ -550,8 +550,9 @@ async def test_json_schema_working_memory_is_validated(api: Api) -> None:
 
 
 async def test_a_working_memory_schema_refers_only_within_itself(api: Api, tmp_path: Path) -> None:
-    # jsonschema's default resolver fetched any $ref: a file of the server's (its content came back in
-    # the error) or any host (on the event loop, without a timeout: a host that never answered froze it).
+    # Python jsonschema's default resolver fetched any $ref: a file of the server's (its content came
+    # back in the error) or any host (on the event loop, without a timeout: one that never answered froze
+    # it).
     thread_id, resource_id = await new_thread(api)
     secret = tmp_path / "secret.json"
     secret.write_text('{"properties": {"k": {"const": "s3cr3t"}}}')
@@ -578,8 +579,8 @@ async def test_a_working_memory_schema_refers_only_within_itself(api: Api, tmp_p
             ({"$ref": secret.as_uri()}, "cannot be resolved"),
             ({"properties": {"k": {"$ref": remote}}}, "cannot be resolved"),
             ({"$ref": "#/definitions/nope"}, "cannot be resolved"),
-            ({"$ref": "#"}, "refers to itself"),
-            ({"$schema": 5, "type": "object"}, "$schema must be a string"),
+            ({"$schema": 5, "type": "object"}, 'at /$schema: 5 is not of type "string"'),
+            ({"$schema": f"{remote}#"}, "cannot be resolved"),
         ):
             config = {"workingMemory": {"enabled": True, "schema": schema}}
             got = await error(api, WM_UPDATE, t=thread_id, r=resource_id, w='{"k": "x"}', c=config)
@@ -597,9 +598,86 @@ async def test_a_working_memory_schema_refers_only_within_itself(api: Api, tmp_p
     }
     config = {"workingMemory": {"enabled": True, "schema": local}}
     got = await error(api, WM_UPDATE, t=thread_id, r=resource_id, w='{"k": 1}', c=config)
-    assert "at /k: 1 is not of type 'string'" in got["message"]
+    assert 'at /k: 1 is not of type "string"' in got["message"]
     done = await api.execute(WM_UPDATE, t=thread_id, r=resource_id, w='{"k": "new"}', c=config)
     assert json.loads(done["updateWorkingMemory"]["workingMemory"]) == {"k": "new"}
+
+
+async def test_a_schema_that_refers_to_itself_checks_every_level(api: Api) -> None:
+    thread_id, resource_id = await new_thread(api)
+    tree = {"type": "object", "properties": {"child": {"$ref": "#"}, "n": {"type": "integer"}}}
+    config = {"workingMemory": {"enabled": True, "schema": tree}}
+    got = await error(
+        api, WM_UPDATE, t=thread_id, r=resource_id, w='{"child": {"child": {"n": "x"}}}', c=config
+    )
+    assert got["extensions"]["code"] == "BAD_USER_INPUT"
+    assert 'at /child/child/n: "x" is not of type "integer"' in got["message"], got
+    done = await api.execute(WM_UPDATE, t=thread_id, r=resource_id, w='{"child": {"n": 2}}', c=config)
+    assert json.loads(done["updateWorkingMemory"]["workingMemory"]) == {"child": {"n": 2}}
+    # A schema that is only a reference to itself allows anything; it no longer loops.
+    config = {"workingMemory": {"enabled": True, "schema": {"$ref": "#"}}}
+    done = await api.execute(WM_UPDATE, t=thread_id, r=resource_id, w='{"any": [1]}', c=config)
+    assert json.loads(done["updateWorkingMemory"]["workingMemory"]) == {"any": [1]}
+
+
+async def test_a_schema_pattern_cannot_hold_the_server(api: Api) -> None:
+    # Python's re backtracks without bound: with these patterns each check below would take 2**40 steps
+    # or more, on the event loop, and no other request would be answered meanwhile.
+    thread_id, resource_id = await new_thread(api)
+    await api.execute(WM_UPDATE, t=thread_id, r=resource_id, w='{"k": "kept"}', c=ON)
+    subject = "a" * 48 + "!"
+    for schema, fragment in (
+        ({"properties": {"k": {"pattern": "(a+)+$"}}}, "at /k: " + json.dumps(subject) + " does not match"),
+        (
+            {"properties": {"k": {"pattern": "^(a|a)*\\1$"}}},
+            "at /k: a pattern of workingMemory.schema backtracked",
+        ),
+        ({"patternProperties": {"(a+)+$": {"type": "string"}}, "additionalProperties": False}, "not allowed"),
+        ({"propertyNames": {"pattern": "^(a|a)*\\1$"}}, "backtracked beyond its limit"),
+    ):
+        config = {"workingMemory": {"enabled": True, "schema": schema}}
+        value = json.dumps({"k": subject} if "properties" in schema else {subject: 1})
+        got = await error(api, WM_UPDATE, t=thread_id, r=resource_id, w=value, c=config)
+        assert got["extensions"]["code"] == "BAD_USER_INPUT" and fragment in got["message"], got
+    # A pattern still decides when it can: lookarounds and backreferences included.
+    config = {
+        "workingMemory": {"enabled": True, "schema": {"properties": {"k": {"pattern": "^(\\w)\\1(?=!)"}}}}
+    }
+    got = await error(api, WM_UPDATE, t=thread_id, r=resource_id, w='{"k": "ab!"}', c=config)
+    assert "does not match" in got["message"], got
+    done = await api.execute(WM_UPDATE, t=thread_id, r=resource_id, w='{"k": "aa!"}', c=config)
+    assert json.loads(done["updateWorkingMemory"]["workingMemory"]) == {"k": "aa!"}
+    bad = {"workingMemory": {"enabled": True, "schema": {"properties": {"k": {"pattern": "(unclosed"}}}}}
+    got = await error(api, WM_UPDATE, t=thread_id, r=resource_id, w='{"k": "x"}', c=bad)
+    assert "not a valid JSON Schema at /properties/k/pattern" in got["message"], got
+    assert json.loads((await api.execute(WM_GET, t=thread_id, r=resource_id, c=ON))["workingMemory"]) == {
+        "k": "aa!"
+    }
+
+
+async def test_json_working_memory_nests_at_most_64_levels(api: Api) -> None:
+    # A MERGE writes the document back with orjson, which refuses more than 254 levels: such a merge was
+    # an internal error, and a merge of 1,000 levels overflowed the recursion of the merge itself.
+    thread_id, resource_id = await new_thread(api)
+    config = {"workingMemory": {"enabled": True, "schema": {"type": "object"}}}
+
+    def nested(levels: int) -> str:
+        return '{"a":' * (levels - 1) + "{}" + "}" * (levels - 1)
+
+    done = await api.execute(WM_UPDATE, t=thread_id, r=resource_id, w=nested(64), c=config, mode="MERGE")
+    assert done["updateWorkingMemory"]["workingMemory"] == nested(64)
+    for levels in (65, 300, 1000):
+        for mode in ("REPLACE", "MERGE"):
+            got = await error(
+                api, WM_UPDATE, t=thread_id, r=resource_id, w=nested(levels), c=config, mode=mode
+            )
+            assert got["extensions"]["code"] == "BAD_USER_INPUT", got
+            assert "nests deeper than 64 levels" in got["message"], got
+    # Text stored before a schema was set is not merged into when it nests too deep.
+    await api.execute(WM_UPDATE, t=thread_id, r=resource_id, w=nested(300), c=ON)
+    got = await error(api, WM_UPDATE, t=thread_id, r=resource_id, w='{"b": 1}', c=config, mode="MERGE")
+    assert got["extensions"]["code"] == "BAD_USER_INPUT" and "REPLACE it" in got["message"], got
+    assert (await api.execute(WM_GET, t=thread_id, r=resource_id, c=ON))["workingMemory"] == nested(300)
 
 
 async def test_concurrent_replaces_end_in_the_last_committed_write(api: Api) -> None:
