@@ -54,6 +54,32 @@ def outage(exc: BaseException) -> ServiceUnavailable | None:
     return None
 
 
+NUL_MESSAGE = "Strings may not contain U+0000 (NUL)."
+SURROGATE_MESSAGE = "Strings must be valid Unicode: a lone surrogate cannot be stored."
+
+
+def text_fault(value: Any) -> BadUserInput | None:
+    """The BadUserInput for the first string in a JSON-like value (keys included) that no database can
+    store, or None. Iterative: a value may nest deeper than Python recurses."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return BadUserInput(NUL_MESSAGE)
+            if not item.isascii():
+                try:
+                    item.encode()
+                except UnicodeEncodeError:
+                    return BadUserInput(SURROGATE_MESSAGE)
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return None
+
+
 def unstorable_text(exc: BaseException) -> BadUserInput | None:
     """The BadUserInput for text no database can store, found anywhere in an exception's chain: a lone
     UTF-16 surrogate (not valid Unicode; it fails to encode) or U+0000 (PostgreSQL refuses it)."""
@@ -62,10 +88,10 @@ def unstorable_text(exc: BaseException) -> BadUserInput | None:
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         if isinstance(current, UnicodeEncodeError):
-            return BadUserInput("Strings must be valid Unicode: a lone surrogate cannot be stored.")
+            return BadUserInput(SURROGATE_MESSAGE)
         # PostgreSQL: 22021 character_not_in_repertoire (U+0000), 22P05 untranslatable_character.
         if getattr(current, "sqlstate", None) in ("22021", "22P05") or "0x00" in str(current):
-            return BadUserInput("Strings may not contain U+0000 (NUL).")
+            return BadUserInput(NUL_MESSAGE)
         orig = getattr(current, "orig", None)
         current = orig if isinstance(orig, BaseException) else (current.__cause__ or current.__context__)
     return None

@@ -369,6 +369,8 @@ class MessageService:
         """The message events of a thread from now on, as (payload, message). A restricted principal
         needs the thread to exist and belong to a granted resource (checked here, before anything is
         subscribed) and receives only messages of granted resources."""
+        if not thread_id:
+            raise BadUserInput("threadId must be a non-empty string.")
         if principal.restricted:
             principal.require_thread(await self.repository.get_thread(thread_id), thread_id)
         if self.events is None:

@@ -321,6 +321,8 @@ class ThreadService:
     ) -> AsyncIterator[tuple[dict[str, Any], ThreadRecord]]:
         """The thread events of a resource from now on, as (payload, thread). The resource must be
         granted (FORBIDDEN here, before anything is subscribed); each event is checked again."""
+        if not resource_id:
+            raise BadUserInput("resourceId must be a non-empty string.")
         principal.require(resource_id)
         if self.events is None:
             raise RuntimeError("ThreadService.watch needs an event broker")

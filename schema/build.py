@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from graphql import (
     ASTValidationRule,
+    FloatValueNode,
     GraphQLError,
     OperationDefinitionNode,
+    StringValueNode,
     ValidationContext,
     ValidationRule,
 )
@@ -28,7 +31,7 @@ from strawberry.extensions.query_depth_limiter import create_validator as depth_
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types.execution import ExecutionContext
 
-from resolvers.errors import RecallQLError, outage, unstorable_text
+from resolvers.errors import RecallQLError, outage, text_fault, unstorable_text
 from schema.fastpath import FastPath
 from schema.federation import FEDERATION_VERSION, FederatedSchema, public_sdl, subgraph_sdl
 from schema.memory import Subscription
@@ -112,6 +115,36 @@ class OperationChoice(SchemaExtension):
                     )
                 ]
         yield
+
+
+class StorableVariables(SchemaExtension):
+    """Variables holding a string no database can store (U+0000, a lone surrogate) are refused before
+    execution, over every transport. The HTTP front refuses U+0000 and orjson lone surrogates, but a
+    WebSocket's frames come through the standard json module, which takes both: a subscription to such a
+    thread was accepted and waited for events that could never come."""
+
+    def on_validate(self) -> Iterator[None]:
+        context = self.execution_context
+        if not context.pre_execution_errors:
+            fault = text_fault(context.variables)
+            if fault is not None:
+                context.pre_execution_errors = [GraphQLError(fault.message, extensions=fault.extensions)]
+        yield
+
+
+class LiteralValues(ValidationRule):
+    """Literals get the rules variables get: strings a database can store, finite floats. graphql-core
+    reads `1e999` as infinity, which a variable could never carry (JSON has no infinity)."""
+
+    def enter_string_value(self, node: StringValueNode, *_args: Any) -> None:
+        fault = text_fault(node.value)
+        if fault is not None:
+            self.report_error(GraphQLError(fault.message, node, extensions=fault.extensions))
+
+    def enter_float_value(self, node: FloatValueNode, *_args: Any) -> None:
+        if not math.isfinite(float(node.value)):
+            message = f"Float cannot represent a value beyond the range of a double: {node.value}"
+            self.report_error(GraphQLError(message, node, extensions={"code": "BAD_USER_INPUT"}))
 
 
 class ErrorPolicy(SchemaExtension):
@@ -218,7 +251,11 @@ def build_schema(
     """`extensions`: extra extension factories (metrics, tracing), run outside the error policy so that
     they see the errors as clients will. `introspection=False` rejects `__schema` and `__type`
     (GRAPHQL_VALIDATION_FAILED); `__typename` stays allowed."""
-    limit_rules: list[type[ASTValidationRule]] = [_depth_rule(max_depth), alias_validator(max_aliases)]
+    limit_rules: list[type[ASTValidationRule]] = [
+        _depth_rule(max_depth),
+        alias_validator(max_aliases),
+        LiteralValues,
+    ]
     schema = RecallQLSchema(
         query=Query,
         mutation=Mutation,
@@ -238,6 +275,7 @@ def build_schema(
             lambda: ParserCache(maxsize=1024),
             lambda: ValidationCache(maxsize=1024),
             OperationChoice,
+            StorableVariables,
         ],
     )
     # The compiled path only ever answers FAST_ROOT_FIELDS (never __schema / __type); it validates with

@@ -775,14 +775,14 @@ EDGE_CASES: list[tuple[str, str, dict[str, Any] | None, str, str | None]] = [
         "lone surrogate in an id",
         "query($t: ID!) { recall(threadId: $t) { total } }",
         {"t": "\ud800"},
-        "NOT_FOUND_OR_BAD_INPUT",
+        "BAD_USER_INPUT",
         None,
     ),
     (
         "lone surrogate in message text",
         SAVE_ONE,
         {"t": "edge-thread", "text": "a\udc00"},
-        "SUCCESS_OR_BAD_INPUT",
+        "BAD_USER_INPUT",
         None,
     ),
 ]

@@ -396,6 +396,46 @@ async def test_a_query_that_does_not_parse_is_an_error_over_websocket(
         await nothing_for(ws, 0.5)
 
 
+THREAD_EVENTS = "subscription($r: String!) { threadUpdated(resourceId: $r) { kind threadId } }"
+
+
+@pytest.mark.parametrize(
+    ("query", "variables", "message"),
+    [
+        (MESSAGE_EVENTS, {"t": "a\ud800"}, "a lone surrogate cannot be stored"),
+        (MESSAGE_EVENTS, {"t": "a\x00"}, "U+0000"),
+        (MESSAGE_EVENTS, {"t": ""}, "threadId must be a non-empty string."),
+        (THREAD_EVENTS, {"r": ""}, "resourceId must be a non-empty string."),
+        (THREAD_EVENTS, {"r": "\udc00"}, "a lone surrogate cannot be stored"),
+        ('subscription { messageSaved(threadId: "a\\u0000") { kind } }', {}, "U+0000"),
+    ],
+)
+async def test_a_subscription_refuses_what_http_refuses(
+    limited: ServerProcess, query: str, variables: dict[str, Any], message: str
+) -> None:
+    # These subscribed and waited for events that could never come: WebSocket frames are read with the
+    # json module, which takes U+0000 and lone surrogates (the HTTP front refuses both).
+    async with ws_session(limited.url, "graphql-transport-ws") as ws:
+        payload = {"query": query, "variables": variables}
+        await ws.send(json.dumps({"id": "1", "type": "subscribe", "payload": payload}))
+        refused = await next_message(ws)
+        assert refused["id"] == "1" and refused["type"] in ("error", "next"), refused
+        errors = refused["payload"] if refused["type"] == "error" else refused["payload"]["errors"]
+        assert [e["extensions"]["code"] for e in errors] == ["BAD_USER_INPUT"], errors
+        assert message in errors[0]["message"], errors
+
+
+async def test_a_float_literal_beyond_a_double_is_bad_input(limited: ServerProcess, api: Api) -> None:
+    thread, _ = await thread_with(api, 1)
+    config = "{semanticRecall: {options: {topK: 1, messageRange: {size: 0}, scope: THREAD, threshold: %s}}}"
+    query = 'query { recall(threadId: "%s", vectorSearchString: "x", threadConfig: %s) { total } }'
+    # The literal read as infinity and was taken as a threshold; as a variable it cannot be sent at all.
+    error = await only_error(limited.url, query % (thread, config % "1e999"))
+    assert error["extensions"]["code"] == "BAD_USER_INPUT" and "1e999" in error["message"], error
+    ok = await post(limited.url, query % (thread, config % "1e300"))
+    assert "errors" not in ok and ok["data"]["recall"]["total"] == 1, ok
+
+
 # -------------------------------------------------------------------------------------------- introspection
 INTROSPECTION_QUERIES = [
     "{ __schema { queryType { name } } }",

@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from resolvers.errors import NUL_MESSAGE
 from schema.fastpath import FastPath, Plan
 from web.observability import current_request_id
 
@@ -174,8 +175,7 @@ def _nul_error() -> bytes:
     request_id = current_request_id()
     if request_id:
         extensions["requestId"] = request_id
-    message = "Strings may not contain U+0000 (NUL)."
-    return orjson.dumps({"data": None, "errors": [{"message": message, "extensions": extensions}]})
+    return orjson.dumps({"data": None, "errors": [{"message": NUL_MESSAGE, "extensions": extensions}]})
 
 
 async def _respond(send: Send, body: bytes) -> None:
