@@ -482,6 +482,11 @@ async def test_several_operations_need_an_operation_name(server: ServerProcess) 
             "BAD_REQUEST",
             "Subscriptions are served over WebSocket",
         ),
+        # Starlette's own plain-text "Method Not Allowed" before.
+        *(
+            (method, {}, 405, "METHOD_NOT_ALLOWED", f"{method} is not served here")
+            for method in ("PUT", "DELETE", "PATCH", "OPTIONS")
+        ),
     ],
 )
 async def test_requests_refused_before_execution_are_graphql_errors(
@@ -494,8 +499,9 @@ async def test_requests_refused_before_execution_are_graphql_errors(
     (error,) = response.json()["errors"]
     assert error["message"].startswith(message) and error["extensions"] == {"code": code}
     assert response.json() == {"errors": [error]}
-    if status == 405:
-        assert response.headers["allow"] == "POST"
+    if status == 405:  # the methods that would do
+        assert response.headers["allow"] == ("POST" if method == "GET" else "GET, HEAD, POST")
+        assert method == "GET" or error["message"].endswith("send GraphQL requests with GET or POST.")
 
 
 async def test_graphiql_is_served(server: ServerProcess) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from cross_web import HTTPException
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -235,7 +236,18 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         status, report = await readiness(request.app.state.services, settings)  # web/health.py
         return JSONResponse(report, status_code=status)
 
+    async def method_not_allowed(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        # Starlette lists the route's methods from a set, in any order.
+        allow = ", ".join(sorted(m.strip() for m in (exc.headers or {}).get("Allow", "").split(",")))
+        if not request.url.path.endswith("/graphql"):
+            return PlainTextResponse(exc.detail, status_code=405, headers={"Allow": allow})
+        # GraphQL clients read the errors list; Starlette's own answer was the text "Method Not Allowed".
+        reason = f"{request.method} is not served here: send GraphQL requests with GET or POST."
+        return refused(405, reason, allow=allow)
+
     return Starlette(
+        exception_handlers={405: method_not_allowed},
         routes=[
             Route("/healthz", healthz),
             Route("/readyz", readyz),

@@ -157,10 +157,13 @@ def _subscription(payload: Mapping[str, Any]) -> bool:
     return operation is not None and operation.operation == OperationType.SUBSCRIPTION
 
 
-def refused(status: int, reason: str) -> Response:
-    """A request refused before execution, as a GraphQL response: its status, the errors list."""
+def refused(status: int, reason: str, *, allow: str | None = None) -> Response:
+    """A request refused before execution, as a GraphQL response: its status, the errors list. `allow`:
+    a method that is not served at all (405, with the methods that are)."""
     code, headers = "BAD_REQUEST", None
-    if reason.startswith("Unknown operation named"):
+    if allow is not None:
+        status, code, headers = 405, "METHOD_NOT_ALLOWED", {"Allow": allow}
+    elif reason.startswith("Unknown operation named"):
         code = "OPERATION_RESOLUTION_FAILURE"
     elif reason.endswith("are not allowed when using GET"):
         # GraphQL over HTTP: a mutation over GET is 405, with the method that would do.
