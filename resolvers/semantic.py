@@ -76,6 +76,10 @@ class VectorIndex(Protocol):
 IndexFactory = Callable[[str, int], VectorIndex]
 
 
+class VectorPipelineStopped(Exception):
+    """The write pipeline stopped (shutdown) before it wrote a job; the outbox keeps the job's work."""
+
+
 @dataclass(slots=True)
 class _Job:
     """One request's messages in the write pipeline; `ticket` orders jobs (they finish in order).
@@ -182,6 +186,7 @@ class SemanticMemory:
         self._finished = 0  # every job with a ticket <= this has finished
         self._last_ticket: dict[str | None, int] = {}  # the newest job touching each resource
         self._progress: asyncio.Condition | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one _wake and _progress belong to
         self._applying: list[_Job] = []  # the jobs whose index writes are running
         # Damaged collections being rebuilt from SQL, by resource; searches wait `rebuild_wait` for them.
         self._rebuilds: dict[str | None, _Rebuild] = {}
@@ -469,9 +474,11 @@ class SemanticMemory:
         the caller has just written them; the pipeline embeds those while it reads SQL, and keeps the
         vectors of each one SQL still holds as written."""
         loop = asyncio.get_running_loop()
-        if self._wake is None or self._worker is None or self._worker.done():
-            self._wake = asyncio.Event()
-            self._progress = asyncio.Condition()
+        if self._wake is None or self._progress is None or self._loop is not loop:
+            # Kept when a stopped pipeline is replaced: whoever waits on progress (flush, searches,
+            # saves waiting for room) is woken by the next pipeline too.
+            self._wake, self._progress, self._loop = asyncio.Event(), asyncio.Condition(), loop
+        if self._worker is None or self._worker.done():
             # The pipeline serves every request from now on: not in the context (the request id on
             # log lines) of the one that happens to start it.
             self._worker = loop.create_task(
@@ -570,9 +577,25 @@ class SemanticMemory:
                     await writer
                 except Exception:
                     log.exception("the vector write pipeline stopped")
-            # Stopped mid-batch (shutdown): the outbox keeps the work; nobody waits for it here.
-            for job in [*jobs, *(j for batch in ready for j in batch.jobs), *self._applying]:
-                job.done.cancel()
+            # Stopped mid-batch (shutdown, or the writer ended): the outbox keeps the work. The jobs taken
+            # from the queue fail, so that a save waiting for its vectors answers as after a failed write
+            # (it used to get a CancelledError of its own), and waiters on progress see them finished.
+            taken = [*jobs, *(j for batch in ready for j in batch.jobs), *self._applying]
+            self._applying = []
+            if taken:
+                self._abandon(taken)
+                self._finished = max(self._finished, max(job.ticket for job in taken))
+                progress = self._progress
+                async with progress:
+                    progress.notify_all()
+
+    def _abandon(self, jobs: Iterable[_Job]) -> None:
+        """Fails the jobs the pipeline will not write; their outbox entries stay for the drain."""
+        for job in jobs:
+            if not job.done.done():
+                self._backlog -= len(job.message_ids)
+                job.done.set_exception(VectorPipelineStopped("the vector pipeline stopped"))
+                job.done.exception()  # retrieved: an abandoned future (background mode) logs nothing
 
     async def _prepare(self, jobs: list[_Job]) -> _Prepared:
         try:
@@ -808,10 +831,10 @@ class SemanticMemory:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._worker
             self._worker = None
-            for job in self._jobs:
-                job.done.cancel()
+            self._abandon(self._jobs)
             self._jobs.clear()
             self._queued = 0
+            self._finished = self._tickets
             if self._progress is not None:
                 async with self._progress:
                     self._progress.notify_all()  # saves waiting for room: there is no queue any more

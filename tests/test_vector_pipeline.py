@@ -305,6 +305,41 @@ async def test_saves_waiting_for_room_are_let_go_at_shutdown(make: Any) -> None:
     assert await setup.services.repository.outbox_backlog() == 2
 
 
+async def test_a_save_waiting_for_its_vectors_answers_when_the_pipeline_stops_under_it(make: Any) -> None:
+    # The pipeline cancelled the futures of the jobs it held: a save waiting for its vectors raised a
+    # CancelledError it had not asked for (the request ended without an answer), and a flush or search
+    # waiting for those jobs waited out its whole timeout.
+    setup = make()
+    thread_id, resource_id = await new_thread(setup)
+    setup.index.write_gate.clear()  # the first save's write stays under way
+    first = asyncio.create_task(setup.save(thread_id, resource_id, ["written when the writer ends"]))
+    while not setup.index.upserts:
+        await asyncio.sleep(0.01)
+    flushing = asyncio.create_task(setup.semantic.flush(30))
+    await asyncio.sleep(0.1)
+    writer = next(t for t in asyncio.all_tasks() if t.get_name() == "recallql-vector-writer")
+    writer.cancel()  # as if the writer ended by itself: the pipeline stops with the job in hand
+    ids = await asyncio.wait_for(first, 5)
+    assert len(ids) == 1
+    assert await asyncio.wait_for(flushing, 5) is True
+    assert setup.semantic._backlog == 0
+    # The next save starts a new pipeline, and the drain still has the first save's work.
+    setup.index.write_gate.set()
+    await setup.save(thread_id, resource_id, ["after the restart"])
+    assert await setup.semantic.drain() == 1
+    assert await setup.index.count(resource_id) == 2
+
+    # Shutdown under a save in the embedder: the same answer, the work left in the outbox.
+    other = make()
+    thread_id, resource_id = await new_thread(other)
+    other.embedder.gate.clear()
+    second = asyncio.create_task(other.save(thread_id, resource_id, ["stuck in the embedder"]))
+    await asyncio.sleep(0.2)
+    await other.semantic.aclose(flush_timeout=0.1)
+    assert len(await asyncio.wait_for(second, 5)) == 1
+    assert await other.services.repository.outbox_backlog() == 1
+
+
 async def test_shutdown_writes_the_saves_of_healthy_resources_while_a_damaged_one_waits_for_its_rebuild(
     make: Any,
 ) -> None:
