@@ -77,7 +77,8 @@ IndexFactory = Callable[[str, int], VectorIndex]
 
 
 class VectorPipelineStopped(Exception):
-    """The write pipeline stopped (shutdown) before it wrote a job; the outbox keeps the job's work."""
+    """The write pipeline stopped (shutdown, or its writer ended) before it wrote a job; the outbox keeps
+    the job's work."""
 
 
 @dataclass(slots=True)
