@@ -486,7 +486,11 @@ class SemanticMemory:
                 self._run_pipeline(), name="recallql-vector-pipeline", context=contextvars.Context()
             )
         self._tickets += 1
-        job = _Job(self._tickets, list(dict.fromkeys(message_ids)), loop.create_future(), list(stored))
+        # Past the backlog (the embedder or the index stalls while saves go on answering after their
+        # timeouts), a job keeps only its ids: the rows are a head start the pipeline can do without, and
+        # would otherwise pile up in memory for as long as the stall lasts.
+        ahead = list(stored) if self._queued <= self.max_backlog else []
+        job = _Job(self._tickets, list(dict.fromkeys(message_ids)), loop.create_future(), ahead)
         for resource in resource_ids:
             self._last_ticket[resource] = job.ticket
         self._jobs.append(job)

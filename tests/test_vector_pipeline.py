@@ -340,6 +340,28 @@ async def test_a_save_waiting_for_its_vectors_answers_when_the_pipeline_stops_un
     assert await other.services.repository.outbox_backlog() == 1
 
 
+async def test_jobs_queued_past_the_backlog_keep_only_their_ids(make: Any) -> None:
+    # Saves answer after their timeout while the embedder stalls, and their jobs stay queued: each held
+    # its rows (message contents, for the head start) for as long as the stall lasted.
+    setup = make(max_backlog=2)
+    thread_id, resource_id = await new_thread(setup)
+    semantic = setup.semantic
+    setup.embedder.gate.clear()
+    saves = [asyncio.create_task(setup.save(thread_id, resource_id, ["one"]))]
+    while semantic._tickets < 1 or semantic._queued:  # taken into a batch: stuck in the embedder
+        await asyncio.sleep(0.01)
+    for n, texts in enumerate((["two", "three"], ["four", "five", "six"], ["seven"]), start=1):
+        saves.append(asyncio.create_task(setup.save(thread_id, resource_id, texts)))
+        while len(semantic._jobs) < n:
+            await asyncio.sleep(0.01)
+    # Queued before them: 0, 2, then 5 messages, against a backlog of 2.
+    assert [len(job.stored) for job in semantic._jobs] == [2, 3, 0]
+    setup.embedder.gate.set()
+    await asyncio.wait_for(asyncio.gather(*saves), 30)
+    assert await setup.index.count(resource_id) == 7
+    assert await setup.services.repository.outbox_backlog() == 0
+
+
 async def test_shutdown_writes_the_saves_of_healthy_resources_while_a_damaged_one_waits_for_its_rebuild(
     make: Any,
 ) -> None:
