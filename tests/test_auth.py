@@ -372,13 +372,56 @@ async def test_jwt_rs256_from_a_jwks_file(tmp_path: Path) -> None:
     confused = forge_hs256(claims(sub="alice"), public_pem, kid="k1")
     assert "algorithm 'HS256'" in (await rejected(auth, f"Bearer {confused}")).message
     # Key rotation: a new kid in the file is picked up without a restart.
-    path.write_text(json.dumps(jwks(("k1", key1), ("k2", key2))))
-    os.utime(path, (time.time() + 5, time.time() + 5))
+    replace_file(path, jwks(("k1", key1), ("k2", key2)))
     assert (await auth.authenticate(f"Bearer {rs256(claims(sub='bob'), key2, kid='k2')}")).name == "jwt:bob"
     # A broken file stops startup with its name.
     (tmp_path / "bad.json").write_text("{nope")
     with pytest.raises(ValueError, match=r"bad\.json"):
         Authenticator(settings(jwt_jwks_file=tmp_path / "bad.json"))
+
+
+def replace_file(path: Path, document: dict[str, Any] | str) -> None:
+    """How a JWKS file is rotated: written beside it, then renamed over it in one step."""
+    staged = path.with_suffix(".new")
+    staged.write_text(document if isinstance(document, str) else json.dumps(document))
+    os.replace(staged, path)
+
+
+async def test_a_jwks_file_change_revokes_and_replaces_keys(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    key1, key2, key3 = rsa_key(), rsa_key(), rsa_key()
+    path = tmp_path / "jwks.json"
+    path.write_text(json.dumps(jwks(("k1", key1), ("k2", key2))))
+    auth = Authenticator(settings(jwt_jwks_file=path, jwt_issuer=ISSUER, jwt_audience=AUDIENCE))
+    token1 = f"Bearer {rs256(claims(sub='alice'), key1, kid='k1')}"
+    token2 = f"Bearer {rs256(claims(sub='bob'), key2, kid='k2')}"
+    token3 = f"Bearer {rs256(claims(sub='carol'), key3, kid='k2')}"
+    assert (await auth.authenticate(token1)).name == "jwt:alice"
+    # Removing k1 revokes it at once, though its kid was known before.
+    replace_file(path, jwks(("k2", key2)))
+    assert "kid" in (await rejected(auth, token1)).message
+    # A token without a kid does not fall back to the key that was removed.
+    untagged = f"Bearer {rs256(claims(sub='alice'), key1, kid=None)}"
+    assert "signature" in (await rejected(auth, untagged)).message.lower()
+    assert (await auth.authenticate(token2)).name == "jwt:bob"
+    # A new key under the same kid replaces the old one.
+    replace_file(path, jwks(("k2", key3)))
+    assert "signature" in (await rejected(auth, token2)).message.lower()
+    assert (await auth.authenticate(token3)).name == "jwt:carol"
+    # A file caught halfway through a write keeps the keys read before, with one warning.
+    caplog.set_level("WARNING", logger="recallql.auth")
+    replace_file(path, '{"keys": [')
+    for _ in range(3):
+        assert (await auth.authenticate(token3)).name == "jwt:carol"
+    warnings = [r.getMessage() for r in caplog.records if "keeping the keys read before" in r.getMessage()]
+    assert len(warnings) == 1 and "jwks.json" in warnings[0]
+    # Nor does a file that cannot be read at all (removed by mistake).
+    path.unlink()
+    assert (await auth.authenticate(token3)).name == "jwt:carol"
+    # An empty key set is a revocation of every key, not a broken file.
+    replace_file(path, {"keys": []})
+    assert "kid" in (await rejected(auth, token3)).message
 
 
 @contextlib.contextmanager

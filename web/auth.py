@@ -195,38 +195,58 @@ def parse_api_keys(entries: Iterable[Mapping[str, Any]]) -> list[ApiKey]:
 
 # ---------------------------------------------------------------------------------------------- JWT
 class _JwksFile:
-    """RS256 keys from a JWKS file, by kid; re-read when a token names a kid it lacks and the file
-    changed (key rotation without a restart)."""
+    """RS256 keys from a JWKS file, by kid. The file is checked (one stat) on every token and read
+    again when it changed, so that adding a key, replacing one under the same kid and removing one
+    (revoking it) all take effect without a restart."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._mtime: float | None = None
+        self._signature: tuple[int, int, int] | None = None
+        self._refused: object = None  # the version that could not be read, warned about once
         self._keys: dict[str | None, Any] = {}
-        self._load()
+        self._load(startup=True)
 
-    def _load(self) -> None:
+    def _stat(self) -> tuple[int, int, int]:
+        # mtime alone misses a rewrite within the file system's timestamp granularity; a different
+        # size or inode (an atomic rename) still shows it.
+        st = self.path.stat()
+        return st.st_mtime_ns, st.st_size, st.st_ino
+
+    def _load(self, signature: tuple[int, int, int] | None = None, *, startup: bool = False) -> None:
         try:
-            mtime = self.path.stat().st_mtime
+            signature = signature or self._stat()
             document = json.loads(self.path.read_text(encoding="utf-8"))
-            jwks = jwt.PyJWKSet.from_dict(document)
-        except (OSError, ValueError, jwt.PyJWTError) as exc:
+            jwks = jwt.PyJWKSet.from_dict(document) if document.get("keys") or startup else None
+        except (OSError, ValueError, AttributeError, jwt.PyJWTError) as exc:
             raise ValueError(f"RECALLQL_JWT_JWKS_FILE {self.path}: {exc}") from exc
-        keys = {k.key_id: k.key for k in jwks.keys if k.key_type == "RSA"}
-        if not keys:
+        keys = {k.key_id: k.key for k in jwks.keys if k.key_type == "RSA"} if jwks is not None else {}
+        if not keys and startup:
             raise ValueError(f"RECALLQL_JWT_JWKS_FILE {self.path}: no RSA key")
-        self._keys, self._mtime = keys, mtime
+        if not keys:
+            log.warning("RECALLQL_JWT_JWKS_FILE %s holds no RSA key: every RS256 token is refused", self.path)
+        self._keys, self._signature = keys, signature
+
+    def _refresh(self) -> None:
+        try:
+            signature = self._stat()
+        except OSError as exc:
+            self._keep_old("unreadable", f"RECALLQL_JWT_JWKS_FILE {self.path}: {exc}")
+            return
+        if signature == self._signature or signature == self._refused:
+            return
+        try:
+            self._load(signature)
+        except ValueError as exc:
+            # Most likely a writer caught halfway: its next change is read again.
+            self._keep_old(signature, str(exc))
+
+    def _keep_old(self, version: object, problem: str) -> None:
+        if version != self._refused:  # once per version of the file, not once per token
+            log.warning("%s (keeping the keys read before)", problem)
+            self._refused = version
 
     def key(self, kid: str | None) -> Any:
-        if kid not in self._keys:
-            try:
-                changed = self.path.stat().st_mtime != self._mtime
-            except OSError:
-                changed = False
-            if changed:
-                try:
-                    self._load()
-                except ValueError as exc:
-                    log.warning("%s (keeping the keys read before)", exc)
+        self._refresh()
         if len(self._keys) == 1 and (kid is None or None in self._keys):  # one key, unnamed on a side
             return next(iter(self._keys.values()))
         found = self._keys.get(kid)
