@@ -28,10 +28,16 @@ from resolvers.errors import Forbidden, NotFound
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """`resources` None means every resource (an admin key, or authentication switched off)."""
+    """`resources` None means every resource (an admin key, or authentication switched off);
+    `expires_at` is when the credential stops being valid (a JWT's `exp` plus the allowed leeway, in
+    seconds since the epoch), None when it does not expire."""
 
     name: str
     resources: frozenset[str] | None = None
+    expires_at: float | None = None
+
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
 
     @property
     def admin(self) -> bool:

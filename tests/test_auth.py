@@ -298,9 +298,17 @@ async def test_api_keys_valid_invalid_missing_admin() -> None:
 # ---------------------------------------------------------------------------------------------- JWT
 async def test_jwt_hs256() -> None:
     auth = Authenticator(settings(jwt_secret=SECRET, jwt_issuer=ISSUER, jwt_audience=AUDIENCE))
-    assert (await auth.authenticate(f"Bearer {hs256(claims(sub='alice'))}")) == Principal(
-        "jwt:alice", frozenset({"alice"})
+    alice = claims(sub="alice")
+    assert (await auth.authenticate(f"Bearer {hs256(alice)}")) == Principal(
+        "jwt:alice", frozenset({"alice"}), expires_at=alice["exp"]
     )
+    # The principal expires with the token (plus the leeway), or never without an `exp`.
+    lenient = Authenticator(
+        settings(jwt_secret=SECRET, jwt_issuer=ISSUER, jwt_audience=AUDIENCE, jwt_leeway=30)
+    )
+    assert (await lenient.authenticate(f"Bearer {hs256(alice)}")).expires_at == alice["exp"] + 30
+    lasting = {k: v for k, v in alice.items() if k != "exp"}
+    assert (await auth.authenticate(f"Bearer {hs256(lasting)}")).expires_at is None
     now = int(time.time())
     for token, reason in [
         (hs256(claims(sub="alice", exp=now - 10)), "expired"),
@@ -680,6 +688,48 @@ async def test_websocket_authentication_for_subscriptions(auth_server: ServerPro
         url, init_payload=bearer(KEYS["alice"]), headers={"Authorization": "Bearer rql_wrong"}
     ) as session:
         await receives_own_events(session)
+
+
+async def test_a_websocket_is_closed_when_its_token_expires(auth_server: ServerProcess) -> None:
+    """A token checked at connection_init does not keep a connection open past its `exp`: the server
+    closes it (4403 "Token expired"), which ends its subscriptions, on both protocols."""
+    url = auth_server.url
+    mine = uid("t")
+    await gql(url, CREATE, KEYS["alice"], i={"id": mine, "resourceId": ALICE})
+    expires = int(time.time()) + 4
+    token = hs256(claims(resources=ALICE, exp=expires))
+    async with (
+        ws_session(url, init_payload=bearer(KEYS["alice"])) as lasting,
+        ws_session(url, init_payload=bearer(token)) as session,
+    ):
+        op = await session.subscribe(MESSAGE_EVENTS, t=mine)
+        first = uid("m")
+        await gql(url, SAVE, KEYS["alice"], m=[text_message(thread_id=mine, id=first, text="x")])
+        with contextlib.suppress(TimeoutError):  # the subscription may go live after this first save
+            await session.receive_for(op, timeout=1)
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            while True:
+                await session.receive(timeout=15)
+        assert closed.value.rcvd is not None
+        assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (4403, "Token expired")
+        assert time.time() >= expires
+        # A credential without an expiry (this API key) keeps its connection.
+        await lasting.ws.send(json.dumps({"type": "ping"}))
+        assert (await lasting.receive())["type"] == "pong"
+    # The legacy protocol is closed the same way.
+    legacy_url = url.replace("http://", "ws://", 1) + "/graphql"
+    expires = int(time.time()) + 3
+    token = hs256(claims(resources=ALICE, exp=expires))
+    async with websockets.connect(legacy_url, subprotocols=["graphql-ws"]) as ws:
+        await ws.send(json.dumps({"type": "connection_init", "payload": bearer(token)}))
+        assert json.loads(await asyncio.wait_for(ws.recv(), 5))["type"] == "connection_ack"
+        start = {"query": MESSAGE_EVENTS, "variables": {"t": mine}}
+        await ws.send(json.dumps({"id": "1", "type": "start", "payload": start}))
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            while True:
+                await asyncio.wait_for(ws.recv(), 15)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 4403
+        assert time.time() >= expires
 
 
 # ---------------------------------------------------------------------------------------------- keys CLI

@@ -318,13 +318,16 @@ class JwtVerifier:
     def _principal(self, claims: dict[str, Any]) -> Principal:
         subject = claims.get("sub")
         name = f"jwt:{subject}" if isinstance(subject, str) and subject else "jwt"
+        exp = claims.get("exp")  # PyJWT has checked that it is a number when present
+        # A WebSocket outlives the check at connection_init: it is closed at this time (web/limits.py).
+        expires_at = float(exp) + self.leeway if isinstance(exp, int | float) else None
         if self.admin_claim and claims.get(self.admin_claim) is True:
-            return Principal(name=name, resources=None)
+            return Principal(name=name, resources=None, expires_at=expires_at)
         value = claims.get(self.resource_claim)
         if isinstance(value, str) and value:
-            return Principal(name=name, resources=frozenset({value}))
+            return Principal(name=name, resources=frozenset({value}), expires_at=expires_at)
         if isinstance(value, list) and value and all(isinstance(v, str) and v for v in value):
-            return Principal(name=name, resources=frozenset(value))
+            return Principal(name=name, resources=frozenset(value), expires_at=expires_at)
         raise Unauthenticated(
             f"Invalid token: its {self.resource_claim!r} claim must be a resource id or a list of them."
         )

@@ -7,10 +7,17 @@ client sends before Strawberry reads it: a frame that is not an object, or a sub
 payload and a query, crashed Strawberry's handler (the connection dropped with no close frame), and a
 query that does not parse ended in a bare `complete` (its stream path raised the syntax error instead
 of reporting it).
+
+A connection authenticated with an expiring credential (a JWT's `exp`) is closed when it expires, with
+4403 "Token expired": its subscriptions end and no operation runs on it after that time. The client
+reconnects with a fresh token, as after any dropped connection.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from typing import Any
 
 from graphql import GraphQLSyntaxError, parse
@@ -62,7 +69,59 @@ def _parse_error(query: str) -> dict[str, Any] | None:
     return None
 
 
-class TransportWSHandler(BaseGraphQLTransportWSHandler[Any, Any]):
+EXPIRED_CLOSE_CODE = 4403  # graphql-transport-ws's Forbidden, as for a refused connection_init
+EXPIRED_REASON = "Token expired"
+
+
+class _CredentialExpiry:
+    """Closes the connection when the principal's credential expires (see the module's docstring).
+    First in its handlers' bases, so that its handle_connection_init wraps Strawberry's."""
+
+    context: Any
+    websocket: Any
+    connection_acknowledged: bool
+    _expiry_task: asyncio.Task[None] | None = None
+
+    async def handle_connection_init(self, message: Any) -> None:
+        await super().handle_connection_init(message)  # type: ignore[misc]
+        principal = getattr(self.context, "principal", None)
+        expires_at = principal.expires_at if principal is not None else None
+        if self.connection_acknowledged and expires_at is not None and self._expiry_task is None:
+            self._expiry_task = asyncio.create_task(self._close_at(expires_at))
+
+    async def _refused_as_expired(self) -> bool:
+        """Closes the connection when the credential expired before the timer ran (a frame arriving
+        just after the expiry)."""
+        principal = getattr(self.context, "principal", None)
+        if self.connection_acknowledged and principal is not None and principal.expired(time.time()):
+            await self._close_expired()
+            return True
+        return False
+
+    async def _close_at(self, expires_at: float) -> None:
+        await asyncio.sleep(max(0.0, expires_at - time.time()))
+        await self._close_expired()
+
+    async def _close_expired(self) -> None:
+        with contextlib.suppress(Exception):  # the client may have gone already
+            await self.websocket.close(code=EXPIRED_CLOSE_CODE, reason=EXPIRED_REASON)
+
+    async def _stop_watching(self) -> None:
+        if self._expiry_task is not None:
+            self._expiry_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._expiry_task
+
+
+class TransportWSHandler(_CredentialExpiry, BaseGraphQLTransportWSHandler[Any, Any]):
+    async def handle_subscribe(self, message: Any) -> None:
+        if not await self._refused_as_expired():
+            await super().handle_subscribe(message)
+
+    async def shutdown(self) -> None:
+        await self._stop_watching()
+        await super().shutdown()
+
     async def handle_message(self, message: Any) -> None:
         if _malformed(message, "subscribe"):
             await self.handle_invalid_message(_MALFORMED)  # closes with 4400, as for any invalid message
@@ -85,7 +144,15 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[Any, Any]):
         await super().send_message(message)
 
 
-class LegacyWSHandler(BaseGraphQLWSHandler[Any, Any]):
+class LegacyWSHandler(_CredentialExpiry, BaseGraphQLWSHandler[Any, Any]):
+    async def handle_start(self, message: Any) -> None:
+        if not await self._refused_as_expired():
+            await super().handle_start(message)
+
+    async def cleanup(self) -> None:
+        await self._stop_watching()
+        await super().cleanup()
+
     async def handle_message(self, message: Any) -> None:
         # The legacy protocol has no close code for a bad frame: the operation's error, the connection kept.
         if _malformed(message, "start"):
