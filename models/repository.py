@@ -1650,11 +1650,11 @@ class Repository:
         rows = await self._read(lambda conn: conn.execute(stmt).all(), bounded=len(ids) <= _INLINE_ROWS)
         return {row.id: _resource(row) for row in rows}
 
-    async def first_messages(self, thread_id: str, limit: int) -> list[MessageRecord]:
-        """A thread's oldest messages, chronologically."""
+    async def first_messages(self, thread_id: str, resource_id: str, limit: int) -> list[MessageRecord]:
+        """A thread's oldest messages of one resource (its owner), chronologically."""
         stmt = (
             select(*_MESSAGE_COLUMNS)
-            .where(M.c.thread_id == thread_id)
+            .where(M.c.thread_id == thread_id, M.c.resource_id == resource_id)
             .order_by(M.c.created_at.asc(), M.c.seq.asc())
             .limit(limit)
         )

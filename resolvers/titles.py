@@ -212,7 +212,9 @@ class TitleGenerator:
         if thread is None or thread.title:
             return None
         limit = max(self.transcript_messages, options.min_messages)
-        messages = visible(await self.repository.first_messages(thread_id, limit))
+        # Only the owner's messages: the title is shown to the owner (and carried by TITLE_GENERATED),
+        # and a message another resource saved into the thread is not the owner's to read.
+        messages = visible(await self.repository.first_messages(thread_id, thread.resource_id, limit))
         if len(messages) < options.min_messages or not any(m.role == "user" for m in messages):
             return None
         if self.chat is not None:

@@ -153,6 +153,18 @@ async def test_no_title_when_off_titled_or_without_a_user_message(api: Api) -> N
         assert (await settle(api, thread_id, 0.3))["title"] == title
 
 
+async def test_a_title_comes_only_from_the_owners_messages(api: Api) -> None:
+    """A message another resource saved into the thread (an admin credential can) never becomes its
+    title: the owner would read another resource's text in it, and so would the TITLE_GENERATED event."""
+    thread_id, owner, stranger = uid("t"), uid("r"), uid("r")
+    await api.execute(CREATE, i={"id": thread_id, "resourceId": owner})
+    secret = text_message(thread_id=thread_id, resource_id=stranger, text="Stranger secret plan")
+    await api.execute(SAVE, m=[secret], c=ON)
+    assert (await settle(api, thread_id))["title"] == ""
+    await api.execute(SAVE, m=[text_message(thread_id=thread_id, text="Owner question")], c=ON)
+    assert (await wait_for_title(api, thread_id))["title"] == "Owner question"
+
+
 async def test_min_messages_and_the_threads_alias(api: Api) -> None:
     thread_id, resource_id = uid("t"), uid("r")
     await api.execute(CREATE, i={"id": thread_id, "resourceId": resource_id})
