@@ -24,6 +24,7 @@ content (resolvers.transfer does). All reads run in one read-only transaction: o
 from __future__ import annotations
 
 import json
+import math
 import re
 import sqlite3
 import urllib.parse
@@ -35,6 +36,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
+
+from models.records import MAX_MS, MIN_MS
 
 THREADS = "mastra_threads"
 MESSAGES = "mastra_messages"
@@ -126,6 +129,16 @@ def parse_time(value: Any) -> int | None:
     ISO strings with a zone; a naive string or datetime is taken as UTC; a number is epoch milliseconds.
     A JSON-quoted ISO string (what Mastra's `updateMessages({createdAt: Date})` writes, §6.4) is unquoted.
     """
+    return _within_range(_parse_time(value))
+
+
+def _within_range(ms: int | None) -> int | None:
+    # A time beyond the years 1 to 9999 cannot be written back as ISO-8601 (an export would write a
+    # year of seven digits, which no reader takes): such a row has no readable time.
+    return ms if ms is not None and MIN_MS <= ms <= MAX_MS else None
+
+
+def _parse_time(value: Any) -> int | None:
     if value is None:
         return None
     if isinstance(value, datetime):
@@ -134,7 +147,7 @@ def parse_time(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
-        return int(value)
+        return int(value) if math.isfinite(value) else None
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
     text = str(value).strip()
@@ -145,7 +158,7 @@ def parse_time(value: Any) -> int | None:
         pass
     if len(text) >= 2 and text[0] == text[-1] == '"':
         text = text[1:-1]
-    if re.fullmatch(r"-?\d+", text):
+    if re.fullmatch(r"-?\d{1,20}", text):  # more digits are out of range anyway
         return int(text)
     try:
         dt = datetime.fromisoformat(text)

@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# The instants a stored time may hold: what an ISO-8601 string with a four-digit year can write.
+MIN_MS = -62_135_596_800_000  # 0001-01-01T00:00:00.000Z
+MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+
 
 @dataclass(slots=True)
 class MessageRecord:

@@ -6,6 +6,10 @@ import time
 from datetime import UTC, datetime
 from functools import lru_cache
 
+from models.records import MAX_MS, MIN_MS
+
+__all__ = ["MAX_MS", "MIN_MS", "OutOfRange", "now_ms", "parse_iso", "to_iso"]
+
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -32,10 +36,6 @@ def to_iso(ms: int) -> str:
 
 class OutOfRange(ValueError):
     """An ISO-8601 instant outside the years 1 to 9999 in UTC, the range to_iso writes."""
-
-
-MIN_MS = -62_135_596_800_000  # 0001-01-01T00:00:00.000Z
-MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 
 
 def parse_iso(value: str) -> int:

@@ -29,6 +29,7 @@ from models.records import MessageRecord, ResourceRecord, ThreadRecord
 from models.repository import Repository
 from models.signals import is_legacy_reminder, signal_type
 from resolvers.clock import now_ms, parse_iso, to_iso
+from resolvers.errors import text_fault
 
 KINDS = ("resource", "thread", "message")
 _MAX_WARNINGS = 20
@@ -301,6 +302,17 @@ def _object_or_none(value: Any, what: str, report: ImportReport) -> dict[str, An
     return None
 
 
+def _unstorable(report: ImportReport, kind: str, id: str, values: tuple[Any, ...]) -> bool:
+    """Skips (with a warning) a row holding text no database can store, as the API refuses it: U+0000,
+    which LibSQL keeps and PostgreSQL refuses, or a lone surrogate."""
+    fault = text_fault(values)
+    if fault is None:
+        return False
+    report.stats[kind].skipped += 1
+    report.warn(f"{kind} {id!r}: {str(fault).rstrip('.')}; skipped")
+    return True
+
+
 # ---------------------------------------------------------------------------------------------- Mastra
 async def import_mastra(
     repository: Repository,
@@ -326,6 +338,8 @@ async def import_mastra(
                 report.stats["resource"].skipped += 1
                 report.warn(f"resource {r.id!r}: no id or no readable createdAt; skipped")
                 continue
+            if _unstorable(report, "resource", r.id, (r.id, r.working_memory, r.metadata)):
+                continue
             resources.append(
                 ResourceRecord(
                     id=r.id,
@@ -349,6 +363,8 @@ async def import_mastra(
                 report.stats["thread"].skipped += 1
                 report.warn(f"thread {t.id!r}: no id, resourceId or readable createdAt; skipped")
                 continue
+            if _unstorable(report, "thread", t.id, (t.id, t.resource_id, t.title, t.metadata)):
+                continue
             thread_ids.add(t.id)
             threads.append(
                 ThreadRecord(
@@ -371,6 +387,10 @@ async def import_mastra(
             if not (_nonempty(m.id) and _nonempty(m.thread_id) and _nonempty(m.role)) or m.created_at is None:
                 report.stats["message"].skipped += 1
                 report.warn(f"message {m.id!r}: no id, thread_id, role or readable createdAt; skipped")
+                continue
+            if _unstorable(
+                report, "message", m.id, (m.id, m.thread_id, m.resource_id, m.role, m.type, m.content)
+            ):
                 continue
             if m.thread_id not in thread_ids:
                 report.orphans += 1
@@ -589,13 +609,16 @@ async def import_jsonl(
         if not raw.strip():
             continue
         where = f"line {number}"
+        # orjson alone, as the API reads its requests: it refuses NaN, Infinity, numbers beyond a
+        # double and lone surrogates, which Python's json module would let in (the first three
+        # stored as null). Integers beyond 64 bits become doubles, as in JavaScript.
         try:
             obj = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            try:
-                obj = json.loads(raw)
-            except ValueError as exc:
-                raise TransferError(f"{where}: not valid JSON ({exc})") from exc
+        except orjson.JSONDecodeError as exc:
+            raise TransferError(f"{where}: not valid JSON ({exc})") from exc
+        fault = text_fault(obj)
+        if fault is not None:
+            raise TransferError(f"{where}: {fault}")
         kind, record = parse_line(obj, where, report)
         report.stats[kind].read += 1
         if kind != pending_kind or len(pending) >= batch:

@@ -34,7 +34,7 @@ from models.mastra_source import (
     parse_time,
 )
 from models.migrate import upgrade
-from models.records import ResourceRecord
+from models.records import MAX_MS, MIN_MS, ResourceRecord
 from models.repository import Repository
 from resolvers.auth import OPEN
 from resolvers.clock import parse_iso, to_iso
@@ -42,7 +42,7 @@ from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import Services
 from resolvers.messages import MessageInput
 from resolvers.recall import RecallArgs
-from resolvers.transfer import TransferError, export_jsonl, import_jsonl, to_format2
+from resolvers.transfer import TransferError, export_jsonl, import_jsonl, import_mastra, to_format2
 from tests.support import EMBED_SERVER, SHARED, at, database, embed_server_process, require
 
 CONFORMANCE = SHARED / "conformance"
@@ -256,6 +256,51 @@ async def test_import_mastra_libsql_file(
     await check_against_mastra(services, repository, expected)
     # The source is only read.
     assert hashlib.sha256(db.read_bytes()).hexdigest() == source_digest
+
+
+async def test_import_mastra_skips_rows_it_cannot_store(
+    repository: Repository, mastra_fixture: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """LibSQL keeps U+0000 and any number as a time; the rows PostgreSQL could not store, or whose time
+    an export could not write, are skipped with a warning, and the rest is imported."""
+    import sqlite3
+
+    db = tmp_path / "mastra.db"
+    shutil.copy(mastra_fixture[0], db)
+    content = json.dumps({"format": 2, "parts": [{"type": "text", "text": "a\u0000b"}]})
+    with sqlite3.connect(db) as conn:
+        thread_id, resource_id = conn.execute("SELECT id, resourceId FROM mastra_threads LIMIT 1").fetchone()
+        columns = "(id, thread_id, content, role, type, createdAt, resourceId)"
+        rows = [
+            ("nul-content", content, "2026-01-01T00:00:00.000Z"),
+            ("far-future", json.dumps({"format": 2, "parts": []}), str(10**16)),
+            ("far-far-future", json.dumps({"format": 2, "parts": []}), "9" * 22),
+        ]
+        for mid, body, created in rows:
+            conn.execute(
+                f"INSERT INTO mastra_messages {columns} VALUES (?, ?, ?, 'user', 'v2', ?, ?)",
+                (mid, thread_id, body, created, resource_id),
+            )
+        conn.execute(
+            "INSERT INTO mastra_threads (id, resourceId, title, metadata, createdAt, updatedAt) "
+            "VALUES ('nul-thread', ?, 'a' || char(0) || 'b', NULL, '2026-01-01T00:00:00.000Z', "
+            "'2026-01-01T00:00:00.000Z')",
+            (resource_id,),
+        )
+    source = await open_mastra_source(str(db))
+    try:
+        result = await import_mastra(repository, source)
+    finally:
+        await source.aclose()
+    assert result.stats["message"].skipped == 3 and result.stats["thread"].skipped == 1
+    warnings = "\n".join(result.warnings)
+    assert "message 'nul-content': Strings may not contain U+0000 (NUL); skipped" in warnings
+    assert "message 'far-future': no id, thread_id, role or readable createdAt; skipped" in warnings
+    assert "thread 'nul-thread': Strings may not contain U+0000 (NUL); skipped" in warnings
+    assert await repository.get_messages(["nul-content", "far-future", "far-far-future"]) == {}
+    assert await repository.get_thread("nul-thread") is None
+    exported = await export_bytes(repository)
+    assert exported.count(b'"kind":"message"') == mastra_fixture[1]["counts"]["messages"]
 
 
 async def test_import_mastra_embeds_the_messages(
@@ -687,9 +732,23 @@ async def test_jsonl_errors_name_the_line(repository: Repository) -> None:
         b'{"kind":"thread","id":"","resourceId":"r",' + created + b"}\n": "line 2: id must be",
         b'{"kind":"resource","id":"r","metadata":[1],' + created + b"}\n": "line 2: metadata",
     }
+    # What the API refuses, an import refuses too, on both engines: U+0000 (PostgreSQL cannot store it;
+    # SQLite did), lone surrogates, and numbers JSON cannot carry (Python's json read NaN, Infinity and
+    # 1e400, which were then stored as null).
+    thread = b'{"kind":"thread","id":"e2","resourceId":"r",' + created
+    cases |= {
+        thread + b',"title":"a\\u0000b"}\n': "line 2: Strings may not contain U+0000",
+        thread + b',"metadata":{"k\\u0000":1}}\n': "line 2: Strings may not contain U+0000",
+        thread + b',"title":"a\\ud800"}\n': "line 2: not valid JSON",
+        thread + b',"title":"a\xed\xa0\x80"}\n': "line 2: not valid JSON",  # a surrogate, raw
+        thread + b',"metadata":{"n":NaN}}\n': "line 2: not valid JSON",
+        thread + b',"metadata":{"n":-Infinity}}\n': "line 2: not valid JSON",
+        thread + b',"metadata":{"n":1e400}}\n': "line 2: not valid JSON",
+    }
     for line, message in cases.items():
         with pytest.raises(TransferError, match=re.escape(message)):
             await import_jsonl(repository, [good, line])
+    assert await repository.get_thread("e2") is None
     # Blank lines are fine; a missing updatedAt is the createdAt.
     result = await import_jsonl(repository, [b"\n", good, b"  \n"])
     assert result.stats["thread"].read == 1
@@ -744,6 +803,11 @@ def test_parse_time() -> None:
     assert parse_time(T0) == T0
     assert parse_time(str(T0)) == T0
     assert [parse_time(v) for v in (None, "", "yesterday", True)] == [None, None, None, None]
+    # Beyond the years 1 to 9999 a time has no ISO-8601 form to export: not readable, as "yesterday".
+    assert parse_time(MAX_MS) == MAX_MS and parse_time(MIN_MS) == MIN_MS
+    for beyond in (MAX_MS + 1, MIN_MS - 1, str(MAX_MS + 1), "9" * 22, "9" * 5000, float("inf"), float("nan")):
+        assert parse_time(beyond) is None, beyond
+    assert parse_time("9999-12-31T23:00:00-02:00") is None  # year 10000 in UTC
 
 
 def test_content_conversion_rules() -> None:
