@@ -39,6 +39,17 @@ class TransferError(Exception):
     """Input that cannot be imported (a malformed JSON Lines record, with its line number)."""
 
 
+class ExportWriteError(Exception):
+    """The export's output could not be written (a full disk, a closed pipe); `error` is the OSError.
+
+    Not an OSError, and not chained to one: the repository reports an OSError raised under it as an
+    unreachable database."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class ProgressHook(Protocol):
     def start(self, kind: str, total: int | None) -> None: ...
     def advance(self, kind: str, n: int) -> None: ...
@@ -482,9 +493,12 @@ async def export_jsonl(
             return
         to_line = _TO_LINE[kind]
         chunk = b"".join(dumps_line(to_line(r)) for r in records)
-        result = write(chunk)
-        if inspect.isawaitable(result):
-            await result
+        try:
+            result = write(chunk)
+            if inspect.isawaitable(result):
+                await result
+        except OSError as exc:
+            raise ExportWriteError(exc) from None
         hook.advance(f"{kind}s", len(records))
 
     return await repository.export_rows(emit, resource_id=resource_id, batch=batch)

@@ -14,14 +14,17 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+import orjson
 import pytest
 
 from models.db import create_engine
@@ -43,7 +46,7 @@ from resolvers.context import Services
 from resolvers.messages import MessageInput
 from resolvers.recall import RecallArgs
 from resolvers.transfer import TransferError, export_jsonl, import_jsonl, import_mastra, to_format2
-from tests.support import EMBED_SERVER, SHARED, at, database, embed_server_process, require
+from tests.support import EMBED_SERVER, SHARED, at, database, embed_server_process, free_port, require
 
 CONFORMANCE = SHARED / "conformance"
 FIXTURE_SCRIPT = Path(__file__).with_name("mastra_fixture.mjs")
@@ -104,22 +107,34 @@ def mastra_fixture(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict
     return write_mastra_fixture(tmp_path_factory.mktemp("mastra-fixture"))
 
 
-def cli(*args: str, url: str, data_dir: Path, env: dict[str, str] | None = None, stdin: bytes | None = None):
+def cli_command(*args: str, url: str, data_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "web.cli", *args, "--database-url", url, "--data-dir", str(data_dir)]
+
+
+def cli_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    unset = ("RECALLQL_EMBEDDING_MODEL_DIR", "RECALLQL_EMBEDDINGS_URL", "RECALLQL_EMBEDDINGS_MODEL")
+    return {**{k: v for k, v in os.environ.items() if k not in unset}, **(env or {})}
+
+
+def cli(
+    *args: str,
+    url: str,
+    data_dir: Path,
+    env: dict[str, str] | None = None,
+    stdin: bytes | None = None,
+    succeeds: bool = True,
+) -> subprocess.CompletedProcess[bytes]:
     """`recallql …` in a child process against the given database; returns the completed process."""
-    clean = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("RECALLQL_EMBEDDING_MODEL_DIR", "RECALLQL_EMBEDDINGS_URL", "RECALLQL_EMBEDDINGS_MODEL")
-    }
     proc = subprocess.run(
-        [sys.executable, "-m", "web.cli", *args, "--database-url", url, "--data-dir", str(data_dir)],
-        env={**clean, **(env or {})},
+        cli_command(*args, url=url, data_dir=data_dir),
+        env=cli_env(env),
         cwd=data_dir.parent,
         input=stdin,
         capture_output=True,
         timeout=600,
     )
-    assert proc.returncode == 0, f"recallql {' '.join(args)} failed:\n{proc.stderr.decode()[-4000:]}"
+    if succeeds:
+        assert proc.returncode == 0, f"recallql {' '.join(args)} failed:\n{proc.stderr.decode()[-4000:]}"
     return proc
 
 
@@ -698,6 +713,80 @@ async def test_export_and_import_jsonl_cli(
             "thread": (3, 0, 0, 3),
             "message": (7, 0, 0, 7),
         }
+
+
+async def test_export_reports_what_it_cannot_write(
+    repository: Repository, database_url: str, tmp_path: Path
+) -> None:
+    """Output errors are the output's, not the database's (an OSError under the repository read as an
+    outage): a clear line and exit 1, no traceback; a closed pipe is quiet; a device or a FIFO is written,
+    never replaced by a renamed file."""
+    text = "x" * 400
+    lines = [
+        b'{"kind":"thread","id":"big","resourceId":"r","createdAt":"2026-01-01T00:00:00.000Z"}',
+        *(
+            orjson.dumps(
+                {
+                    "kind": "message",
+                    "id": f"big-{n}",
+                    "threadId": "big",
+                    "resourceId": "r",
+                    "role": "user",
+                    "createdAt": "2026-01-01T00:00:00.000Z",
+                    "content": {"format": 2, "parts": [{"type": "text", "text": text}]},
+                }
+            )
+            for n in range(600)
+        ),
+    ]
+    await import_jsonl(repository, lines)  # about 300 kB of export: more than a pipe buffers
+    data_dir = tmp_path / "data"
+
+    def refused(proc: subprocess.CompletedProcess[bytes], message: str) -> None:
+        stderr = proc.stderr.decode()
+        assert proc.returncode == 1 and message in stderr and "Traceback" not in stderr, stderr
+
+    with open("/dev/full", "wb") as full:
+        proc = subprocess.run(
+            cli_command("export", url=database_url, data_dir=data_dir),
+            env=cli_env(),
+            stdout=full,
+            stderr=subprocess.PIPE,
+            timeout=600,
+        )
+    refused(proc, "export: cannot write stdout: No space left on device")
+    missing = tmp_path / "no" / "such" / "dir.jsonl"
+    refused(
+        cli("export", "--out", str(missing), url=database_url, data_dir=data_dir, succeeds=False),
+        "export: cannot write",
+    )
+    # The reader goes away after a few bytes (`recallql export | head -c 100`).
+    reader = subprocess.Popen(
+        cli_command("export", url=database_url, data_dir=data_dir),
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert reader.stdout is not None and reader.stderr is not None
+    assert len(reader.stdout.read(100)) == 100
+    reader.stdout.close()
+    with reader.stderr:
+        stderr = reader.stderr.read().decode()
+    assert reader.wait(600) == 1 and "Traceback" not in stderr and "Broken pipe" not in stderr, stderr
+    # A FIFO stays a FIFO and gets the whole export.
+    fifo = tmp_path / "export.fifo"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    drain = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
+    drain.start()
+    cli("export", "--out", str(fifo), url=database_url, data_dir=data_dir)
+    drain.join(60)
+    assert stat.S_ISFIFO(fifo.stat().st_mode) and received == [await export_bytes(repository)]
+    # A database that cannot be reached is said so, without a traceback.
+    unreachable = f"postgresql+asyncpg://127.0.0.1:{free_port()}/none"
+    refused(
+        cli("export", url=unreachable, data_dir=data_dir, succeeds=False), "the database cannot be reached"
+    )
 
 
 async def test_jsonl_moves_between_engines(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
@@ -334,31 +334,64 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 async def _export(settings: Settings, args: argparse.Namespace) -> dict[str, int]:
-    from resolvers.transfer import export_jsonl
+    from resolvers.transfer import ExportWriteError, export_jsonl
 
     async with _repository(settings) as repository:
         target = None if args.out in (None, "-") else Path(args.out)
         # A file is written aside and renamed at the end: a failed export never leaves a truncated file.
-        partial = None if target is None else target.with_name(target.name + ".partial")
-        out = sys.stdout.buffer if partial is None else partial.open("wb")
+        # A link is followed (its file is replaced, not the link); a device or a pipe (/dev/stdout, a
+        # FIFO) is written directly: a rename would replace it with a plain file.
+        partial = None
+        if target is not None and (target.is_file() or not target.exists()):
+            target = Path(os.path.realpath(target))
+            partial = target.with_name(target.name + ".partial")
+        out: BinaryIO
+        try:
+            if partial is not None:
+                out = partial.open("wb")
+            elif target is not None:
+                out = target.open("wb")
+            else:
+                out = sys.stdout.buffer
+        except OSError as exc:
+            raise ExportWriteError(exc) from None
         try:
             bars = _ProgressBars()
             with bars.progress:
                 counts = await export_jsonl(repository, out.write, resource_id=args.resource, progress=bars)
-            out.flush()
-            if partial is not None and target is not None:
-                out.close()
-                partial.replace(target)
+            try:
+                out.flush()  # a full disk may show only here, when the buffer goes out
+                if out is not sys.stdout.buffer:
+                    out.close()
+                if partial is not None and target is not None:
+                    partial.replace(target)
+            except OSError as exc:
+                raise ExportWriteError(exc) from None
         finally:
+            if out is not sys.stdout.buffer:
+                with contextlib.suppress(OSError):  # its error, if any, is already on its way
+                    out.close()
             if partial is not None:
-                out.close()
                 partial.unlink(missing_ok=True)
     return counts
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from resolvers.transfer import ExportWriteError
+
     settings = _apply_overrides(args)
-    counts = asyncio.run(_export(settings, args))
+    where = "stdout" if args.out in (None, "-") else args.out
+    try:
+        counts = asyncio.run(_export(settings, args))
+    except ExportWriteError as exc:
+        error = exc.error
+        if isinstance(error, BrokenPipeError):
+            # The reader went away (`recallql export | head`): quiet, as other tools are, and no second
+            # error when Python flushes stdout on the way out.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
+        print(f"export: cannot write {where}: {error.strerror or error}", file=sys.stderr)  # noqa: T201
+        return 1
     summary = ", ".join(f"{n} {kind}(s)" for kind, n in counts.items())
     print(f"exported {summary}", file=sys.stderr)  # noqa: T201
     if args.resource is not None and not any(counts.values()):
@@ -479,6 +512,20 @@ def main(argv: list[str] | None = None) -> int:
         named = re.sub(r'field "(\w+)"', lambda m: f"RECALLQL_{m[1].upper()}", str(exc))
         print(f"recallql: setting not valid: {named} (expected JSON)", file=sys.stderr)  # noqa: T201
         return 2
+    except Exception as exc:  # an unreachable database is an outage to report, not a bug
+        from models.db import is_unavailable
+
+        if not is_unavailable(exc):
+            raise
+        print(f"recallql: the database cannot be reached: {_root_cause(exc)}", file=sys.stderr)  # noqa: T201
+        return 1
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The driver's own words (connection refused, timed out), without the wrappers around them."""
+    while (inner := getattr(exc, "orig", None) or exc.__cause__) is not None and inner is not exc:
+        exc = inner
+    return str(exc) or type(exc).__name__
 
 
 def _settings_problem(exc: ValidationError) -> str:
