@@ -433,13 +433,15 @@ async def test_a_jwks_file_change_revokes_and_replaces_keys(
 
 
 @contextlib.contextmanager
-def jwks_server(document: dict[str, Any]) -> Iterator[str]:
-    body = json.dumps(document).encode()
+def jwks_server(document: dict[str, Any] | list[Any] | bytes) -> Iterator[str]:
+    body = document if isinstance(document, bytes) else json.dumps(document).encode()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             self.send_response(200)
-            self.send_header("Content-Type", "application/json")
+            self.send_header(
+                "Content-Type", "text/html" if isinstance(document, bytes) else "application/json"
+            )
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -466,9 +468,19 @@ async def test_jwt_rs256_from_a_jwks_url() -> None:
         assert principal.resources == frozenset({"a", "b"})
         error = await rejected(auth, f"Bearer {rs256({'sub': 'u', 'tenants': 'a'}, rsa_key())}")
         assert error.code == "UNAUTHENTICATED"
+        error = await rejected(auth, f"Bearer {rs256({'sub': 'u', 'tenants': 'a'}, key, kid='k9')}")
+        assert (error.status, error.code) == (401, "UNAUTHENTICATED") and "k9" in error.message
     unreachable = Authenticator(settings(jwt_jwks_url=f"http://127.0.0.1:{free_port()}/jwks"))
     error = await rejected(unreachable, f"Bearer {rs256({'sub': 'a'}, key)}")
     assert error.status == 503 and error.code == "SERVICE_UNAVAILABLE"
+    # An endpoint that answers with nothing usable (an HTML error page, no keys, not an object, only
+    # encryption keys) is the server's problem as much as an unreachable one: 503, not 500 or 401.
+    encryption_only = {"keys": [{**jwks(("k1", key))["keys"][0], "use": "enc"}]}
+    for document in (b"<html>502 Bad Gateway</html>", {"keys": []}, [1, 2], encryption_only):
+        with jwks_server(document) as url:
+            broken = Authenticator(settings(jwt_jwks_url=url))
+            error = await rejected(broken, f"Bearer {rs256({'sub': 'a'}, key)}")
+            assert (error.status, error.code) == (503, "SERVICE_UNAVAILABLE"), (document, error.message)
 
 
 # ------------------------------------------------------------------------------------ the compiled path

@@ -255,6 +255,10 @@ class _JwksFile:
         return found
 
 
+class _EndpointFault(Exception):
+    """The JWKS endpoint answered, but with nothing usable (its cause says what)."""
+
+
 class JwtVerifier:
     def __init__(self, settings: Settings) -> None:
         if settings.jwt_secret is not None and len(settings.jwt_secret.encode("utf-8")) < 32:
@@ -288,7 +292,7 @@ class JwtVerifier:
         elif algorithm == "RS256" and self.jwks_file is not None:
             key = self.jwks_file.key(header.get("kid"))
         elif algorithm == "RS256" and self.jwks_client is not None:
-            key = await self._fetch_key(token)
+            key = await self._fetch_key(header.get("kid"))
         else:
             raise Unauthenticated(f"Invalid token: algorithm {algorithm!r} is not accepted.")
         try:
@@ -304,16 +308,27 @@ class JwtVerifier:
             raise Unauthenticated(f"Invalid token: {exc}") from None
         return self._principal(claims)
 
-    async def _fetch_key(self, token: str) -> Any:
+    async def _fetch_key(self, kid: str | None) -> Any:
         assert self.jwks_client is not None
+        client = self.jwks_client
+
+        def signing_key() -> Any:
+            try:
+                client.get_signing_keys()  # the endpoint's set (cached): what is wrong with it is ours
+            except (jwt.PyJWTError, ValueError) as exc:
+                raise _EndpointFault(exc) from exc
+            return client.get_signing_key(kid or "").key  # refreshed once for an unknown kid
+
         try:
-            signing = await asyncio.to_thread(self.jwks_client.get_signing_key_from_jwt, token)
-        except jwt.PyJWKClientConnectionError as exc:
-            log.warning("JWKS endpoint unreachable: %s", exc)
+            return await asyncio.to_thread(signing_key)
+        except (_EndpointFault, jwt.PyJWKClientConnectionError, ValueError) as exc:
+            # Unreachable, not JSON (an HTML error page), or no usable key: no token could be checked,
+            # so the client is told to try again (503), not that its token is bad (401).
+            cause = exc.__cause__ if isinstance(exc, _EndpointFault) else exc
+            log.warning("JWKS endpoint %s unusable: %r", client.uri, cause)
             raise AuthUnavailable("The token's signing keys could not be fetched; try again.") from None
-        except jwt.PyJWTError as exc:
+        except jwt.PyJWTError as exc:  # no key for the token's kid, after a refresh
             raise Unauthenticated(f"Invalid token: {exc}") from None
-        return signing.key
 
     def _principal(self, claims: dict[str, Any]) -> Principal:
         subject = claims.get("sub")
