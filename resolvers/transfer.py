@@ -599,6 +599,7 @@ async def import_jsonl(
         "message": sink.messages,
     }
     pending: list[Any] = []
+    pending_ids: set[str] = set()
     pending_kind: str | None = None
 
     async def flush() -> None:
@@ -606,6 +607,7 @@ async def import_jsonl(
         if pending_kind is not None and pending:
             await writers[pending_kind](pending)
         pending = []
+        pending_ids.clear()
 
     async def each() -> AsyncIterator[bytes]:
         if isinstance(lines, AsyncIterable):
@@ -635,10 +637,13 @@ async def import_jsonl(
             raise TransferError(f"{where}: {fault}")
         kind, record = parse_line(obj, where, report)
         report.stats[kind].read += 1
-        if kind != pending_kind or len(pending) >= batch:
+        # A repeated id starts a new batch: the later record is then imported over the earlier one,
+        # as by a second run (a message keeps its first createdAt), whatever the batch size.
+        if kind != pending_kind or len(pending) >= batch or record.id in pending_ids:
             await flush()
             pending_kind = kind
         pending.append(record)
+        pending_ids.add(record.id)
     await flush()
     return report
 

@@ -715,6 +715,52 @@ async def test_export_and_import_jsonl_cli(
         }
 
 
+async def test_duplicate_ids_in_one_file_do_not_depend_on_the_batch_size(
+    database_url: str, tmp_path: Path
+) -> None:
+    """A record repeated in a file is read as if imported again: the later one wins except for what an
+    import keeps of a stored row (a message's createdAt and position), and it is counted as an update,
+    whatever --batch-size put the two in one transaction or in two."""
+
+    def message(id: str, created: str, text: str) -> bytes:
+        parts = [{"type": "text", "text": text}]
+        return orjson.dumps(
+            {
+                "kind": "message",
+                "id": id,
+                "threadId": "dup-t",
+                "resourceId": "r",
+                "role": "user",
+                "createdAt": created,
+                "content": {"format": 2, "parts": parts},
+            }
+        )
+
+    lines = [
+        b'{"kind":"thread","id":"dup-t","resourceId":"r","title":"first","createdAt":"2026-01-01T00:00:00.000Z"}',
+        b'{"kind":"thread","id":"dup-t","resourceId":"r","title":"second","createdAt":"2026-01-01T00:00:00.000Z"}',
+        message("m-a", "2026-01-01T00:00:05.000Z", "a, first"),
+        message("m-b", "2026-01-01T00:00:06.000Z", "b"),
+        message("m-a", "2026-01-01T00:00:09.000Z", "a, second"),
+        message("m-c", "2026-01-01T00:00:07.000Z", "c"),
+    ]
+    outcomes = []
+    for batch in (1000, 2, 1):
+        async with fresh_repository(database_url, tmp_path / f"batch-{batch}") as fresh:
+            result = await import_jsonl(fresh, lines, batch=batch)
+            counts = {kind: (s.read, s.inserted, s.updated) for kind, s in result.stats.items()}
+            outcomes.append((counts, await export_bytes(fresh)))
+    assert outcomes[0] == outcomes[1] == outcomes[2]
+    counts, exported = outcomes[0]
+    assert counts["thread"] == (2, 1, 1) and counts["message"] == (4, 3, 1)
+    messages = [orjson.loads(line) for line in exported.splitlines() if b'"kind":"message"' in line]
+    assert [(m["id"], m["createdAt"], m["content"]["parts"][0]["text"]) for m in messages] == [
+        ("m-a", "2026-01-01T00:00:05.000Z", "a, second"),
+        ("m-b", "2026-01-01T00:00:06.000Z", "b"),
+        ("m-c", "2026-01-01T00:00:07.000Z", "c"),
+    ]
+
+
 async def test_export_reports_what_it_cannot_write(
     repository: Repository, database_url: str, tmp_path: Path
 ) -> None:
