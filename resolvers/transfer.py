@@ -18,6 +18,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
+from collections import Counter
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeGuard
@@ -79,7 +80,7 @@ class KindStats:
 class ImportReport:
     stats: dict[str, KindStats] = field(default_factory=lambda: {k: KindStats() for k in KINDS})
     converted: int = 0  # legacy (non-format-2) message contents converted to format 2
-    orphans: int = 0  # messages whose thread the source does not have
+    orphans: int = 0  # messages whose thread neither the source nor the database has
     warnings: list[str] = field(default_factory=list)
     warning_count: int = 0
 
@@ -103,7 +104,7 @@ class ImportReport:
             out.append(f"{self.converted} legacy message content(s) converted to format 2")
         if self.orphans:
             out.append(
-                f"{self.orphans} message(s) belong to threads the source does not have "
+                f"{self.orphans} message(s) belong to threads that neither the source nor this database has "
                 "(imported as they are; recall reaches them once such a thread exists)"
             )
         if self.warning_count:
@@ -313,6 +314,16 @@ def _object_or_none(value: Any, what: str, report: ImportReport) -> dict[str, An
     return None
 
 
+async def _orphans(repository: Repository, homeless: Counter[str]) -> int:
+    """How many of these messages belong to threads the database does not have either (the source
+    may hold only messages, for threads imported before)."""
+    ids = list(homeless)
+    stored: set[str] = set()
+    for start in range(0, len(ids), 500):
+        stored.update(await repository.get_threads(ids[start : start + 500]))
+    return sum(n for thread_id, n in homeless.items() if thread_id not in stored)
+
+
 def _unstorable(report: ImportReport, kind: str, id: str, values: tuple[Any, ...]) -> bool:
     """Skips (with a warning) a row holding text no database can store, as the API refuses it: U+0000,
     which LibSQL keeps and PostgreSQL refuses, or a lone surrogate."""
@@ -364,6 +375,7 @@ async def import_mastra(
         progress.advance("resources", len(resource_rows))
 
     thread_ids: set[str] = set()
+    homeless: Counter[str] = Counter()  # messages by thread id, for threads the source lacks
     progress.start("threads", counts[THREADS])
     async for thread_rows in source.threads(batch):
         threads: list[ThreadRecord] = []
@@ -404,7 +416,7 @@ async def import_mastra(
             ):
                 continue
             if m.thread_id not in thread_ids:
-                report.orphans += 1
+                homeless[m.thread_id] += 1
             messages.append(
                 message_record(
                     id=m.id,
@@ -419,6 +431,7 @@ async def import_mastra(
             )
         await sink.messages(messages)
         progress.advance("messages", len(message_rows))
+    report.orphans = await _orphans(repository, homeless)
     return report
 
 
@@ -601,6 +614,8 @@ async def import_jsonl(
     pending: list[Any] = []
     pending_ids: set[str] = set()
     pending_kind: str | None = None
+    thread_ids: set[str] = set()
+    homeless: Counter[str] = Counter()
 
     async def flush() -> None:
         nonlocal pending
@@ -637,6 +652,10 @@ async def import_jsonl(
             raise TransferError(f"{where}: {fault}")
         kind, record = parse_line(obj, where, report)
         report.stats[kind].read += 1
+        if kind == "thread":
+            thread_ids.add(record.id)
+        elif kind == "message" and record.thread_id not in thread_ids:
+            homeless[record.thread_id] += 1
         # A repeated id starts a new batch: the later record is then imported over the earlier one,
         # as by a second run (a message keeps its first createdAt), whatever the batch size.
         if kind != pending_kind or len(pending) >= batch or record.id in pending_ids:
@@ -645,6 +664,7 @@ async def import_jsonl(
         pending.append(record)
         pending_ids.add(record.id)
     await flush()
+    report.orphans = await _orphans(repository, homeless)
     return report
 
 

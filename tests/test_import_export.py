@@ -761,6 +761,38 @@ async def test_duplicate_ids_in_one_file_do_not_depend_on_the_batch_size(
     ]
 
 
+async def test_jsonl_reports_messages_without_a_thread(repository: Repository) -> None:
+    def message(id: str, thread_id: str) -> bytes:
+        return orjson.dumps(
+            {
+                "kind": "message",
+                "id": id,
+                "threadId": thread_id,
+                "role": "user",
+                "createdAt": "2026-01-01T00:00:00.000Z",
+                "content": {"format": 2, "parts": []},
+            }
+        )
+
+    thread = '{"kind":"thread","id":"%s","resourceId":"r","createdAt":"2026-01-01T00:00:00.000Z"}'
+    await import_jsonl(repository, [(thread % "stored-before").encode()])
+    result = await import_jsonl(
+        repository,
+        [
+            message("early", "in-file"),  # its thread comes later in the file
+            (thread % "in-file").encode(),
+            message("o1", "nowhere"),
+            message("o2", "nowhere"),
+            message("o3", "elsewhere"),
+            message("kept", "stored-before"),
+        ],
+    )
+    assert result.orphans == 3 and result.stats["message"].inserted == 5
+    assert "3 message(s) belong to threads that neither the source nor this database has" in "\n".join(
+        result.lines()
+    )
+
+
 async def test_export_reports_what_it_cannot_write(
     repository: Repository, database_url: str, tmp_path: Path
 ) -> None:
