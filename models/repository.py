@@ -987,11 +987,13 @@ class Repository:
         window_resource_id: str | None = None,
         with_thread: bool = False,
         max_rows: int | None = None,
+        max_window_rows: int | None = None,
     ) -> PageRead:
         """Everything one recall reads, in one round trip to the reading thread: the thread (for the
         ownership check), the count and the page (limit None: every row; 0: neither) and the include
         windows. With `max_rows`, an every-row read that counts more rows than that reads none (the
-        caller refuses it on the total)."""
+        caller refuses it on the total). With `max_window_rows`, windows that would read more rows than
+        that stop there and raise WindowRowsExceeded."""
 
         shape, params = self._filter_params(q)
         inline = self._inline_page(
@@ -1025,7 +1027,9 @@ class Repository:
                     rows = [
                         _message(row) for row in conn.execute(self._page_template(shape, descending), page)
                     ]
-            return PageRead(thread, rows, total, self._windows(conn, windows, window_resource_id))
+            return PageRead(
+                thread, rows, total, self._windows(conn, windows, window_resource_id, budget=max_window_rows)
+            )
 
         return await self._read(read, bounded=inline)
 
@@ -1131,14 +1135,30 @@ class Repository:
         )
 
     def _windows(
-        self, conn: Connection, windows: Sequence[IncludeWindow], resource_id: str | None
+        self,
+        conn: Connection,
+        windows: Sequence[IncludeWindow],
+        resource_id: str | None,
+        *,
+        budget: int | None = None,
     ) -> list[MessageRecord]:
-        """Every include window (target plus neighbours in its own thread) in one statement."""
+        """Every include window (target plus neighbours in its own thread) in one statement. Past
+        `budget` rows, WindowRowsExceeded: a window's neighbour counts are only an upper bound (a
+        window of a million neighbours reads its whole thread), so when their sum exceeds the budget
+        the statement is read under a LIMIT, which stops the database at the budget."""
         out: list[MessageRecord] = []
+        bounded = budget is not None and _window_rows(windows) > budget
         for chunk in _window_chunks(windows):
             template, params = self._window_template(chunk, resource_id)
-            out.extend(_message(row) for row in conn.execute(template.statement, params))
-            template.compiled = True
+            if budget is not None and bounded:
+                left = budget + 1 - len(out)
+                statement: Any = select(*template.statement.subquery().c).limit(left)
+                out.extend(_message(row) for row in conn.execute(statement, params))
+                if len(out) > budget:
+                    raise WindowRowsExceeded(budget)
+            else:
+                out.extend(_message(row) for row in conn.execute(template.statement, params))
+                template.compiled = True
         return out
 
     def _window_select(self, n: int, *, previous: bool, resource_id: bool, thread_id: bool) -> Any:
@@ -1660,6 +1680,10 @@ class Repository:
         )
         async with self.engine.connect() as conn:
             return [_message(r) for r in await conn.execute(stmt)]
+
+
+class WindowRowsExceeded(Exception):
+    """Include windows would read more rows than the budget allowed (args[0]); none are returned."""
 
 
 class RowConflict(Exception):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from models.records import DateRange, IncludeWindow, MessageQuery, MessageRecord, PageRead, ThreadRecord
-from models.repository import Repository
+from models.repository import Repository, WindowRowsExceeded
 from resolvers.auth import Principal
 from resolvers.config import deep_merge
 from resolvers.errors import BadUserInput, Forbidden, NotFound
@@ -31,6 +31,7 @@ RESOURCE_SCOPE_ERROR = (
 )
 DEFAULT_TOP_K = 4
 DEFAULT_MESSAGE_RANGE = 1
+_SQL_INT_MAX = 2**63 - 1
 
 
 @dataclass(slots=True, frozen=True)
@@ -164,6 +165,14 @@ class RecallEngine:
             # 8: semantic hits become include windows.
             assert self.semantic is not None and args.vector_search_string
             top_k, before, after = _semantic_options(sr)
+            if self.max_all_rows is not None and top_k > self.max_all_rows:
+                # Each hit is a window of at least its own message: more hits than that could never
+                # be returned.
+                raise BadUserInput(
+                    f"semanticRecall.topK may be at most {self.max_all_rows}, got {top_k}.",
+                    limit="maxAllRows",
+                    max=self.max_all_rows,
+                )
             found = await self.semantic.search(
                 args.vector_search_string,
                 thread_id=args.thread_id,
@@ -193,17 +202,29 @@ class RecallEngine:
         check_owner = bool(args.resource_id) and not search_runs
         read: PageRead | None = None
         if spec is not None:
-            read = await self.repository.read_page(
-                spec.query,
-                descending=spec.descending,
-                limit=spec.limit,
-                offset=spec.offset,
-                windows=windows,
-                window_resource_id=args.resource_id or None,
-                with_thread=check_owner,
-                # perPage false: counted first, and not read at all over the limit.
-                max_rows=self.max_all_rows if spec.limit is None else None,
-            )
+            try:
+                read = await self.repository.read_page(
+                    spec.query,
+                    descending=spec.descending,
+                    limit=spec.limit,
+                    offset=spec.offset,
+                    windows=_merged(windows),
+                    window_resource_id=args.resource_id or None,
+                    with_thread=check_owner,
+                    # perPage false: counted first, and not read at all over the limit.
+                    max_rows=self.max_all_rows if spec.limit is None else None,
+                    # Windows are bounded like perPage false: reading stops past the limit.
+                    max_window_rows=self.max_all_rows,
+                )
+            except WindowRowsExceeded:
+                assert self.max_all_rows is not None
+                raise BadUserInput(
+                    f"include and semantic recall windows may return at most {self.max_all_rows} "
+                    "messages; this read matches more. Ask for fewer neighbours (withPreviousMessages, "
+                    "withNextMessages, messageRange) or fewer items.",
+                    limit="maxAllRows",
+                    max=self.max_all_rows,
+                ) from None
         if check_owner:
             thread = read.thread if read is not None else await self.repository.get_thread(args.thread_id)
             self._check_owner(args, thread, resource_scope, principal)
@@ -430,15 +451,20 @@ def _max_messages(last_messages: Any) -> int | None:
         return 0
     if last_messages is None:
         return None
-    if (
-        isinstance(last_messages, bool)
-        or not isinstance(last_messages, int | float)
-        or not math.isfinite(last_messages)
-        or last_messages < 0
-        or last_messages != int(last_messages)
-    ):
+    if not _whole(last_messages):
         raise BadUserInput("lastMessages must be a finite non-negative integer")
     return int(last_messages)
+
+
+def _whole(value: Any) -> bool:
+    """A finite whole number >= 0, as JSON gives it (2.0 included, booleans not)."""
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and math.isfinite(value)
+        and value >= 0
+        and value == int(value)
+    )
 
 
 def _normalize_per_page(per_page: PerPage) -> int | None:
@@ -460,6 +486,29 @@ def _semantic_options(sr: Any) -> tuple[int, int, int]:
         before, after = message_range.get("before") or 0, message_range.get("after") or 0
     else:
         before = after = message_range
-    if before < 0 or after < 0:
+    return top_k, _neighbours(before), _neighbours(after)
+
+
+def _neighbours(value: Any) -> int:
+    """A messageRange side: a whole number >= 0 (2.0 from JSON too). Beyond what SQL counts it means
+    "all of them", which the largest SQL integer says as well."""
+    if not _whole(value):
         raise BadUserInput("semanticRecall.messageRange must be >= 0.")
-    return top_k, before, after
+    return min(int(value), _SQL_INT_MAX - 1)  # the SQL LIMIT of a window is its count plus one
+
+
+def _merged(windows: list[IncludeWindow]) -> list[IncludeWindow]:
+    """One window per target (and thread binding), with the most neighbours asked on each side: the
+    rows are the same (windows are merged after reading anyway), read once."""
+    if len(windows) < 2:
+        return windows
+    by_target: dict[tuple[str, str | None], IncludeWindow] = {}
+    for w in windows:
+        key = (w.message_id, w.thread_id)
+        seen = by_target.get(key)
+        by_target[key] = (
+            w
+            if seen is None
+            else replace(seen, before=max(seen.before, w.before), after=max(seen.after, w.after))
+        )
+    return list(by_target.values()) if len(by_target) < len(windows) else windows

@@ -171,6 +171,56 @@ async def test_all_rows_limit(api: Api, limited: ServerProcess) -> None:
     assert (await api.execute(RECALL, t=big, r=resource, p=50))["recall"]["total"] == 31
 
 
+async def test_include_and_semantic_windows_are_bounded_by_all_rows(api: Api, limited: ServerProcess) -> None:
+    """A window's neighbour counts are an upper bound: a huge one on a small thread is fine, but the
+    windows of one recall read at most maxAllRows rows (a window of 2^31 neighbours read its whole
+    thread, once per include item and per semantic hit, past every other limit)."""
+    everything = 2**31 - 1
+    small, _ = await thread_with(api, 25)
+    whole = [{"id": f"{small}-m12", "withPreviousMessages": everything, "withNextMessages": everything}]
+    assert (await api.execute(RECALL, t=small, p=0, i=whole))["recall"]["messages"] == [
+        {"id": f"{small}-m{n}"} for n in range(25)
+    ]
+    big, _ = await thread_with(api, 40)
+    whole = [{"id": f"{big}-m20", "withPreviousMessages": everything, "withNextMessages": everything}]
+    for query, variables in (
+        (RECALL, {"t": big, "p": 0, "i": whole}),
+        (
+            RECALL,
+            {
+                "t": big,
+                "p": 0,
+                "i": [{**whole[0], "withNextMessages": 0}, {"id": f"{big}-m39", "withPreviousMessages": 10}],
+            },
+        ),
+    ):
+        error = await only_error(limited.url, query, **variables)
+        assert error["extensions"]["code"] == "BAD_USER_INPUT"
+        assert (error["extensions"]["limit"], error["extensions"]["max"]) == ("maxAllRows", 30)
+        assert "windows may return at most 30 messages" in error["message"]
+    # The same target asked for several times is read once: 3 x 21 rows would be over the limit, the
+    # 21 distinct ones are not.
+    repeated = [{"id": f"{big}-m20", "withPreviousMessages": 10, "withNextMessages": 10}] * 3
+    found = (await api.execute(RECALL, t=big, p=0, i=repeated))["recall"]["messages"]
+    assert found == [{"id": f"{big}-m{n}"} for n in range(10, 31)]
+
+    # Semantic hits are windows too, and more hits than the limit could never be returned.
+    def search(top_k: int, size: int) -> dict[str, Any]:
+        return {
+            "semanticRecall": {"options": {"scope": "THREAD", "topK": top_k, "messageRange": {"size": size}}}
+        }
+
+    for top_k, size, message in (
+        (31, 0, "topK may be at most 30, got 31"),
+        (2, everything, "windows may return"),
+    ):
+        error = await only_error(limited.url, RECALL, t=big, p=0, s="hello", c=search(top_k, size))
+        assert error["extensions"]["limit"] == "maxAllRows" and message in error["message"], error
+    assert (
+        len((await api.execute(RECALL, t=big, p=0, s="hello", c=search(30, 0)))["recall"]["messages"]) == 30
+    )
+
+
 async def test_all_threads_limit(api: Api, limited: ServerProcess) -> None:
     resource = uid("r")
     for _ in range(30):

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from models.records import DateRange, IncludeWindow
+from models.records import DateRange, IncludeWindow, MessageQuery
+from models.repository import WindowRowsExceeded
 from resolvers.auth import OPEN
 from resolvers.context import Services
 from resolvers.errors import BadUserInput, Forbidden, NotFound
@@ -277,6 +278,37 @@ async def test_include_windows(services: Services) -> None:
     # An unknown thread still returns include rows.
     result = await recall(services, thread_id="ghost", per_page=5, include=[IncludeItem("m2")])
     assert summary(result) == (["m2"], 0, 0, 5, False)
+
+
+async def test_include_windows_stop_at_their_row_budget(services: Services) -> None:
+    """With a budget, windows whose neighbour counts add up past it are read under a LIMIT: the read
+    stops one row past the budget (then raises), and windows that fit are read as before."""
+    await seed(services, *(msg(f"m{i}", at=i) for i in range(10)), threads={"t1": "r1"})
+    repo = services.repository
+
+    async def read(windows: list[IncludeWindow], budget: int) -> list[str]:
+        page = await repo.read_page(
+            MessageQuery(thread_id="t1"),
+            descending=False,
+            limit=0,
+            offset=0,
+            windows=windows,
+            max_window_rows=budget,
+        )
+        return sorted((m.id for m in page.included), key=lambda id: int(id[1:]))
+
+    everything = 2**31 - 1
+    assert await read([IncludeWindow("m4", everything, everything)], 10) == [f"m{i}" for i in range(10)]
+    assert await read([IncludeWindow("m1", 1, 0), IncludeWindow("m8", 0, 1)], 4) == [
+        "m0",
+        "m1",
+        "m8",
+        "m9",
+    ]
+    with pytest.raises(WindowRowsExceeded):
+        await read([IncludeWindow("m4", everything, everything)], 9)
+    with pytest.raises(WindowRowsExceeded):  # over the budget across windows, not within one
+        await read([IncludeWindow("m1", 1, 0), IncludeWindow("m8", 0, 1)], 3)
 
 
 async def test_include_windows_of_one_shape_share_one_statement(services: Services) -> None:
