@@ -19,13 +19,13 @@ import contextvars
 import functools
 import logging
 from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
 import orjson
 
 from models.records import MessageRecord, ThreadRecord
-from resolvers.clock import now_ms
+from resolvers.clock import MAX_MS, MIN_MS, now_ms
 
 log = logging.getLogger("recallql.events")
 
@@ -89,12 +89,99 @@ def thread_event(kind: str, thread: ThreadRecord, at: int | None = None) -> Publ
     )
 
 
-def message_record(payload: dict[str, Any] | None) -> MessageRecord | None:
-    return MessageRecord(**payload) if payload else None
+# What a received event must hold. Events come from Redis, that is from any replica (an older or newer
+# version, in a rolling upgrade) or from anyone who can publish there: one that does not fit is dropped
+# with a warning, never handed to subscribers (a bad one ended every subscription on its channel).
+_STR, _OPT_STR, _INT, _BOOL = (str,), (str, type(None)), (int,), (bool,)
+_MESSAGE_TYPES: dict[str, tuple[type, ...]] = {
+    "id": _STR,
+    "thread_id": _STR,
+    "resource_id": _OPT_STR,
+    "role": _STR,
+    "type": _STR,
+    "created_at": _INT,
+    "content": (dict,),
+    "seq": _INT,
+    "signal_type": _OPT_STR,
+    "legacy_reminder": _BOOL,
+}
+_THREAD_TYPES: dict[str, tuple[type, ...]] = {
+    "id": _STR,
+    "resource_id": _STR,
+    "title": _STR,
+    "metadata": (dict, type(None)),
+    "created_at": _INT,
+    "updated_at": _INT,
+}
 
 
-def thread_record(payload: dict[str, Any] | None) -> ThreadRecord | None:
-    return ThreadRecord(**payload) if payload else None
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    kinds: frozenset[str]
+    envelope: tuple[str, ...]  # the payload's strings besides kind
+    key: str  # the record's key
+    types: dict[str, tuple[type, ...]]
+
+
+_MESSAGE_EVENT = _Shape(
+    frozenset({MESSAGE_SAVED, MESSAGE_UPDATED, MESSAGE_DELETED}),
+    ("threadId", "messageId"),
+    "message",
+    _MESSAGE_TYPES,
+)
+_THREAD_EVENT = _Shape(
+    frozenset({THREAD_CREATED, THREAD_UPDATED, THREAD_DELETED, THREAD_TITLE_GENERATED}),
+    ("threadId", "resourceId"),
+    "thread",
+    _THREAD_TYPES,
+)
+
+
+def _received(payload: Any, shape: _Shape) -> dict[str, Any] | None:
+    """The record's fields of a received event, or None (logged) when the event does not fit: the
+    envelope's strings and time, a known kind, every field of the record with its type. Fields this
+    version does not know (a newer replica's) are left out."""
+    problem = _problem(payload, shape)
+    if problem is not None:
+        log.warning("ignoring a malformed %s event: %s", shape.key, problem)
+        return None
+    return {name: payload[shape.key][name] for name in shape.types}
+
+
+def _problem(payload: Any, shape: _Shape) -> str | None:
+    if not isinstance(payload, dict):
+        return "not an object"
+    if payload.get("kind") not in shape.kinds:
+        return f"unknown kind {payload.get('kind')!r}"
+    if not all(isinstance(payload.get(name), str) for name in shape.envelope):
+        return f"{'/'.join(shape.envelope)} must be strings"
+    if not _is(payload.get("at"), _INT) or not MIN_MS <= payload["at"] <= MAX_MS:
+        return "at must be an integer time"
+    record = payload.get(shape.key)
+    if not isinstance(record, dict):
+        return f"no {shape.key}"
+    wrong = [name for name, allowed in shape.types.items() if not _is(record.get(name, _MISSING), allowed)]
+    return f"fields missing or of the wrong type: {', '.join(wrong)}" if wrong else None
+
+
+_MISSING = object()
+
+
+def _is(value: Any, allowed: tuple[type, ...]) -> bool:
+    # bool is an int: a time or a sequence number given as true is not one.
+    return isinstance(value, allowed) and (bool in allowed or not isinstance(value, bool))
+
+
+def received_message_event(payload: Any) -> MessageRecord | None:
+    """The message of a `messages:<threadId>` event as received, or None when it does not fit."""
+    found = _received(payload, _MESSAGE_EVENT)
+    return MessageRecord(**found) if found is not None else None
+
+
+def received_thread_event(payload: Any) -> ThreadRecord | None:
+    """The thread of a `threads:<resourceId>` event as received, or None when it does not fit."""
+    found = _received(payload, _THREAD_EVENT)
+    return ThreadRecord(**found) if found is not None else None
 
 
 class EventBroker(Protocol):

@@ -31,8 +31,8 @@ from resolvers.events import (
     Publication,
     message_channel,
     message_event,
-    message_record,
     publish_quietly,
+    received_message_event,
     thread_event,
 )
 from resolvers.titles import TitleGenerator, title_options
@@ -382,7 +382,7 @@ class MessageService:
         events: EventBroker, thread_id: str, principal: Principal
     ) -> AsyncIterator[tuple[dict[str, Any], MessageRecord]]:
         async for payload in events.subscribe(message_channel(thread_id)):
-            record = message_record(payload.get("message"))
+            record = received_message_event(payload)
             if record is not None and principal.sees_message(record):
                 yield payload, record
 

@@ -23,9 +23,9 @@ from resolvers.events import (
     EventBroker,
     message_event,
     publish_quietly,
+    received_thread_event,
     thread_channel,
     thread_event,
-    thread_record,
 )
 from resolvers.messages import VectorSync, sync_vectors
 from resolvers.recall import validate_metadata_filter
@@ -333,7 +333,7 @@ class ThreadService:
         events: EventBroker, resource_id: str, principal: Principal
     ) -> AsyncIterator[tuple[dict[str, Any], ThreadRecord]]:
         async for payload in events.subscribe(thread_channel(resource_id)):
-            record = thread_record(payload.get("thread"))
+            record = received_thread_event(payload)
             if record is not None and principal.sees_thread(record):
                 yield payload, record
 

@@ -9,6 +9,9 @@ import logging
 import os
 import uuid
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 from models.records import MessageRecord, ThreadRecord
 from resolvers.events import (
@@ -293,6 +296,37 @@ async def test_subscriptions_reach_across_processes_through_redis(tmp_path: Path
                 assert (bumped["kind"], bumped["threadId"]) == ("UPDATED", thread_id)
                 await writer.execute(DELETE, ids=[f"{thread_id}-x"])
                 assert (await messages.next())["messageSaved"]["kind"] == "DELETED"
+                # Whatever else arrives on the channels (garbage, or a replica of another version) is
+                # dropped, or read for the fields this version knows: it never ends the subscriptions.
+                import redis.asyncio as redis
+
+                ahead = message_event("SAVED", thread_id, _record(f"{thread_id}-ahead", thread_id))[1]
+                ahead = {**ahead, "message": {**ahead["message"], "pinned_by": "a newer version"}}
+                garbage: list[Any] = [
+                    [1, 2],
+                    "text",
+                    {"kind": "SAVED"},
+                    {**ahead, "at": True},
+                    {**ahead, "kind": "X"},
+                ]
+                publisher = redis.from_url(REDIS_URL)
+                try:
+                    for payload in (*garbage, ahead):
+                        await publisher.publish(
+                            f"{env['RECALLQL_REDIS_PREFIX']}messages:{thread_id}", orjson.dumps(payload)
+                        )
+                    for payload in garbage:
+                        await publisher.publish(
+                            f"{env['RECALLQL_REDIS_PREFIX']}threads:{resource_id}", orjson.dumps(payload)
+                        )
+                finally:
+                    await publisher.aclose()
+                assert (await messages.next())["messageSaved"]["messageId"] == f"{thread_id}-ahead"
+                await writer.execute(SAVE, m=[text_message(thread_id=thread_id, id=f"{thread_id}-y")])
+                assert (await messages.next())["messageSaved"]["messageId"] == f"{thread_id}-y"
+                await threads.drain()
+                await writer.execute(SAVE, m=[text_message(thread_id=thread_id, id=f"{thread_id}-z")])
+                assert (await threads.next())["threadUpdated"]["threadId"] == thread_id
             # The message saved through the second process is readable through the first.
             reader = Api(first.url)
             got = await reader.execute(
