@@ -148,9 +148,11 @@ class FederatedSchema(strawberry.federation.Schema):
                     )
                 )
                 continue
-            fields = {k: v for k, v in data.items() if k != "__typename"}
+            # Only the key (every entity here is @key(fields: "id")): other fields of a representation
+            # are not needed, and one named like a parameter (info, cls) failed the whole call.
+            key = {"id": data["id"]} if "id" in data else {}
             # A coroutine: graphql-core awaits the items together, so the loads share one batch.
-            results.append(entity.resolve_reference(info, **fields))
+            results.append(entity.resolve_reference(info, **key))
         return results
 
     def _entity_types(self) -> dict[str, Any]:

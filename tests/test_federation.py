@@ -342,9 +342,11 @@ async def test_bad_representations_are_bad_user_input(services: Services) -> Non
             {"id": "m1"},
             {"__typename": "Message"},
             {"__typename": "Message", "id": {"nested": True}},
+            # Fields besides the key are not used, whatever their names (info and cls failed the call).
+            {"__typename": "Message", "id": "m1", "info": 1, "cls": 2, "representation": 3},
         ],
     )
-    assert data["_entities"] == [{"id": "m1"}, None, None, None, None, None]
+    assert data["_entities"] == [{"id": "m1"}, None, None, None, None, None, {"id": "m1"}]
     assert sorted(e.path[1] for e in errors) == [1, 2, 3, 4, 5]
     for error in errors:
         assert error.extensions["code"] == "BAD_USER_INPUT", error
