@@ -410,6 +410,17 @@ async def test_subscriptions_per_connection(
         json.dumps({"id": "1", "type": "subscribe", "payload": "s"}),
         json.dumps({"id": 1, "type": "subscribe", "payload": {"query": MESSAGE_EVENTS}}),
         json.dumps({"id": "1", "type": "subscribe", "payload": {"query": MESSAGE_EVENTS, "variables": [1]}}),
+        # Falsy values of the wrong type: an INTERNAL_SERVER_ERROR with a traceback in the log.
+        *(
+            json.dumps({"id": "1", "type": "subscribe", "payload": {"query": MESSAGE_EVENTS, name: value}})
+            for name, value in (("operationName", 0), ("operationName", False), ("operationName", []))
+        ),
+        *(
+            json.dumps(
+                {"id": "1", "type": "subscribe", "payload": {"query": MESSAGE_EVENTS, "variables": value}}
+            )
+            for value in ("", 0, [])
+        ),
     ],
 )
 async def test_a_malformed_frame_closes_the_connection_with_4400(limited: ServerProcess, frame: str) -> None:

@@ -55,8 +55,9 @@ def _malformed(message: Any, start: str) -> bool:
         isinstance(message.get("id"), str)
         and isinstance(payload, dict)
         and isinstance(payload.get("query"), str)
-        and isinstance(payload.get("variables") or {}, dict)
-        and isinstance(payload.get("operationName") or "", str)
+        # null or absent, else of its type: `or` let 0, false, "" and [] through to Strawberry.
+        and isinstance(payload.get("variables"), dict | None)
+        and isinstance(payload.get("operationName"), str | None)
     )
 
 
