@@ -26,6 +26,7 @@ import orjson
 
 from models.records import MessageRecord, ThreadRecord
 from resolvers.clock import MAX_MS, MIN_MS, now_ms
+from resolvers.errors import ServiceUnavailable
 
 log = logging.getLogger("recallql.events")
 
@@ -310,8 +311,15 @@ class RedisBroker:
                 if first:
                     await self._ensure_pubsub().subscribe(self._key(channel))
                 self._ensure_reader()
-            except BaseException:
+            except BaseException as exc:
                 self._hub.remove(channel, subscriber)
+                if isinstance(exc, Exception) and _redis_failure(exc):
+                    log.warning("could not subscribe to %s on Redis: %s", channel, exc)
+                    raise ServiceUnavailable(
+                        "Live updates are unavailable (the event broker cannot be reached); try again "
+                        "shortly.",
+                        service="events",
+                    ) from None
                 raise
         try:
             while True:
@@ -379,6 +387,12 @@ class RedisBroker:
                 await self._pubsub.aclose()
         with contextlib.suppress(Exception):
             await self._redis.aclose()
+
+
+def _redis_failure(exc: Exception) -> bool:
+    import redis.exceptions
+
+    return isinstance(exc, redis.exceptions.RedisError | OSError | TimeoutError)
 
 
 async def publish_quietly(broker: EventBroker | None, events: Iterable[Publication]) -> None:

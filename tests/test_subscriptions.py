@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from models.records import MessageRecord, ThreadRecord
+from resolvers.errors import ServiceUnavailable
 from resolvers.events import (
     InProcessBroker,
     RedisBroker,
@@ -158,6 +160,18 @@ async def test_redis_outage_does_not_fail_publishing() -> None:
     broker = RedisBroker("redis://127.0.0.1:1", prefix="nowhere:")
     try:
         await broker.publish([thread_event("CREATED", ThreadRecord("t", "r", "", None, 1, 1))])
+    finally:
+        await broker.aclose()
+
+
+async def test_subscribing_during_a_redis_outage_is_service_unavailable() -> None:
+    """Not a masked INTERNAL_SERVER_ERROR: the client is told to try again."""
+    broker = RedisBroker("redis://127.0.0.1:1", prefix="nowhere:")
+    try:
+        with pytest.raises(ServiceUnavailable) as refused:
+            await anext(aiter(broker.subscribe(message_channel("t"))))
+        assert refused.value.extensions == {"code": "SERVICE_UNAVAILABLE", "service": "events"}
+        assert broker.subscriber_count(message_channel("t")) == 0
     finally:
         await broker.aclose()
 
