@@ -93,6 +93,7 @@ _MESSAGE_COLUMNS = (
 _PG_METADATA = M.c.content.op("->", return_type=postgresql.JSONB)(literal_column("'metadata'"))
 # SQLite caps compound SELECTs at 500 terms; stay well below it.
 _MAX_UNION_TERMS = 200
+_IN_LIST_MAX = 1_000  # ids bound in one IN (...); a longer list is matched in Python
 
 
 def _row(m: MessageRecord) -> dict[str, Any]:
@@ -1509,15 +1510,24 @@ class Repository:
                 where.append(M.c.created_at >= start)
             if end is not None:
                 where.append(M.c.created_at <= end)
-            if message_ids:
-                where.append(M.c.id.in_(list(dict.fromkeys(message_ids))))
+            wanted = list(dict.fromkeys(message_ids)) if message_ids else []
+            # A long id list is matched here, not bound: the engines cap a statement's parameters
+            # (SQLite 32,766, asyncpg 32,767), and the thread's rows are read for the copy anyway.
+            by_sql = len(wanted) <= _IN_LIST_MAX
+            if wanted and by_sql:
+                where.append(M.c.id.in_(wanted))
             stmt = select(*_MESSAGE_COLUMNS).where(*where)
-            if limit:
+            if limit and (by_sql or not wanted):
                 stmt = stmt.order_by(M.c.created_at.desc(), M.c.seq.desc()).limit(limit)
                 selected = [_message(r) for r in conn.execute(stmt)][::-1]
             else:
                 stmt = stmt.order_by(M.c.created_at.asc(), M.c.seq.asc())
                 selected = [_message(r) for r in conn.execute(stmt)]
+                if wanted and not by_sql:
+                    keep = set(wanted)
+                    selected = [m for m in selected if m.id in keep]
+                    if limit:
+                        selected = selected[-limit:]
             thread, copies = build(source, selected)
             inserted = conn.execute(self._insert_new_thread(thread))
             if inserted.rowcount != 1:

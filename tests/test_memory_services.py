@@ -158,6 +158,24 @@ async def test_clone_selection_keeps_the_tie_order(memory: Services) -> None:
     assert list(result.message_id_map) == ["b", "c", "d"]
 
 
+async def test_clone_takes_more_message_ids_than_a_statement_binds(memory: Services) -> None:
+    """40,000 ids were an INTERNAL_SERVER_ERROR: more parameters than asyncpg (32,767) or SQLite
+    (32,766) bind. A long list selects exactly what a short one does, messageLimit included."""
+    await seed(memory, msg("a", at=1), msg("b", at=1), msg("c", at=1), msg("d", at=2), msg("e", at=3))
+    unknown = [f"x{n}" for n in range(40_000)]
+    for limit in (None, 2):
+        short = CloneOptions(message_ids=["a", "c", "d"], message_limit=limit)
+        long = CloneOptions(
+            message_ids=[*unknown[:20_000], "d", "a", "c", "a", *unknown[20_000:]], message_limit=limit
+        )
+        expected = await memory.threads.clone("t1", options=short, principal=OPEN)
+        cloned = await memory.threads.clone("t1", options=long, principal=OPEN)
+        assert (
+            list(cloned.message_id_map) == list(expected.message_id_map) == ["a", "c", "d"][-(limit or 3) :]
+        )
+        assert [m.created_at for m in cloned.messages] == [m.created_at for m in expected.messages]
+
+
 class SlowChat:
     def __init__(self) -> None:
         self.calls = 0
