@@ -296,10 +296,18 @@ class RedisBroker:
     async def publish(self, events: Sequence[Publication]) -> None:
         if not events:
             return
+        encoded = []
+        for channel, payload in events:
+            try:
+                encoded.append((self._key(channel), orjson.dumps(payload)))
+            except (orjson.JSONEncodeError, TypeError) as exc:  # one event lost, not its whole write's
+                log.warning("could not encode an event for %s: %s", channel, exc)
+        if not encoded:
+            return
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
-                for channel, payload in events:
-                    pipe.publish(self._key(channel), orjson.dumps(payload))
+                for key, data in encoded:
+                    pipe.publish(key, data)
                 await pipe.execute()
         except Exception as exc:  # the change is committed; losing its notification must not fail it
             log.warning("could not publish %d event(s) to Redis: %s", len(events), exc)

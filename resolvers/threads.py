@@ -8,6 +8,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+import orjson
+
 from models.records import MessageRecord, ThreadRecord
 from models.repository import Repository, RowConflict
 from resolvers.auth import Principal
@@ -341,3 +343,11 @@ class ThreadService:
 def _check_metadata(metadata: Any) -> None:
     if metadata is not None and not isinstance(metadata, dict):
         raise BadUserInput("metadata must be a JSON object.")
+    if metadata:
+        # As for message content: what orjson cannot write (an integer literal beyond 64 bits) was
+        # stored through a fallback as a float, unlike what the mutation answered, and failed the
+        # Redis publication of every event of its write.
+        try:
+            orjson.dumps(metadata)
+        except (orjson.JSONEncodeError, TypeError) as exc:
+            raise BadUserInput(f"metadata cannot be stored as JSON text: {exc}.") from None

@@ -204,6 +204,27 @@ async def test_clone_thread_errors_write_nothing(api: Api) -> None:
     assert listed["threads"]["total"] == 2
 
 
+async def test_thread_metadata_is_refused_when_it_cannot_be_stored_as_written(api: Api) -> None:
+    """An integer beyond 64 bits was answered exactly but stored as a float (and failed the Redis
+    events of its write): refused, as in message content, in literals and variables alike."""
+    huge = 123456789012345678901234567890
+    source, resource_id = await new_thread(api)
+    meta = f"metadata: {{n: {huge}}}"
+    for mutation, variables in (
+        (f'mutation {{ createThread(input: {{resourceId: "{resource_id}", {meta}}}) {{ id }} }}', {}),
+        (f'mutation {{ updateThread(input: {{id: "{source}", {meta}}}) {{ id }} }}', {}),
+        (
+            f'mutation {{ cloneThread(input: {{sourceThreadId: "{source}", {meta}}}) {{ thread {{ id }} }}}}',
+            {},
+        ),
+        (CREATE, {"i": {"resourceId": resource_id, "metadata": {"n": huge}}}),
+    ):
+        got = await error(api, mutation, **variables)
+        assert got["extensions"]["code"] == "BAD_USER_INPUT" and "64-bit" in got["message"], got
+    listed = await api.execute("query($r: String!) { threads(resourceId: $r) { total } }", r=resource_id)
+    assert listed["threads"]["total"] == 1
+
+
 async def test_clone_copies_working_memory_as_mastra_does(api: Api) -> None:
     source, resource_id = await new_thread(api)
     await api.execute(WM_UPDATE, t=source, r=resource_id, w="# resource memory", c=ON)

@@ -103,6 +103,10 @@ async def test_redis_broker_crosses_processes() -> None:
                 break
         event = await asyncio.wait_for(waiting, 5)
         assert event["kind"] == "CREATED" and event["thread"]["resource_id"] == "r1"
+        # An event that cannot be encoded is lost alone, not with the other events of its write.
+        unencodable = ThreadRecord("t1", "r1", "", {"n": 2**70}, 1, 2)
+        await publisher.publish([thread_event("UPDATED", unencodable), thread_event("DELETED", thread)])
+        assert (await asyncio.wait_for(anext(stream), 5))["kind"] == "DELETED"
         assert not stray.done()  # another prefix is another deployment
         stray.cancel()
         with contextlib.suppress(asyncio.CancelledError):
