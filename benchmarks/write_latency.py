@@ -61,7 +61,7 @@ def _writes(
         ),
         "update of 2 messages": lambda n: repository.update_messages(
             pair(n, "m"),
-            lambda before: list(before.values()),
+            lambda before, _threads: list(before.values()),
             now=10 + n,
             track_vectors=True,
         ),

@@ -369,14 +369,23 @@ class Repository:
         )
 
     async def update_thread(
-        self, thread_id: str, *, title: str | None, metadata: dict[str, Any] | None, now: int
+        self,
+        thread_id: str,
+        *,
+        title: str | None,
+        metadata: dict[str, Any] | None,
+        now: int,
+        guard: Callable[[ThreadRecord], None] | None = None,
     ) -> ThreadRecord | None:
-        """Sets the title (when given) and shallow-merges metadata, atomically."""
+        """Sets the title (when given) and shallow-merges metadata, atomically. `guard` sees the
+        thread as locked for the write; if it raises, nothing is written."""
 
         def body(conn: Connection) -> ThreadRecord | None:
             row = conn.execute(self._lock(select(T).where(T.c.id == thread_id))).first()
             if row is None:
                 return None
+            if guard is not None:
+                guard(_thread(row))
             merged = row.metadata
             if metadata is not None:
                 merged = {**(row.metadata or {}), **metadata}
@@ -464,7 +473,8 @@ class Repository:
         With track_vectors, the same transaction queues every message in the vector outbox.
         With owned_by, only stored rows of those resources may be overwritten: a row of another
         resource (or of none), even one another writer inserted a moment ago, is left alone by the
-        upsert and raises RowForbidden(id), and nothing is written.
+        upsert and raises RowForbidden(id), and nothing is written; and every thread of the batch must
+        exist as one of those resources' (ThreadForbidden(thread id) otherwise).
         Returns the rows these ids had before (by id: the ones that existed) and the stored rows, in the
         order given.
         """
@@ -508,7 +518,18 @@ class Repository:
                         raise RowForbidden(rec.id)  # rolls the transaction back
             return previous, written
 
-        previous, stored = await self._write_transaction(write, lock_keys=thread_ids)
+        def checked_write(conn: Connection) -> tuple[dict[str, MessageRecord], dict[str, MessageRecord]]:
+            if owned_by is not None:
+                # The threads as this transaction locks them: one deleted and created again by another
+                # resource since the caller checked it is refused here.
+                stmt = self._lock(select(T.c.id, T.c.resource_id).where(T.c.id.in_(sorted(thread_ids))))
+                found = {row[0]: row[1] for row in conn.execute(stmt)}
+                for thread_id in sorted(thread_ids):
+                    if found.get(thread_id) not in owned_by:
+                        raise ThreadForbidden(thread_id)
+            return write(conn)
+
+        previous, stored = await self._write_transaction(checked_write, lock_keys=thread_ids)
         return previous, [stored[i] for i in ids if i in stored]
 
     def _claim_new(
@@ -1557,26 +1578,31 @@ class Repository:
     async def update_messages(
         self,
         ids: Sequence[str],
-        apply: Callable[[dict[str, MessageRecord]], list[MessageRecord]],
+        apply: Callable[[dict[str, MessageRecord], dict[str, ThreadRecord]], list[MessageRecord]],
         *,
         now: int,
         track_vectors: bool = False,
         lock_keys: Iterable[str] = (),
+        threads: Collection[str] = (),
     ) -> tuple[dict[str, MessageRecord], list[MessageRecord]]:
         """Reads the messages under a write lock, lets `apply` compute their new versions (it may raise:
         then nothing is written; it may run again if the transaction is retried) and writes them in the
-        same transaction. createdAt and the insertion sequence never change. Bumps updatedAt of every
-        old and new thread. `lock_keys`: the threads involved (serialised with saves to them). Returns
-        (before, after)."""
+        same transaction. `apply` also gets `threads` (the ones messages move to) as locked there, by
+        id (those that exist). createdAt and the insertion sequence never change. Bumps updatedAt of
+        every old and new thread. `lock_keys`: the threads involved (serialised with saves to them).
+        Returns (before, after)."""
         unique = list(dict.fromkeys(ids))
         if not unique:
             return {}, []
+        wanted = sorted(set(threads))
 
         def body(conn: Connection) -> tuple[dict[str, MessageRecord], list[MessageRecord]]:
             before = self._locked_messages(conn, unique)
             if not before:
                 return {}, []
-            after = apply(dict(before))
+            rows = conn.execute(self._lock(select(T).where(T.c.id.in_(wanted)))) if wanted else ()
+            targets = {t.id: t for t in map(_thread, rows)}
+            after = apply(dict(before), targets)
             if after:
                 stmt = (
                     update(M)
@@ -1641,15 +1667,22 @@ class Repository:
         return await self._write_transaction(body)
 
     async def modify_thread_working_memory(
-        self, thread_id: str, change: Callable[[str | None], str], *, now: int
+        self,
+        thread_id: str,
+        change: Callable[[str | None], str],
+        *,
+        now: int,
+        guard: Callable[[ThreadRecord], None] | None = None,
     ) -> ThreadRecord | None:
         """Sets metadata.workingMemory to `change(current)` under a row lock; None when the thread is
-        missing. Bumps updatedAt (the thread changed)."""
+        missing. Bumps updatedAt (the thread changed). `guard` sees the locked thread first."""
 
         def body(conn: Connection) -> ThreadRecord | None:
             row = conn.execute(self._lock(select(T).where(T.c.id == thread_id))).first()
             if row is None:
                 return None
+            if guard is not None:
+                guard(_thread(row))
             metadata = dict(row.metadata or {})
             current = metadata.get("workingMemory")
             metadata["workingMemory"] = change(current if isinstance(current, str) else None)
@@ -1659,13 +1692,18 @@ class Repository:
 
         return await self._write_transaction(body, lock_keys=[thread_id])
 
-    async def set_title_if_untitled(self, thread_id: str, title: str, *, now: int) -> ThreadRecord | None:
-        """Sets a generated title unless the thread has one by now (a user's title always wins);
-        createdAt is untouched. Returns the updated thread, or None when nothing changed."""
+    async def set_title_if_untitled(
+        self, thread_id: str, resource_id: str, title: str, *, now: int
+    ) -> ThreadRecord | None:
+        """Sets a generated title unless the thread has one by now (a user's title always wins) or
+        is no longer `resource_id`'s (deleted and created again by another resource); createdAt is
+        untouched. Returns the updated thread, or None when nothing changed."""
 
         def body(conn: Connection) -> ThreadRecord | None:
             result = conn.execute(
-                update(T).where(T.c.id == thread_id, T.c.title == "").values(title=title, updated_at=now)
+                update(T)
+                .where(T.c.id == thread_id, T.c.resource_id == resource_id, T.c.title == "")
+                .values(title=title, updated_at=now)
             )
             if result.rowcount != 1:
                 return None
@@ -1702,6 +1740,11 @@ class RowConflict(Exception):
 
 class RowForbidden(Exception):
     """A write met a row its caller may not change (the id is in args[0]); nothing was written."""
+
+
+class ThreadForbidden(RowForbidden):
+    """A save's thread (args[0]) is missing or not of the resources the caller holds, as locked by the
+    write; nothing was written."""
 
 
 def _resource(row: Any) -> ResourceRecord:

@@ -15,8 +15,8 @@ from typing import Any, Protocol
 
 import orjson
 
-from models.records import MessageRecord
-from models.repository import Repository, RowForbidden
+from models.records import MessageRecord, ThreadRecord
+from models.repository import Repository, RowForbidden, ThreadForbidden
 from models.signals import is_legacy_reminder, is_transient_signal, signal_type
 from resolvers.auth import Principal
 from resolvers.clock import now_ms
@@ -228,6 +228,8 @@ class MessageService:
                 track_vectors=self.vectors is not None,
                 owned_by=principal.resources,
             )
+        except ThreadForbidden as exc:  # the thread changed hands since the check above
+            raise principal.thread_forbidden(exc.args[0]) from None
         except RowForbidden as exc:  # a row of another resource appeared since the check above
             raise principal.message_forbidden(exc.args[0]) from None
         # Both sides, as for an update: a re-save that moved a message to another resource leaves its
@@ -272,17 +274,18 @@ class MessageService:
                 raise BadUserInput(f"{where}.resourceId must be a non-empty string when given.")
         if not patches:
             return []
-        # A message moved to an existing thread takes that thread's resource unless one is given.
-        owners = await self.repository.get_threads(sorted({p.thread_id for p in patches if p.thread_id}))
         if principal.restricted:
             for p in patches:
-                if p.thread_id is not None:
-                    principal.require_thread(owners.get(p.thread_id), p.thread_id)
                 if p.resource_id is not None:
                     principal.require(p.resource_id)
+        targets = sorted({p.thread_id for p in patches if p.thread_id})
 
-        def apply(existing: dict[str, MessageRecord]) -> list[MessageRecord]:
+        def apply(existing: dict[str, MessageRecord], owners: dict[str, ThreadRecord]) -> list[MessageRecord]:
+            # In the write's transaction, on the rows it locked: the messages and the threads they move
+            # to (a message moved to an existing thread takes that thread's resource unless one is given).
             if principal.restricted:
+                for thread_id in targets:
+                    principal.require_thread(owners.get(thread_id), thread_id)
                 principal.require_messages(existing.values())
             changed: dict[str, MessageRecord] = {}
             for n, p in enumerate(patches):
@@ -327,6 +330,7 @@ class MessageService:
             now=now_ms(),
             track_vectors=self.vectors is not None,
             lock_keys=lock_keys,
+            threads=targets,
         )
         # Both sides: a message that moved leaves vectors in its old resource to remove.
         await self._sync_vectors([*after, *(before[m.id] for m in after)], after)

@@ -129,13 +129,19 @@ class ThreadService:
         principal: Principal,
     ) -> ThreadRecord:
         _check_metadata(metadata)
-        if principal.restricted:
-            # A thread never changes resource, so checking before the write is enough.
-            existing = await self.repository.get_thread(thread_id)
-            if existing is None:
-                raise NotFound(f"Thread {thread_id} not found")
+
+        def guard(existing: ThreadRecord) -> None:
+            # On the row the write locks: a thread deleted and created again under its id by another
+            # resource between a check and the write is checked as it is written.
             principal.require_thread(existing, thread_id)
-        thread = await self.repository.update_thread(thread_id, title=title, metadata=metadata, now=now_ms())
+
+        thread = await self.repository.update_thread(
+            thread_id,
+            title=title,
+            metadata=metadata,
+            now=now_ms(),
+            guard=guard if principal.restricted else None,
+        )
         if thread is None:
             raise NotFound(f"Thread {thread_id} not found")
         await publish_quietly(self.events, [thread_event(THREAD_UPDATED, thread)])

@@ -235,7 +235,9 @@ class TitleGenerator:
             title = heuristic_title(messages)
         if not title:
             return None
-        updated = await self.repository.set_title_if_untitled(thread_id, title, now=now_ms())
+        updated = await self.repository.set_title_if_untitled(
+            thread_id, thread.resource_id, title, now=now_ms()
+        )
         if updated is not None:
             await publish_quietly(self.events, [thread_event(THREAD_TITLE_GENERATED, updated)])
         return updated

@@ -269,12 +269,14 @@ class WorkingMemoryService:
             return WorkingMemoryState(
                 "resource", thread_id, resource_id, resource.working_memory, resource.updated_at
             )
-        existing = await self.repository.get_thread(thread_id)
-        if existing is None:
-            raise NotFound(f"Thread {thread_id} not found")
-        _check_owner(existing, resource_id, principal)
-        thread = await self.repository.modify_thread_working_memory(thread_id, change, now=now)
-        if thread is None:  # deleted in between
+        thread = await self.repository.modify_thread_working_memory(
+            thread_id,
+            change,
+            now=now,
+            # On the locked row: the thread as written is the thread checked.
+            guard=lambda existing: _check_owner(existing, resource_id, principal),
+        )
+        if thread is None:
             raise NotFound(f"Thread {thread_id} not found")
         await publish_quietly(self.events, [thread_event(THREAD_UPDATED, thread)])
         return WorkingMemoryState(

@@ -402,7 +402,7 @@ def _writes(now: int) -> dict[str, Any]:
             dataclasses.replace(m, id=f"c-{m.id}", thread_id="t2", resource_id="r2") for m in selected
         ]
 
-    def retitle(before: dict[str, MessageRecord]) -> list[MessageRecord]:
+    def retitle(before: dict[str, MessageRecord], _threads: dict[str, ThreadRecord]) -> list[MessageRecord]:
         return [dataclasses.replace(m, role="assistant") for m in before.values()]
 
     thread = ThreadRecord(id="t3", resource_id="r3", title="", metadata=None, created_at=now, updated_at=now)
@@ -410,7 +410,7 @@ def _writes(now: int) -> dict[str, Any]:
         "insert_thread": lambda r: r.insert_thread(thread),
         "save_messages": lambda r: r.save_messages([_MESSAGE], now=now, track_vectors=True),
         "update_thread": lambda r: r.update_thread("t1", title="new", metadata={"k": 1}, now=now),
-        "set_title_if_untitled": lambda r: r.set_title_if_untitled("t1", "generated", now=now),
+        "set_title_if_untitled": lambda r: r.set_title_if_untitled("t1", "r1", "generated", now=now),
         "delete_messages": lambda r: r.delete_messages(["m1"], now=now, track_vectors=True),
         "update_messages": lambda r: r.update_messages(["m1", "m2"], retitle, now=now, track_vectors=True),
         "delete_thread": lambda r: r.delete_thread("t1", now=now, track_vectors=True),

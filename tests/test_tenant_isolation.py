@@ -28,7 +28,7 @@ import httpx
 import jwt
 import pytest
 
-from models.records import MessageRecord
+from models.records import MessageRecord, ThreadRecord
 from models.repository import RowForbidden
 from resolvers.auth import OPEN, Principal
 from resolvers.context import Services
@@ -827,6 +827,66 @@ async def test_save_cannot_overwrite_a_row_that_appeared_after_the_check(
     # An unrestricted save still moves it (the open API is unchanged).
     await services.messages.save([msg("theirs", thread="ta", resource="a", text="moved")], principal=OPEN)
     assert (await services.repository.get_messages(["theirs"]))["theirs"].resource_id == "a"
+
+
+async def test_writes_check_the_thread_they_lock_not_one_read_before(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread deleted and created again by another resource between a write's check and the write
+    (the repository methods are wrapped to do just that, as a concurrent writer could) is refused by the
+    write itself: alice's title, metadata, working memory and messages never land in bob's thread."""
+    await seed(services, msg("a1", thread="ta", resource="a"), threads={"ta": "a", "tx": "a"})
+    alice = Principal("key:a", frozenset({"a"}))
+    repo = services.repository
+
+    async def hand_over(thread_id: str) -> None:  # alice's thread becomes bob's, under the same id
+        await repo.delete_thread(thread_id, now=1)
+        await repo.insert_thread(ThreadRecord(thread_id, "b", "bob's", {"owner": "bob"}, 2, 2))
+
+    def racing(name: str) -> None:
+        real = getattr(repo, name)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            await hand_over("tx")
+            return await real(*args, **kwargs)
+
+        monkeypatch.setattr(repo, name, call)
+
+    wm = {"workingMemory": {"enabled": True, "scope": "thread"}}
+    writes = {
+        "update_thread": lambda: services.threads.update(
+            "tx", title="alice's", metadata={"x": 1}, principal=alice
+        ),
+        "modify_thread_working_memory": lambda: services.working_memory.update(
+            "tx", None, "alice's notes", wm, principal=alice
+        ),
+        "save_messages": lambda: services.messages.save(
+            [msg("a2", thread="tx", resource="a")], principal=alice
+        ),
+        "update_messages": lambda: services.messages.update(
+            [MessagePatch(id="a1", thread_id="tx")], principal=alice
+        ),
+    }
+    for name, write in writes.items():
+        await repo.delete_thread("tx", now=1)
+        await repo.insert_thread(ThreadRecord("tx", "a", "", None, 1, 1))
+        racing(name)
+        with pytest.raises(Forbidden):
+            await write()
+        monkeypatch.undo()
+        thread = await repo.get_thread("tx")
+        assert thread is not None and (thread.resource_id, thread.title, thread.metadata) == (
+            "b",
+            "bob's",
+            {"owner": "bob"},
+        ), name
+        assert set(await repo.get_messages(["a1", "a2"])) == {"a1"}, name
+        assert (await repo.get_messages(["a1"]))["a1"].thread_id == "ta", name
+    # A title generated from alice's messages is set only while the thread is still alice's.
+    await repo.insert_thread(ThreadRecord("ty", "b", "", None, 1, 1))
+    assert await repo.set_title_if_untitled("ty", "a", "from alice's messages", now=3) is None
+    titled = await repo.set_title_if_untitled("ty", "b", "from bob's messages", now=3)
+    assert titled is not None and titled.title == "from bob's messages"
 
 
 async def test_delete_and_update_check_the_locked_rows(services: Services) -> None:
