@@ -178,8 +178,7 @@ class WorkingMemoryService:
         """getWorkingMemory: null when disabled or empty; resource scope needs a resourceId. A
         restricted principal reads as a granted resource (resourceId defaults to its only one; another
         is FORBIDDEN) and only threads of granted resources (FORBIDDEN otherwise)."""
-        if principal.restricted:
-            resource_id = principal.effective_resource(resource_id)
+        resource_id = await self._acting_resource(thread_id, resource_id, principal)
         cfg = self.config(memory_config)
         if not cfg.enabled:
             return None
@@ -193,6 +192,20 @@ class WorkingMemoryService:
             return None
         _check_owner(thread, resource_id, principal)
         return _thread_working_memory(thread)
+
+    async def _acting_resource(
+        self, thread_id: str, resource_id: str | None, principal: Principal
+    ) -> str | None:
+        """The resource a restricted principal acts as, as in recall: the one given (which must be
+        granted), else the credential's only one, else the thread's owner when it is granted."""
+        if not principal.restricted:
+            return resource_id
+        resource_id = principal.effective_resource(resource_id)
+        if resource_id is None and thread_id:
+            thread = await self.repository.get_thread(thread_id)
+            if thread is not None and principal.can_access(thread.resource_id):
+                resource_id = thread.resource_id
+        return resource_id
 
     @staticmethod
     def of_thread(
@@ -225,8 +238,7 @@ class WorkingMemoryService:
         """updateWorkingMemory, with Mastra's checks and messages, plus schema validation and the
         APPEND (Markdown) and MERGE (JSON) modes. One scope's updates are serialised. A restricted
         principal writes as a granted resource, as `get` reads."""
-        if principal.restricted:
-            resource_id = principal.effective_resource(resource_id)
+        resource_id = await self._acting_resource(thread_id, resource_id, principal)
         cfg = self.config(memory_config)
         if not cfg.enabled:
             raise BadUserInput(DISABLED_ERROR)

@@ -32,7 +32,7 @@ from models.records import MessageRecord, ThreadRecord
 from models.repository import RowForbidden
 from resolvers.auth import OPEN, Principal
 from resolvers.context import Services
-from resolvers.errors import Forbidden
+from resolvers.errors import BadUserInput, Forbidden
 from resolvers.messages import MessagePatch
 from tests.conformance.harness import embed_server
 from tests.factories import msg, seed
@@ -887,6 +887,24 @@ async def test_writes_check_the_thread_they_lock_not_one_read_before(
     assert await repo.set_title_if_untitled("ty", "a", "from alice's messages", now=3) is None
     titled = await repo.set_title_if_untitled("ty", "b", "from bob's messages", now=3)
     assert titled is not None and titled.title == "from bob's messages"
+
+
+async def test_working_memory_acts_as_the_threads_owner_for_a_key_of_several_resources(
+    services: Services,
+) -> None:
+    """Without resourceId, a credential of several resources acts as the thread's owner, as recall
+    does (it was "resource scope needs a resourceId"); never as a resource it does not hold."""
+    await seed(services, threads={"ta": "a", "tc": "c", "tb": "b"})
+    both = Principal("key:ac", frozenset({"a", "c"}))
+    wm = {"workingMemory": {"enabled": True, "scope": "resource"}}
+    wm_service = services.working_memory
+    for thread_id, resource_id in (("ta", "a"), ("tc", "c")):
+        state = await wm_service.update(thread_id, None, f"notes of {resource_id}", wm, principal=both)
+        assert (state.resource_id, state.working_memory) == (resource_id, f"notes of {resource_id}")
+        assert await wm_service.get(thread_id, None, wm, principal=both) == f"notes of {resource_id}"
+    with pytest.raises(BadUserInput):  # b's thread: no resource to act as
+        await wm_service.update("tb", None, "not mine", wm, principal=both)
+    assert await wm_service.get("tb", "b", wm, principal=OPEN) is None
 
 
 async def test_delete_and_update_check_the_locked_rows(services: Services) -> None:
