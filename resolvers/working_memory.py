@@ -253,6 +253,10 @@ class WorkingMemoryService:
         if not isinstance(working_memory, str):
             raise BadUserInput("workingMemory must be a string.")
         document = self._parse(working_memory, cfg) if cfg.schema is not None else None
+        if mode == MERGE and not isinstance(document, dict):
+            raise BadUserInput(
+                "MERGE takes a JSON object to merge into working memory; REPLACE stores other values."
+            )
         if document is not None and mode == REPLACE:
             self._validate(document, cfg)
 

@@ -561,6 +561,10 @@ async def test_json_schema_working_memory_is_validated(api: Api) -> None:
     assert json.loads(merged["workingMemory"]) == {"name": "Ada", "prefs": {"tea": True, "sugar": 0}}
     got = await error(api, WM_UPDATE, t=thread_id, r=resource_id, w='{"x": 1}', c=config, mode="MERGE")
     assert "Additional properties" in got["message"]
+    # Only an object merges (anything else answered success and changed nothing).
+    for value in ("[1, 2]", '"text"', "null", "3"):
+        got = await error(api, WM_UPDATE, t=thread_id, r=resource_id, w=value, c=config, mode="MERGE")
+        assert got["extensions"]["code"] == "BAD_USER_INPUT" and "MERGE takes a JSON object" in got["message"]
     got = await error(api, WM_UPDATE, t=thread_id, r=resource_id, w="line", c=config, mode="APPEND")
     assert got["extensions"]["code"] == "BAD_USER_INPUT"
     got = await error(api, WM_UPDATE, t=thread_id, r=resource_id, w="{}", c=ON, mode="MERGE")
