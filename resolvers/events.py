@@ -18,6 +18,7 @@ import contextlib
 import contextvars
 import functools
 import logging
+import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
@@ -279,11 +280,24 @@ class RedisBroker:
     `prefix`, so several deployments (or test runs) can share one Redis.
     """
 
+    # A write answers after publishing its events: while Redis hangs (a paused or partitioned server),
+    # each write would wait for the socket. It waits at most this long, and after a failure the events
+    # of the next HOLD_OFF seconds are dropped without trying (one warning), so an outage costs writes
+    # one timeout every HOLD_OFF seconds, not one each.
+    PUBLISH_TIMEOUT = 1.0
+    HOLD_OFF = 5.0
+
     def __init__(self, url: str, *, prefix: str = "recallql:", queue_size: int = 1000) -> None:
         import redis.asyncio as redis
 
         self.prefix = prefix
         self._redis = redis.from_url(url)
+        # Its own connections: the timeouts bound publishing without touching the pub/sub reader.
+        self._publisher = redis.from_url(
+            url, socket_timeout=self.PUBLISH_TIMEOUT, socket_connect_timeout=self.PUBLISH_TIMEOUT
+        )
+        self._held_until = 0.0
+        self._dropped = 0
         self._pubsub: Any = None
         self._hub = _LocalHub(queue_size)
         self._lock = asyncio.Lock()
@@ -304,13 +318,29 @@ class RedisBroker:
                 log.warning("could not encode an event for %s: %s", channel, exc)
         if not encoded:
             return
+        now = time.monotonic()
+        if now < self._held_until:
+            self._dropped += len(encoded)
+            return
         try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for key, data in encoded:
-                    pipe.publish(key, data)
-                await pipe.execute()
+            async with asyncio.timeout(self.PUBLISH_TIMEOUT * 2):  # connect, then send
+                async with self._publisher.pipeline(transaction=False) as pipe:
+                    for key, data in encoded:
+                        pipe.publish(key, data)
+                    await pipe.execute()
         except Exception as exc:  # the change is committed; losing its notification must not fail it
-            log.warning("could not publish %d event(s) to Redis: %s", len(events), exc)
+            self._held_until = time.monotonic() + self.HOLD_OFF
+            log.warning(
+                "could not publish %d event(s) to Redis (%r); events of the next %.0f s are dropped "
+                "without trying",
+                len(encoded),
+                exc,
+                self.HOLD_OFF,
+            )
+            return
+        if self._dropped:
+            log.warning("Redis takes events again; %d event(s) were dropped meanwhile", self._dropped)
+            self._dropped = 0
 
     async def subscribe(self, channel: str) -> AsyncIterator[dict[str, Any]]:
         async with self._lock:
@@ -393,8 +423,9 @@ class RedisBroker:
         if self._pubsub is not None:
             with contextlib.suppress(Exception):
                 await self._pubsub.aclose()
-        with contextlib.suppress(Exception):
-            await self._redis.aclose()
+        for client in (self._redis, self._publisher):
+            with contextlib.suppress(Exception):
+                await client.aclose()
 
 
 def _redis_failure(exc: Exception) -> bool:

@@ -52,6 +52,9 @@ async def test_reads_and_writes_through_either_replica(replicas: list[ServerProc
         assert [m["id"] for m in got["messages"]] == [f"{thread_id}-1", f"{thread_id}-2"]
     errors = await b.errors(CREATE, i={"id": thread_id, "resourceId": resource_id})
     assert errors[0]["extensions"]["code"] == "CONFLICT"
+    # Two workers and no Redis: subscriptions see only their own worker's changes, and the log says so.
+    assert "2 workers without RECALLQL_REDIS_URL" in replicas[1].log_path.read_text()
+    assert "without RECALLQL_REDIS_URL" not in replicas[0].log_path.read_text()
 
 
 async def test_concurrent_saves_of_the_same_ids_neither_duplicate_nor_lose(

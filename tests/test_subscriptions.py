@@ -168,6 +168,40 @@ async def test_redis_outage_does_not_fail_publishing() -> None:
         await broker.aclose()
 
 
+async def test_a_hanging_redis_costs_writes_one_timeout_per_hold_off() -> None:
+    """A Redis that accepts connections and never answers (paused, or cut off mid-path): publishing
+    gives up after its timeout, and the events that follow within the hold-off are dropped without
+    trying, so writes do not each wait for the socket; after the hold-off it tries again."""
+    accepted: list[asyncio.StreamWriter] = []
+    released = asyncio.Event()
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+        await released.wait()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    broker = RedisBroker(f"redis://127.0.0.1:{port}", prefix="hanging:")
+    broker.HOLD_OFF = 1.0
+    event = thread_event("CREATED", ThreadRecord("t", "r", "", None, 1, 1))
+    try:
+        await asyncio.wait_for(broker.publish([event]), 30)
+        assert len(accepted) == 1
+        for _ in range(5):  # within the hold-off: not even a connection attempt
+            await asyncio.wait_for(broker.publish([event]), 30)
+        assert len(accepted) == 1
+        await asyncio.sleep(1.1)
+        await asyncio.wait_for(broker.publish([event]), 30)
+        assert len(accepted) == 2
+    finally:
+        released.set()
+        await broker.aclose()
+        for writer in accepted:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+
+
 async def test_subscribing_during_a_redis_outage_is_service_unavailable() -> None:
     """Not a masked INTERNAL_SERVER_ERROR: the client is told to try again."""
     broker = RedisBroker("redis://127.0.0.1:1", prefix="nowhere:")

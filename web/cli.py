@@ -203,6 +203,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         for stale in Path(multiprocess_dir).glob("*.db"):
             stale.unlink()
     log = logging.getLogger("recallql")
+    if workers > 1 and not settings.redis_url:
+        log.warning(
+            "%d workers without RECALLQL_REDIS_URL: a subscription sees only the changes made through "
+            "its own worker; set RECALLQL_REDIS_URL for subscriptions across workers",
+            workers,
+        )
     if settings.auto_migrate and not args.no_migrate:
         applied = asyncio.run(_migrate(settings))
         if applied:
