@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import strawberry
 from strawberry import UNSET
+from strawberry.extensions import FieldExtension
+from strawberry.extensions.field_extension import AsyncExtensionResolver
 from strawberry.types import Info
 
 from resolvers.context import RequestContext
@@ -208,3 +210,20 @@ class Mutation(MemoryMutation):
         return SaveMessagesPayload(
             messages=[Message(_record=r) for r in result.messages], acknowledged=result.acknowledged
         )
+
+
+class FreshLoaders(FieldExtension):
+    """Each root mutation starts with empty DataLoaders. Mutations run one after another, and the rows
+    a field loaded for an earlier one (a thread's title, a message) were read before the later writes:
+    `a: saveMessages { messages { thread { title } } } b: updateThread(title) c: saveMessages {...}`
+    answered c's thread with the title from before b."""
+
+    async def resolve_async(
+        self, next_: AsyncExtensionResolver, source: Any, info: Info, **kwargs: Any
+    ) -> Any:
+        info.context.clear_caches()
+        return await next_(source, info, **kwargs)
+
+
+for _field in Mutation.__strawberry_definition__.fields:  # type: ignore[attr-defined]
+    _field.extensions.append(FreshLoaders())

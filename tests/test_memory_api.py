@@ -225,6 +225,25 @@ async def test_thread_metadata_is_refused_when_it_cannot_be_stored_as_written(ap
     assert listed["threads"]["total"] == 1
 
 
+async def test_each_mutation_reads_what_the_ones_before_it_wrote(api: Api) -> None:
+    """Root mutation fields run in order; nested fields of a later one read rows as the earlier ones
+    left them, not as the request's DataLoaders cached them before."""
+    thread_id, _ = await new_thread(api)
+    document = """mutation($t: ID!, $m1: [MessageInput!]!, $m2: [MessageInput!]!) {
+      a: saveMessages(messages: $m1) { messages { thread { title } } }
+      b: updateThread(input: {id: $t, title: "renamed"}) { title }
+      c: saveMessages(messages: $m2) { messages { thread { title } } }
+    }"""
+    got = await api.execute(
+        document,
+        t=thread_id,
+        m1=[text_message(thread_id=thread_id, text="one")],
+        m2=[text_message(thread_id=thread_id, text="two")],
+    )
+    assert got["a"]["messages"][0]["thread"]["title"] != "renamed"
+    assert got["b"]["title"] == got["c"]["messages"][0]["thread"]["title"] == "renamed"
+
+
 async def test_clone_copies_working_memory_as_mastra_does(api: Api) -> None:
     source, resource_id = await new_thread(api)
     await api.execute(WM_UPDATE, t=source, r=resource_id, w="# resource memory", c=ON)
