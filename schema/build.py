@@ -32,7 +32,7 @@ from strawberry.schema.config import StrawberryConfig
 from strawberry.types.execution import ExecutionContext
 
 from resolvers.errors import RecallQLError, outage, text_fault, unstorable_text
-from schema.fastpath import FastPath
+from schema.fastpath import CACHEABLE_QUERY_CHARS, FastPath
 from schema.federation import FEDERATION_VERSION, FederatedSchema, public_sdl, subgraph_sdl
 from schema.memory import Subscription
 from schema.root import Mutation, Query
@@ -238,6 +238,33 @@ def _depth_rule(max_depth: int) -> type[ValidationRule]:
     return SafeDepthLimit
 
 
+class _ShortDocuments(SchemaExtension):
+    """A caching extension (ParserCache, ValidationCache) applied only to documents of at most
+    CACHEABLE_QUERY_CHARS characters; longer ones are parsed and validated by Strawberry each time."""
+
+    def __init__(self, cache: ParserCache | ValidationCache) -> None:
+        super().__init__()
+        self.cache = cache
+
+    def on_parse(self) -> Iterator[None]:
+        if isinstance(self.cache, ParserCache) and self._short():
+            self.cache.execution_context = self.execution_context
+            yield from self.cache.on_parse()
+        else:
+            yield
+
+    def on_validate(self) -> Iterator[None]:
+        if isinstance(self.cache, ValidationCache) and self._short():
+            self.cache.execution_context = self.execution_context
+            yield from self.cache.on_validate()
+        else:
+            yield
+
+    def _short(self) -> bool:
+        query = self.execution_context.query
+        return query is not None and len(query) <= CACHEABLE_QUERY_CHARS
+
+
 def build_schema(
     *,
     max_depth: int = 12,
@@ -272,8 +299,8 @@ def build_schema(
             lambda: MaxTokensLimiter(max_token_count=max_tokens),
             lambda: ErrorPolicy(mask=mask_errors),
             # Clients send the same few documents over and over: parse and validate each once.
-            lambda: ParserCache(maxsize=1024),
-            lambda: ValidationCache(maxsize=1024),
+            lambda: _ShortDocuments(ParserCache(maxsize=512)),
+            lambda: _ShortDocuments(ValidationCache(maxsize=512)),
             OperationChoice,
             StorableVariables,
         ],

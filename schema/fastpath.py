@@ -91,6 +91,13 @@ class Plan:
     memo: dict[str, Any] = dataclass_field(default_factory=dict)
 
 
+# Documents longer than this are not kept by any cache (plans here, parsed and validated documents in
+# schema.build): one comment or string can make a document megabytes long within the token limit, and
+# its tokens alone can make a parsed document about 70 bytes a character, so caches keyed by arbitrary
+# texts were a way to fill the server's memory. Clients send the same few short documents.
+CACHEABLE_QUERY_CHARS = 4096
+
+
 class FastPath:
     def __init__(
         self,
@@ -121,6 +128,8 @@ class FastPath:
             plan = self._compile(query, operation_name)
         except Exception:  # unsupported, invalid or anything unexpected: the normal path handles it
             plan = None
+        if len(query) > CACHEABLE_QUERY_CHARS:
+            return plan  # planned again each time: see CACHEABLE_QUERY_CHARS
         self._plans[key] = plan
         if len(self._plans) > self._cache_size:
             self._plans.popitem(last=False)

@@ -120,6 +120,30 @@ async def test_other_queries_fall_back(populated: Services, query: str) -> None:
     assert fast is None
 
 
+async def test_long_documents_are_answered_but_never_cached(populated: Services) -> None:
+    """Distinct long documents (a comment makes them megabytes within the token limit) filled the
+    plan, parse and validation caches: about 14 MB kept per request. They are still answered, on both
+    paths, and only short documents are kept. The caches' sizes are read from their internals: what
+    they keep is visible nowhere else."""
+    from strawberry.extensions.parser_cache import _get_parse_cache
+    from strawberry.extensions.validation_cache import _get_validate_cache
+
+    from schema.fastpath import CACHEABLE_QUERY_CHARS
+
+    schema = build_schema()
+    caches = (_get_parse_cache(512), _get_validate_cache(512))
+    short = '{ thread(id: "t1") { id } }'
+    fast, normal = await both(populated, short + " # short")
+    assert fast == {"data": normal.data} and schema.fast_path.plan(short + " # short", None) is not None
+    sizes = [c.cache_info().currsize for c in caches]
+    for n in range(3):
+        long = f"{short} #{n} {'x' * CACHEABLE_QUERY_CHARS}"
+        fast, normal = await both(populated, long)
+        assert fast == {"data": normal.data} == {"data": {"thread": {"id": "t1"}}}
+        assert schema.fast_path.plan(long, None) is not None and (long, None) not in schema.fast_path._plans
+    assert [c.cache_info().currsize for c in caches] == sizes
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     per_page=st.one_of(st.none(), st.just(False), st.integers(0, 12)),
