@@ -238,31 +238,19 @@ def _depth_rule(max_depth: int) -> type[ValidationRule]:
     return SafeDepthLimit
 
 
-class _ShortDocuments(SchemaExtension):
-    """A caching extension (ParserCache, ValidationCache) applied only to documents of at most
-    CACHEABLE_QUERY_CHARS characters; longer ones are parsed and validated by Strawberry each time."""
+def _short(context: ExecutionContext) -> bool:
+    """Whether a document is short enough to be cached (schema.fastpath.CACHEABLE_QUERY_CHARS)."""
+    return context.query is not None and len(context.query) <= CACHEABLE_QUERY_CHARS
 
-    def __init__(self, cache: ParserCache | ValidationCache) -> None:
-        super().__init__()
-        self.cache = cache
 
+class _ShortParserCache(ParserCache):
     def on_parse(self) -> Iterator[None]:
-        if isinstance(self.cache, ParserCache) and self._short():
-            self.cache.execution_context = self.execution_context
-            yield from self.cache.on_parse()
-        else:
-            yield
+        yield from super().on_parse() if _short(self.execution_context) else iter([None])
 
+
+class _ShortValidationCache(ValidationCache):
     def on_validate(self) -> Iterator[None]:
-        if isinstance(self.cache, ValidationCache) and self._short():
-            self.cache.execution_context = self.execution_context
-            yield from self.cache.on_validate()
-        else:
-            yield
-
-    def _short(self) -> bool:
-        query = self.execution_context.query
-        return query is not None and len(query) <= CACHEABLE_QUERY_CHARS
+        yield from super().on_validate() if _short(self.execution_context) else iter([None])
 
 
 def build_schema(
@@ -299,8 +287,8 @@ def build_schema(
             lambda: MaxTokensLimiter(max_token_count=max_tokens),
             lambda: ErrorPolicy(mask=mask_errors),
             # Clients send the same few documents over and over: parse and validate each once.
-            lambda: _ShortDocuments(ParserCache(maxsize=512)),
-            lambda: _ShortDocuments(ValidationCache(maxsize=512)),
+            lambda: _ShortParserCache(maxsize=512),
+            lambda: _ShortValidationCache(maxsize=512),
             OperationChoice,
             StorableVariables,
         ],
