@@ -6,6 +6,7 @@ needs no mapping table and this package never imports GraphQL.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -58,9 +59,14 @@ NUL_MESSAGE = "Strings may not contain U+0000 (NUL)."
 SURROGATE_MESSAGE = "Strings must be valid Unicode: a lone surrogate cannot be stored."
 
 
-def text_fault(value: Any) -> BadUserInput | None:
-    """The BadUserInput for the first string in a JSON-like value (keys included) that no database can
-    store, or None. Iterative: a value may nest deeper than Python recurses."""
+NON_FINITE_MESSAGE = "Numbers must be finite: NaN and Infinity are not JSON and cannot be stored."
+
+
+def value_fault(value: Any) -> BadUserInput | None:
+    """The BadUserInput for the first string (keys included) or number in a JSON-like value that no
+    database can store, or None: U+0000, a lone surrogate, NaN or an infinity (transports that decode
+    with Python's json module take them; stored as JSON they became null, and the answer echoing
+    them was not JSON). Iterative: a value may nest deeper than Python recurses."""
     stack = [value]
     while stack:
         item = stack.pop()
@@ -72,6 +78,9 @@ def text_fault(value: Any) -> BadUserInput | None:
                     item.encode()
                 except UnicodeEncodeError:
                     return BadUserInput(SURROGATE_MESSAGE)
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return BadUserInput(NON_FINITE_MESSAGE)
         elif isinstance(item, dict):
             stack.extend(item)
             stack.extend(item.values())

@@ -30,7 +30,7 @@ from models.records import MessageRecord, ResourceRecord, ThreadRecord
 from models.repository import Repository
 from models.signals import is_legacy_reminder, signal_type
 from resolvers.clock import now_ms, parse_iso, to_iso
-from resolvers.errors import text_fault
+from resolvers.errors import value_fault
 
 KINDS = ("resource", "thread", "message")
 _MAX_WARNINGS = 20
@@ -327,7 +327,7 @@ async def _orphans(repository: Repository, homeless: Counter[str]) -> int:
 def _unstorable(report: ImportReport, kind: str, id: str, values: tuple[Any, ...]) -> bool:
     """Skips (with a warning) a row holding text no database can store, as the API refuses it: U+0000,
     which LibSQL keeps and PostgreSQL refuses, or a lone surrogate."""
-    fault = text_fault(values)
+    fault = value_fault(values)
     if fault is None:
         return False
     report.stats[kind].skipped += 1
@@ -647,7 +647,7 @@ async def import_jsonl(
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise TransferError(f"{where}: not valid JSON ({exc})") from exc
-        fault = text_fault(obj)
+        fault = value_fault(obj)
         if fault is not None:
             raise TransferError(f"{where}: {fault}")
         kind, record = parse_line(obj, where, report)

@@ -31,7 +31,7 @@ from strawberry.extensions.query_depth_limiter import create_validator as depth_
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types.execution import ExecutionContext
 
-from resolvers.errors import RecallQLError, outage, text_fault, unstorable_text
+from resolvers.errors import RecallQLError, outage, unstorable_text, value_fault
 from schema.fastpath import CACHEABLE_QUERY_CHARS, FastPath
 from schema.federation import FEDERATION_VERSION, FederatedSchema, public_sdl, subgraph_sdl
 from schema.memory import Subscription
@@ -118,15 +118,16 @@ class OperationChoice(SchemaExtension):
 
 
 class StorableVariables(SchemaExtension):
-    """Variables holding a string no database can store (U+0000, a lone surrogate) are refused before
-    execution, over every transport. The HTTP front refuses U+0000 and orjson lone surrogates, but a
-    WebSocket's frames come through the standard json module, which takes both: a subscription to such a
-    thread was accepted and waited for events that could never come."""
+    """Variables holding a string or number no database can store (U+0000, a lone surrogate, NaN, an
+    infinity) are refused before execution, over every transport. The HTTP front refuses U+0000 and
+    orjson the rest, but a WebSocket's frames come through the standard json module, which takes them
+    all: a subscription to such a thread waited for events that could never come, and NaN in metadata
+    was stored as null and echoed in an answer that was not JSON."""
 
     def on_validate(self) -> Iterator[None]:
         context = self.execution_context
         if not context.pre_execution_errors:
-            fault = text_fault(context.variables)
+            fault = value_fault(context.variables)
             if fault is not None:
                 context.pre_execution_errors = [GraphQLError(fault.message, extensions=fault.extensions)]
         yield
@@ -137,7 +138,7 @@ class LiteralValues(ValidationRule):
     reads `1e999` as infinity, which a variable could never carry (JSON has no infinity)."""
 
     def enter_string_value(self, node: StringValueNode, *_args: Any) -> None:
-        fault = text_fault(node.value)
+        fault = value_fault(node.value)
         if fault is not None:
             self.report_error(GraphQLError(fault.message, node, extensions=fault.extensions))
 

@@ -439,16 +439,27 @@ async def test_several_operations_need_an_operation_name(server: ServerProcess) 
             "METHOD_NOT_ALLOWED",
             "mutations are not allowed when using GET",
         ),
-        # These were bare 500s from Strawberry's parsing (and closed the keep-alive connection).
+        # These were bare 500s from Strawberry's parsing (and closed the keep-alive connection). It reads
+        # any media type containing application/json as JSON: such bodies got past the front's checks,
+        # which matched application/json exactly.
         *(
             (
                 "POST",
-                {"content": body, "headers": {"content-type": "application/json"}},
+                {"content": body, "headers": {"content-type": media}},
                 400,
                 "BAD_REQUEST",
                 message,
             )
+            for media in ("application/json", "application/jsonx")
             for body, message in (
+                (
+                    b'{"query": "{ __typename }", "variables": {"v": ' + b"[" * 4000 + b"]" * 4000 + b"}}",
+                    "The request body nests",
+                ),
+                (
+                    b'{"query": "subscription { threadUpdated(resourceId: \\"a\\") { kind } }"}',
+                    "Subscriptions are served",
+                ),
                 (b'"hello"', "The request body must be a JSON object."),
                 (b"5", "The request body must be a JSON object."),
                 (b"null", "The request body must be a JSON object."),
@@ -486,6 +497,30 @@ async def test_several_operations_need_an_operation_name(server: ServerProcess) 
         *(
             (method, {}, 405, "METHOD_NOT_ALLOWED", f"{method} is not served here")
             for method in ("PUT", "DELETE", "PATCH", "OPTIONS")
+        ),
+        # GET: the last of repeated parameters is the one Strawberry runs, and its JSON is screened too.
+        (
+            "GET",
+            {
+                "params": [
+                    ("query", "{ __typename }"),
+                    ("query", 'subscription { threadUpdated(resourceId: "a") { kind } }'),
+                ]
+            },
+            400,
+            "BAD_REQUEST",
+            "Subscriptions are served over WebSocket",
+        ),
+        *(
+            (
+                "GET",
+                {"params": {"query": "{ __typename }", name: "[" * depth + "]" * depth}},
+                400,
+                "BAD_REQUEST",
+                "The request's variables or extensions nest",
+            )
+            for name in ("variables", "extensions")
+            for depth in (65, 3000)
         ),
     ],
 )
@@ -526,3 +561,13 @@ async def test_internal_errors_are_masked(api: Api) -> None:
         '{ recall(threadId: "x", filter: {metadata: {}}, include: [{id: ""}]) { total } }'
     )
     assert errors[0]["extensions"]["code"] == "BAD_USER_INPUT"
+
+
+def test_the_front_parses_under_the_token_limit() -> None:
+    """The front's subscription check parsed without a limit: the word anywhere (a comment) made a
+    parse of a million tokens hold the event loop for seconds before the view refused the document."""
+    from web.compiled import _subscription
+
+    query = "subscription { " + "a " * 100 + "}  # a comment"
+    assert _subscription({"query": query}, None) is True
+    assert _subscription({"query": query}, 50) is False  # over the limit: the view says QUERY_TOO_COMPLEX

@@ -486,6 +486,73 @@ async def test_a_subscription_refuses_what_http_refuses(
         assert message in errors[0]["message"], errors
 
 
+NAN_THREAD = "mutation($i: CreateThreadInput!) { createThread(input: $i) { id metadata } }"
+
+
+def raw_request(query: str, raw_variables: str) -> str:
+    """A request object with variables written as given: JSON has no NaN, so json.dumps cannot."""
+    return '{"query": ' + json.dumps(query) + ', "variables": ' + raw_variables + "}"
+
+
+async def post_raw(url: str, body: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(timeout=30) as client:
+        response = await client.post(
+            f"{url}/graphql", content=body, headers={"content-type": "application/json"}
+        )
+    (error,) = response.json()["errors"]
+    return dict(error)
+
+
+async def test_every_transport_refuses_numbers_json_cannot_carry(limited: ServerProcess, api: Api) -> None:
+    """NaN and Infinity, which the json module reads (WebSocket frames; request bodies that only it
+    takes), were stored as null, and the answer echoing them was not JSON."""
+    resource = uid("r")
+    for n, number in enumerate(("NaN", "Infinity", "-Infinity")):
+        thread_input = '{"id": "' + f"{resource}-{n}" + '", "resourceId": "' + resource + '"'
+        request = raw_request(NAN_THREAD, '{"i": ' + thread_input + ', "metadata": {"x": ' + number + "}}}")
+        async with ws_session(limited.url, "graphql-transport-ws") as ws:
+            await ws.send('{"id": "1", "type": "subscribe", "payload": ' + request + "}")
+            refused = await next_message(ws)
+        errors = refused["payload"] if refused["type"] == "error" else refused["payload"]["errors"]
+        assert [e["extensions"]["code"] for e in errors] == ["BAD_USER_INPUT"], errors
+        assert "finite" in errors[0]["message"]
+        error = await post_raw(limited.url, request)
+        assert error["extensions"]["code"] == "BAD_USER_INPUT" and "finite" in error["message"], error
+    assert (await api.execute(THREADS, r=resource, p=10))["threads"]["total"] == 0
+    # A lone surrogate in a request body is the same BAD_USER_INPUT as over WebSocket (it was a 400).
+    error = await post_raw(limited.url, raw_request(RECALL, '{"t": "a\\ud800"}'))
+    assert error["extensions"]["code"] == "BAD_USER_INPUT" and "lone surrogate" in error["message"], error
+
+
+@pytest.mark.parametrize("protocol", ["graphql-transport-ws", "graphql-ws"])
+async def test_a_websocket_query_over_the_token_limit_is_an_error(
+    limited: ServerProcess, protocol: str
+) -> None:
+    """Refused under the token limit while parsing (a frame of a million tokens held the event loop),
+    with the error HTTP gives; it was a bare `complete`, the whole query in the log."""
+    subscribe = "subscribe" if protocol == "graphql-transport-ws" else "start"
+    async with ws_session(limited.url, protocol) as ws:
+        query = "subscription { " + "a " * 50_000 + "}"
+        await ws.send(json.dumps({"id": "1", "type": subscribe, "payload": {"query": query}}))
+        refused = await next_message(ws)
+        assert (refused["type"], refused["id"]) == ("error", "1"), refused
+        error = refused["payload"][0] if isinstance(refused["payload"], list) else refused["payload"]
+        assert error["extensions"] == {"code": "QUERY_TOO_COMPLEX", "limit": "maxQueryTokens"}
+        assert "more than 300 tokens" in error["message"]
+
+
+async def test_a_websocket_frame_nested_too_deep_closes_with_4400(limited: ServerProcess) -> None:
+    # The json module ran out of stack: the connection dropped without a close frame.
+    async with ws_session(limited.url, "graphql-transport-ws") as ws:
+        deep = "[" * 50_000 + "]" * 50_000
+        await ws.send(
+            '{"id": "1", "type": "subscribe", "payload": ' + raw_request("{ __typename }", deep) + "}"
+        )
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await next_message(ws)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 4400
+
+
 async def test_a_float_literal_beyond_a_double_is_bad_input(limited: ServerProcess, api: Api) -> None:
     thread, _ = await thread_with(api, 1)
     config = "{semanticRecall: {options: {topK: 1, messageRange: {size: 0}, scope: THREAD, threshold: %s}}}"

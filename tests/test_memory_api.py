@@ -205,24 +205,27 @@ async def test_clone_thread_errors_write_nothing(api: Api) -> None:
 
 
 async def test_thread_metadata_is_refused_when_it_cannot_be_stored_as_written(api: Api) -> None:
-    """An integer beyond 64 bits was answered exactly but stored as a float (and failed the Redis
-    events of its write): refused, as in message content, in literals and variables alike."""
+    """An integer literal beyond 64 bits was answered exactly but stored as a float (and failed the
+    Redis events of its write): refused, as in message content. In a JSON request body the number is
+    read as JavaScript reads it, a double, which is stored and answered alike."""
     huge = 123456789012345678901234567890
     source, resource_id = await new_thread(api)
     meta = f"metadata: {{n: {huge}}}"
-    for mutation, variables in (
-        (f'mutation {{ createThread(input: {{resourceId: "{resource_id}", {meta}}}) {{ id }} }}', {}),
-        (f'mutation {{ updateThread(input: {{id: "{source}", {meta}}}) {{ id }} }}', {}),
-        (
-            f'mutation {{ cloneThread(input: {{sourceThreadId: "{source}", {meta}}}) {{ thread {{ id }} }}}}',
-            {},
-        ),
-        (CREATE, {"i": {"resourceId": resource_id, "metadata": {"n": huge}}}),
+    for mutation in (
+        f'mutation {{ createThread(input: {{resourceId: "{resource_id}", {meta}}}) {{ id }} }}',
+        f'mutation {{ updateThread(input: {{id: "{source}", {meta}}}) {{ id }} }}',
+        f'mutation {{ cloneThread(input: {{sourceThreadId: "{source}", {meta}}}) {{ thread {{ id }} }}}}',
     ):
-        got = await error(api, mutation, **variables)
+        got = await error(api, mutation)
         assert got["extensions"]["code"] == "BAD_USER_INPUT" and "64-bit" in got["message"], got
     listed = await api.execute("query($r: String!) { threads(resourceId: $r) { total } }", r=resource_id)
     assert listed["threads"]["total"] == 1
+    created = await api.execute(
+        "mutation($i: CreateThreadInput!) { createThread(input: $i) { id metadata } }",
+        i={"resourceId": resource_id, "metadata": {"n": huge}},
+    )
+    stored = await api.execute(THREAD, id=created["createThread"]["id"])
+    assert created["createThread"]["metadata"] == stored["thread"]["metadata"] == {"n": float(huge)}
 
 
 async def test_each_mutation_reads_what_the_ones_before_it_wrote(api: Api) -> None:

@@ -33,7 +33,7 @@ from web.auth import (
     on_connect,
     websocket_principal,
 )
-from web.compiled import GraphQLFront, refused
+from web.compiled import GraphQLFront, decode_json, refused
 from web.frontend import frontend_routes, graphiql_response
 from web.health import readiness
 from web.limits import LegacyWSHandler, TransportWSHandler
@@ -50,6 +50,7 @@ class RecallQLGraphQL(GraphQL[RequestContext, None]):
     graphql_ws_handler_class = LegacyWSHandler
 
     authenticator: Authenticator  # set by create_app (web/auth.py)
+    max_query_tokens: int | None = None  # set by create_app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -63,6 +64,9 @@ class RecallQLGraphQL(GraphQL[RequestContext, None]):
         except HTTPException as exc:
             response = refused(exc.status_code, exc.reason)
         await response(scope, receive, send)
+
+    def decode_json(self, data: str | bytes) -> object:
+        return decode_json(data)  # web/compiled.py: bounded depth; a deep frame closes with 4400
 
     async def get_context(self, request: Any, response: Any = None) -> RequestContext:
         # Who asks: BearerAuth put the principal of an HTTP request in its scope (the compiled read
@@ -219,6 +223,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         max_subscriptions_per_connection=settings.max_subscriptions_per_connection,
     )
     graphql_app.authenticator = authenticator
+    graphql_app.max_query_tokens = settings.max_query_tokens  # web/limits.py parses frames under it
     graphql_endpoint = GraphQLFront(
         graphql_app,
         # Hot read queries skip graphql-core's per-field machinery (same results; see schema/fastpath.py).
@@ -227,6 +232,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         on_answer=lambda plan, name, seconds: observe_compiled_operation(
             schema._schema, plan.document, name, seconds, plan.memo
         ),
+        max_tokens=settings.max_query_tokens,
     )
 
     async def healthz(_request: Request) -> Response:

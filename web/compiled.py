@@ -8,6 +8,7 @@ its body replayed. Requests carrying U+0000 in any string are refused first: no 
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -35,11 +36,14 @@ class GraphQLFront:
         fast_path: FastPath | None,
         context_for: Callable[[Request], Awaitable[Any]],
         on_answer: Callable[[Plan, str | None, float], None] | None = None,
+        *,
+        max_tokens: int | None = None,
     ) -> None:
         self.app = app
         self.fast_path = fast_path
         self.context_for = context_for
         self.on_answer = on_answer
+        self.max_tokens = max_tokens
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -50,7 +54,14 @@ class GraphQLFront:
             if _fault(list(params.values())) == _NUL:
                 await _respond(send, _nul_error())
                 return
-            if _subscription({k: v[0] for k, v in params.items()}):
+            # Starlette (and so Strawberry) reads the last of repeated parameters: so does this front.
+            if any(_too_deep(params[name][-1]) for name in _JSON_PARAMS if name in params):
+                message = (
+                    f"The request's variables or extensions nest JSON deeper than {MAX_JSON_DEPTH} levels."
+                )
+                await refused(400, message)(scope, receive, send)
+                return
+            if _subscription({k: v[-1] for k, v in params.items()}, self.max_tokens):
                 await refused(400, _OVER_WEBSOCKET)(scope, receive, send)
                 return
             await self.app(scope, receive, send)
@@ -60,8 +71,11 @@ class GraphQLFront:
         if _is_json(scope):
             # Strawberry's own parsing answered these with a bare 500 (an object is all it expects).
             try:
-                payload = orjson.loads(body)
-            except orjson.JSONDecodeError:
+                payload = decode_json(body)
+            except TooDeep:
+                await refused(400, _TOO_DEEP)(scope, receive, send)
+                return
+            except ValueError:
                 await refused(400, "Unable to parse request body as JSON")(scope, receive, send)
                 return
             if not isinstance(payload, dict | list):
@@ -72,10 +86,9 @@ class GraphQLFront:
             await _respond(send, _nul_error())
             return
         if fault == _DEEP:
-            message = f"The request body nests JSON deeper than {MAX_JSON_DEPTH} levels."
-            await refused(400, message)(scope, receive, send)
+            await refused(400, _TOO_DEEP)(scope, receive, send)
             return
-        if isinstance(payload, dict) and _subscription(payload):
+        if isinstance(payload, dict) and _subscription(payload, self.max_tokens):
             await refused(400, _OVER_WEBSOCKET)(scope, receive, send)
             return
         answer = await self._answer(scope, payload) if self.fast_path is not None else None
@@ -142,16 +155,54 @@ def _fault(value: Any, depth_limit: int | None = None) -> str | None:
     return None
 
 
-def _subscription(payload: Mapping[str, Any]) -> bool:
+_JSON_PARAMS = ("variables", "extensions")
+_TOO_DEEP = f"The request body nests JSON deeper than {MAX_JSON_DEPTH} levels."
+
+
+class TooDeep(json.JSONDecodeError):
+    """JSON nested past what a parser may take (a JSONDecodeError: transports report it as not JSON)."""
+
+    def __init__(self) -> None:
+        super().__init__("JSON nested too deep", "", 0)
+
+
+def decode_json(data: str | bytes) -> Any:
+    """A request body or WebSocket frame as the view reads it: orjson, which stops at 1,024 levels
+    (the json module ran out of stack on deeper input: bare 500s, and WebSocket connections dropped
+    without a close frame), else the json module for what only it takes (a lone surrogate's escape,
+    NaN), which the GraphQL layer refuses as BAD_USER_INPUT like every transport does. Raises TooDeep,
+    or another ValueError for what is not JSON."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        if "depth limit" in str(exc):
+            raise TooDeep from None
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise TooDeep from None
+
+
+def _too_deep(text: str) -> bool:
+    """Whether a GET parameter's JSON nests deeper than MAX_JSON_DEPTH (the view's json.loads ran out
+    of stack on it: a bare 500). JSON that does not parse is the view's to report."""
+    try:
+        return _fault(orjson.loads(text), MAX_JSON_DEPTH) == _DEEP
+    except orjson.JSONDecodeError as exc:
+        return "depth limit" in str(exc)
+
+
+def _subscription(payload: Mapping[str, Any], max_tokens: int | None) -> bool:
     """Whether a request's operation is a subscription, which HTTP cannot serve here (Strawberry ran it
-    as a query, and its null answer was an internal error)."""
+    as a query, and its null answer was an internal error). Parsed under the token limit: the word
+    anywhere (a comment, a string) made a parse of a million tokens hold the event loop for seconds."""
     query = payload.get("query")
     if not isinstance(query, str) or "subscription" not in query:
         return False
     try:
-        document = parse(query)
+        document = parse(query, max_tokens=max_tokens)
     except GraphQLError:
-        return False  # the view reports it
+        return False  # the view reports it (over the limit: QUERY_TOO_COMPLEX)
     name = payload.get("operationName")
     operation = get_operation_ast(document, name if isinstance(name, str) else None)
     return operation is not None and operation.operation == OperationType.SUBSCRIPTION
@@ -188,9 +239,12 @@ async def _respond(send: Send, body: bytes) -> None:
 
 
 def _is_json(scope: Scope) -> bool:
+    """Whether Strawberry's view will read the body as JSON: it does for any media type containing
+    application/json (application/jsonx too), so the front screens exactly those; an exact match let
+    such bodies past every check (deep nesting, U+0000, a subscription) into bare 500s."""
     for name, value in scope["headers"]:
         if name == b"content-type":
-            return value.split(b";")[0].strip().lower() == b"application/json"
+            return b"application/json" in value.split(b";")[0].strip().lower()
     return False
 
 

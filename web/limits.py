@@ -61,11 +61,15 @@ def _malformed(message: Any, start: str) -> bool:
     )
 
 
-def _parse_error(query: str) -> dict[str, Any] | None:
-    """The error HTTP answers for a query that does not parse, or None."""
+def _parse_error(query: str, max_tokens: int | None) -> dict[str, Any] | None:
+    """The error HTTP answers for a query that does not parse, or is over the token limit, or None.
+    The limit bounds the parse itself: a frame of a million tokens held the event loop for seconds,
+    and Strawberry's own refusal of it ended in a bare `complete` with the query in the log."""
     try:
-        parse(query)
+        parse(query, max_tokens=max_tokens)
     except GraphQLSyntaxError as exc:
+        if "Document contains more than" in exc.message:
+            return {**exc.formatted, "extensions": {"code": "QUERY_TOO_COMPLEX", "limit": "maxQueryTokens"}}
         return {**exc.formatted, "extensions": {"code": "GRAPHQL_PARSE_FAILED"}}
     return None
 
@@ -132,7 +136,7 @@ class TransportWSHandler(_CredentialExpiry, BaseGraphQLTransportWSHandler[Any, A
             and self.connection_acknowledged
             and message["id"] not in self.operations
         ):
-            error = _parse_error(message["payload"]["query"])
+            error = _parse_error(message["payload"]["query"], getattr(self.view, "max_query_tokens", None))
             if error is not None:
                 await self.send_message({"id": message["id"], "type": "error", "payload": [error]})
                 return
@@ -162,7 +166,7 @@ class LegacyWSHandler(_CredentialExpiry, BaseGraphQLWSHandler[Any, Any]):
             await self.send_message({"type": "error", "id": operation, "payload": payload})
             return
         if message["type"] == "start" and self.connection_acknowledged:
-            error = _parse_error(message["payload"]["query"])
+            error = _parse_error(message["payload"]["query"], getattr(self.view, "max_query_tokens", None))
             if error is not None:
                 await self.send_message({"type": "error", "id": message["id"], "payload": error})
                 return
