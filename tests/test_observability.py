@@ -271,6 +271,22 @@ def test_json_logs_carry_request_ids(tmp_path: Path) -> None:
     assert not any(e.get("request_id") == generated for e in access)
 
 
+def test_a_path_cannot_forge_a_text_log_line(tmp_path: Path) -> None:
+    """The default text access log wrote the decoded path: %0a in a URL started a line of the
+    requester's choosing."""
+    env = {"RECALLQL_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}"}
+    forged = "2026-12-04 21:00:00,000 ERROR recallql: forged line"
+    with running_server(tmp_path / "data", env) as srv:
+        with httpx.Client(timeout=30) as client:
+            client.get(f"{srv.url}/x%0a{forged.replace(' ', '%20')}")
+        log_path = srv.log_path
+    lines = log_path.read_text().splitlines()
+    assert not any(line.startswith(forged) for line in lines)
+    assert any("/x\\x0a2026-12-04 21:00:00,000 ERROR recallql: forged line 404" in line for line in lines), (
+        lines[-5:]
+    )
+
+
 # ---------------------------------------------------------------------------------------------- tracing
 class OtlpReceiver:
     """A loopback OTLP/HTTP trace receiver: decodes each export request into spans."""

@@ -88,6 +88,7 @@ _VALID_REQUEST_ID = re.compile(r"[A-Za-z0-9._:@/+=-]{1,128}")
 _request_id: ContextVar[str | None] = ContextVar("recallql_request_id", default=None)
 # Probes and scrapes are logged at debug level, not once every few seconds at info.
 _QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def current_request_id() -> str | None:
@@ -409,7 +410,8 @@ class RequestMiddleware:
                     logging.DEBUG if path in _QUIET_PATHS else logging.INFO,
                     "%s %s %s %.1fms",
                     method,
-                    path,
+                    # Escaped: a decoded path may hold a newline (%0a), which forged a log line of its own.
+                    _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", path),
                     status,
                     elapsed * 1000,
                     extra={
