@@ -493,6 +493,14 @@ async def test_several_operations_need_an_operation_name(server: ServerProcess) 
             "BAD_REQUEST",
             "Subscriptions are served over WebSocket",
         ),
+        # The compiled read path answered these; the normal path refuses them.
+        (
+            "POST",
+            {"json": {"query": '{ thread(id: "t1") { id } }', "extensions": [1]}},
+            400,
+            "BAD_REQUEST",
+            "The GraphQL operation's `extensions` must be an object or null",
+        ),
         # Starlette's own plain-text "Method Not Allowed" before.
         *(
             (method, {}, 405, "METHOD_NOT_ALLOWED", f"{method} is not served here")
@@ -535,8 +543,17 @@ async def test_requests_refused_before_execution_are_graphql_errors(
     assert error["message"].startswith(message) and error["extensions"] == {"code": code}
     assert response.json() == {"errors": [error]}
     if status == 405:  # the methods that would do
-        assert response.headers["allow"] == ("POST" if method == "GET" else "GET, HEAD, POST")
+        assert response.headers["allow"] == ("POST" if method == "GET" else "GET, POST")
         assert method == "GET" or error["message"].endswith("send GraphQL requests with GET or POST.")
+
+
+async def test_head_is_refused_like_the_other_methods(server: ServerProcess) -> None:
+    # It answered 405 without an Allow header while every other 405 advertised HEAD as served.
+    async with httpx.AsyncClient() as client:
+        response = await client.head(f"{server.url}/graphql", params={"query": "{ __typename }"})
+        put = await client.put(f"{server.url}/graphql")
+    assert response.status_code == put.status_code == 405
+    assert response.headers["allow"] == put.headers["allow"] == "GET, POST"
 
 
 async def test_graphiql_is_served(server: ServerProcess) -> None:

@@ -44,6 +44,10 @@ from web.wiring import build_chat, build_events, build_semantic
 log = logging.getLogger("recallql")
 
 
+GRAPHQL_METHODS = "GET, POST"  # what /graphql serves (Starlette's routes add HEAD to GET; it is not)
+_GRAPHQL_METHODS_ONLY = "{method} is not served here: send GraphQL requests with GET or POST."
+
+
 class RecallQLGraphQL(GraphQL[RequestContext, None]):
     # The per-connection operation limit's refusal carries a code like every other error (web/limits.py).
     graphql_transport_ws_handler_class = TransportWSHandler
@@ -62,7 +66,12 @@ class RecallQLGraphQL(GraphQL[RequestContext, None]):
         try:
             response = await self.run(Request(scope=scope, receive=receive))
         except HTTPException as exc:
-            response = refused(exc.status_code, exc.reason)
+            if exc.status_code == 405 and scope.get("method") not in ("GET", "POST"):
+                # HEAD: Starlette routes it with GET, Strawberry serves neither it nor a body for it.
+                reason = _GRAPHQL_METHODS_ONLY.format(method=scope.get("method"))
+                response = refused(405, reason, allow=GRAPHQL_METHODS)
+            else:
+                response = refused(exc.status_code, exc.reason)
         await response(scope, receive, send)
 
     def decode_json(self, data: str | bytes) -> object:
@@ -249,8 +258,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         if not request.url.path.endswith("/graphql"):
             return PlainTextResponse(exc.detail, status_code=405, headers={"Allow": allow})
         # GraphQL clients read the errors list; Starlette's own answer was the text "Method Not Allowed".
-        reason = f"{request.method} is not served here: send GraphQL requests with GET or POST."
-        return refused(405, reason, allow=allow)
+        return refused(405, _GRAPHQL_METHODS_ONLY.format(method=request.method), allow=GRAPHQL_METHODS)
 
     return Starlette(
         exception_handlers={405: method_not_allowed},

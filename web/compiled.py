@@ -107,8 +107,8 @@ class GraphQLFront:
         )
         if not isinstance(query, str) or not isinstance(variables, dict | None):
             return None
-        if not isinstance(operation, str | None):
-            return None
+        if not isinstance(operation, str | None) or not isinstance(payload.get("extensions"), dict | None):
+            return None  # the view refuses these (400); the compiled path answered some
         assert self.fast_path is not None
         plan = self.fast_path.plan(query, operation)
         if plan is None:
