@@ -688,7 +688,7 @@ class HttpEmbedder:
         try:
             body = response.json()
             items = sorted(body["data"], key=lambda item: item["index"])
-            vectors = [[float(x) for x in item["embedding"]] for item in items]
+            vectors = [[_finite(x) for x in _array(item["embedding"])] for item in items]
         except (ValueError, KeyError, TypeError) as exc:
             raise EmbeddingError(f"malformed answer from {self._url}: {exc!r}") from exc
         if [item["index"] for item in items] != list(range(len(texts))):
@@ -710,6 +710,20 @@ class HttpEmbedder:
     async def aclose(self) -> None:
         if self._owns_client:
             await self._client.aclose()
+
+
+def _array(value: Any) -> list[Any]:
+    if not isinstance(value, list):  # a string would be read character by character
+        raise TypeError(f"an embedding must be an array of numbers, not {type(value).__name__}")
+    return value
+
+
+def _finite(value: Any) -> float:
+    # float() also reads "nan", "inf" and numeric strings: a vector holding NaN would be written to
+    # the index, where every distance to it is NaN.
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"an embedding holds {value!r}, not a finite number")
+    return float(value)
 
 
 def _retry_after(response: httpx.Response) -> float | None:

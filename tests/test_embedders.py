@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import email.utils
+import json
 import os
 import subprocess
 import sys
@@ -414,6 +415,20 @@ async def test_http_embedder_unreachable() -> None:
             {"data": [{"index": 0, "embedding": [1.0]}, {"index": 1, "embedding": [1.0, 2.0]}]},
             "expected 1",
         ),
+        # Vectors nobody can search with: they were written to the index (float() reads "nan").
+        *(
+            (
+                200,
+                {"data": [{"index": 0, "embedding": [1.0, bad]}, {"index": 1, "embedding": [1.0, 2.0]}]},
+                "not a finite number",
+            )
+            for bad in (float("nan"), float("inf"), "nan", "0.5", None, True)
+        ),
+        (
+            200,
+            {"data": [{"index": 0, "embedding": "12"}, {"index": 1, "embedding": "34"}]},
+            "must be an array",
+        ),
     ],
 )
 async def test_http_embedder_bad_answers(status: int, body: dict[str, object], message: str) -> None:
@@ -422,7 +437,8 @@ async def test_http_embedder_bad_answers(status: int, body: dict[str, object], m
     def handler(request: httpx.Request) -> httpx.Response:
         nonlocal calls
         calls += 1
-        return httpx.Response(status, json=body)
+        # json.dumps writes NaN and Infinity as some endpoints do (httpx's json= refuses them).
+        return httpx.Response(status, content=json.dumps(body), headers={"content-type": "application/json"})
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
         embedder = HttpEmbedder("http://embed.test", "m", client=client, max_retries=2, retry_backoff=0.001)
