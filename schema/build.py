@@ -254,10 +254,37 @@ class _ShortValidationCache(ValidationCache):
         yield from super().on_validate() if _short(self.execution_context) else iter([None])
 
 
+def query_too_long(query: str, max_chars: int | None) -> GraphQLError | None:
+    """The error for a document over the length limit, or None. The token limit stops the parser, not
+    the lexer: one comment or string is one token however long, and lexing 8 MB of it held the event
+    loop for over a second."""
+    if max_chars is None or len(query) <= max_chars:
+        return None
+    message = f"The document is {len(query)} characters long; at most {max_chars} are accepted."
+    extensions = {"code": "QUERY_TOO_COMPLEX", "limit": "maxQueryChars", "max": max_chars}
+    return GraphQLError(message, extensions=extensions)
+
+
+class QueryLength(SchemaExtension):
+    """Refuses a document over the length limit before anything lexes it (see query_too_long)."""
+
+    def __init__(self, max_chars: int | None) -> None:
+        super().__init__()
+        self.max_chars = max_chars
+
+    def on_parse(self) -> Iterator[None]:
+        query = self.execution_context.query
+        error = query_too_long(query, self.max_chars) if query is not None else None
+        if error is not None:
+            raise error
+        yield
+
+
 def build_schema(
     *,
     max_depth: int = 12,
     max_tokens: int = 5000,
+    max_chars: int | None = 262_144,
     max_aliases: int = 30,
     mask_errors: bool = True,
     introspection: bool = True,
@@ -287,6 +314,7 @@ def build_schema(
             *([] if introspection else [DisableIntrospection]),
             lambda: MaxTokensLimiter(max_token_count=max_tokens),
             lambda: ErrorPolicy(mask=mask_errors),
+            lambda: QueryLength(max_chars),  # before anything parses
             # Clients send the same few documents over and over: parse and validate each once.
             lambda: _ShortParserCache(maxsize=512),
             lambda: _ShortValidationCache(maxsize=512),

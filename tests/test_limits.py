@@ -2,6 +2,7 @@
 and is checked here over real HTTP (and WebSocket) against a `recallql serve` process with small limits.
 
     depth / tokens / aliases      QUERY_TOO_COMPLEX, limit maxQueryDepth | maxQueryTokens | maxAliases
+    document length               QUERY_TOO_COMPLEX, limit maxQueryChars (before anything lexes it)
     perPage (recall, threads)     BAD_USER_INPUT, limit maxPerPage
     perPage: false over many rows BAD_USER_INPUT, limit maxAllRows (counted, never read; recall, threads)
     _entities representations     BAD_USER_INPUT, limit maxEntities
@@ -47,6 +48,7 @@ from web.settings import Settings
 LIMITS = {
     "RECALLQL_MAX_QUERY_DEPTH": "3",
     "RECALLQL_MAX_QUERY_TOKENS": "300",
+    "RECALLQL_MAX_QUERY_CHARS": "10000",
     "RECALLQL_MAX_ALIASES": "3",
     "RECALLQL_MAX_PER_PAGE": "50",
     "RECALLQL_MAX_ALL_ROWS": "30",
@@ -119,6 +121,29 @@ async def test_depth_limit(limited: ServerProcess) -> None:
     assert error["extensions"]["limit"] == "maxQueryDepth"
     assert "exceeds maximum operation depth of 3" in error["message"]
     assert error["extensions"]["requestId"]
+
+
+async def test_length_limit(limited: ServerProcess) -> None:
+    """A document over RECALLQL_MAX_QUERY_CHARS is refused before anything lexes it: the token limit
+    stops the parser, but one comment is one token however long (8 MB of it took over a second)."""
+    long_comment = "# " + "x" * 10_000 + "\n"
+    for query in (
+        long_comment + "{ __typename }",
+        long_comment + '{ thread(id: "t") { id } }',  # a query the compiled read path would answer
+        long_comment + 'subscription { threadUpdated(resourceId: "r") { kind } }',
+    ):
+        error = await only_error(limited.url, query)
+        assert error["extensions"]["code"] == "QUERY_TOO_COMPLEX", error
+        assert (error["extensions"]["limit"], error["extensions"]["max"]) == ("maxQueryChars", 10000)
+    for protocol, subscribe in (("graphql-transport-ws", "subscribe"), ("graphql-ws", "start")):
+        async with ws_session(limited.url, protocol) as ws:
+            payload = {"query": long_comment + 'subscription { threadUpdated(resourceId: "r") { kind } }'}
+            await ws.send(json.dumps({"id": "1", "type": subscribe, "payload": payload}))
+            refused = await next_message(ws)
+        error = refused["payload"][0] if isinstance(refused["payload"], list) else refused["payload"]
+        assert error["extensions"]["limit"] == "maxQueryChars", refused
+    ok = await post(limited.url, "# " + "x" * 9_000 + "\n{ __typename }")
+    assert ok == {"data": {"__typename": "Query"}}
 
 
 async def test_token_limit(limited: ServerProcess) -> None:
@@ -532,7 +557,7 @@ async def test_a_websocket_query_over_the_token_limit_is_an_error(
     with the error HTTP gives; it was a bare `complete`, the whole query in the log."""
     subscribe = "subscribe" if protocol == "graphql-transport-ws" else "start"
     async with ws_session(limited.url, protocol) as ws:
-        query = "subscription { " + "a " * 50_000 + "}"
+        query = "subscription { " + "a " * 400 + "}"
         await ws.send(json.dumps({"id": "1", "type": subscribe, "payload": {"query": query}}))
         refused = await next_message(ws)
         assert (refused["type"], refused["id"]) == ("error", "1"), refused

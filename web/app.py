@@ -55,6 +55,7 @@ class RecallQLGraphQL(GraphQL[RequestContext, None]):
 
     authenticator: Authenticator  # set by create_app (web/auth.py)
     max_query_tokens: int | None = None  # set by create_app
+    max_query_chars: int | None = None  # set by create_app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -220,6 +221,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     schema = build_schema(
         max_depth=settings.max_query_depth,
         max_tokens=settings.max_query_tokens,
+        max_chars=settings.max_query_chars,
         max_aliases=settings.max_aliases,
         mask_errors=not settings.debug,
         introspection=settings.introspection,
@@ -232,7 +234,9 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         max_subscriptions_per_connection=settings.max_subscriptions_per_connection,
     )
     graphql_app.authenticator = authenticator
-    graphql_app.max_query_tokens = settings.max_query_tokens  # web/limits.py parses frames under it
+    # web/limits.py parses frames under these
+    graphql_app.max_query_tokens = settings.max_query_tokens
+    graphql_app.max_query_chars = settings.max_query_chars
     graphql_endpoint = GraphQLFront(
         graphql_app,
         # Hot read queries skip graphql-core's per-field machinery (same results; see schema/fastpath.py).
@@ -242,6 +246,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
             schema._schema, plan.document, name, seconds, plan.memo
         ),
         max_tokens=settings.max_query_tokens,
+        max_chars=settings.max_query_chars,
     )
 
     async def healthz(_request: Request) -> Response:

@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from resolvers.errors import NUL_MESSAGE
+from schema.build import query_too_long
 from schema.fastpath import FastPath, Plan
 from web.observability import current_request_id
 
@@ -38,12 +39,14 @@ class GraphQLFront:
         on_answer: Callable[[Plan, str | None, float], None] | None = None,
         *,
         max_tokens: int | None = None,
+        max_chars: int | None = None,
     ) -> None:
         self.app = app
         self.fast_path = fast_path
         self.context_for = context_for
         self.on_answer = on_answer
         self.max_tokens = max_tokens
+        self.max_chars = max_chars
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -61,7 +64,7 @@ class GraphQLFront:
                 )
                 await refused(400, message)(scope, receive, send)
                 return
-            if _subscription({k: v[-1] for k, v in params.items()}, self.max_tokens):
+            if _subscription({k: v[-1] for k, v in params.items()}, self.max_tokens, self.max_chars):
                 await refused(400, _OVER_WEBSOCKET)(scope, receive, send)
                 return
             await self.app(scope, receive, send)
@@ -88,7 +91,7 @@ class GraphQLFront:
         if fault == _DEEP:
             await refused(400, _TOO_DEEP)(scope, receive, send)
             return
-        if isinstance(payload, dict) and _subscription(payload, self.max_tokens):
+        if isinstance(payload, dict) and _subscription(payload, self.max_tokens, self.max_chars):
             await refused(400, _OVER_WEBSOCKET)(scope, receive, send)
             return
         answer = await self._answer(scope, payload) if self.fast_path is not None else None
@@ -110,6 +113,8 @@ class GraphQLFront:
         if not isinstance(operation, str | None) or not isinstance(payload.get("extensions"), dict | None):
             return None  # the view refuses these (400); the compiled path answered some
         assert self.fast_path is not None
+        if query_too_long(query, self.max_chars):
+            return None  # refused by the view before anything lexes it
         plan = self.fast_path.plan(query, operation)
         if plan is None:
             return None
@@ -192,13 +197,13 @@ def _too_deep(text: str) -> bool:
         return "depth limit" in str(exc)
 
 
-def _subscription(payload: Mapping[str, Any], max_tokens: int | None) -> bool:
+def _subscription(payload: Mapping[str, Any], max_tokens: int | None, max_chars: int | None = None) -> bool:
     """Whether a request's operation is a subscription, which HTTP cannot serve here (Strawberry ran it
     as a query, and its null answer was an internal error). Parsed under the token limit: the word
     anywhere (a comment, a string) made a parse of a million tokens hold the event loop for seconds."""
     query = payload.get("query")
-    if not isinstance(query, str) or "subscription" not in query:
-        return False
+    if not isinstance(query, str) or "subscription" not in query or query_too_long(query, max_chars):
+        return False  # too long: the view refuses it (QUERY_TOO_COMPLEX) before lexing it
     try:
         document = parse(query, max_tokens=max_tokens)
     except GraphQLError:

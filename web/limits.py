@@ -24,6 +24,8 @@ from graphql import GraphQLSyntaxError, parse
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import BaseGraphQLTransportWSHandler
 from strawberry.subscriptions.protocols.graphql_ws.handlers import BaseGraphQLWSHandler
 
+from schema.build import query_too_long
+
 # Strawberry's wording for an operation refused over the per-connection limit.
 _STRAWBERRY_LIMIT_MESSAGE = "Subscription limit reached"
 LIMIT_CODE = "TOO_MANY_SUBSCRIPTIONS"
@@ -61,10 +63,14 @@ def _malformed(message: Any, start: str) -> bool:
     )
 
 
-def _parse_error(query: str, max_tokens: int | None) -> dict[str, Any] | None:
-    """The error HTTP answers for a query that does not parse, or is over the token limit, or None.
-    The limit bounds the parse itself: a frame of a million tokens held the event loop for seconds,
-    and Strawberry's own refusal of it ended in a bare `complete` with the query in the log."""
+def _parse_error(query: str, view: Any) -> dict[str, Any] | None:
+    """The error HTTP answers for a query that does not parse, or is over the length or token limit,
+    or None. The limits bound the parse itself: a frame of a million tokens held the event loop for
+    seconds, and Strawberry's own refusal of it ended in a bare `complete` with the query in the log."""
+    too_long = query_too_long(query, getattr(view, "max_query_chars", None))
+    if too_long is not None:
+        return dict(too_long.formatted)
+    max_tokens = getattr(view, "max_query_tokens", None)
     try:
         parse(query, max_tokens=max_tokens)
     except GraphQLSyntaxError as exc:
@@ -136,7 +142,7 @@ class TransportWSHandler(_CredentialExpiry, BaseGraphQLTransportWSHandler[Any, A
             and self.connection_acknowledged
             and message["id"] not in self.operations
         ):
-            error = _parse_error(message["payload"]["query"], getattr(self.view, "max_query_tokens", None))
+            error = _parse_error(message["payload"]["query"], self.view)
             if error is not None:
                 await self.send_message({"id": message["id"], "type": "error", "payload": [error]})
                 return
@@ -166,7 +172,7 @@ class LegacyWSHandler(_CredentialExpiry, BaseGraphQLWSHandler[Any, Any]):
             await self.send_message({"type": "error", "id": operation, "payload": payload})
             return
         if message["type"] == "start" and self.connection_acknowledged:
-            error = _parse_error(message["payload"]["query"], getattr(self.view, "max_query_tokens", None))
+            error = _parse_error(message["payload"]["query"], self.view)
             if error is not None:
                 await self.send_message({"type": "error", "id": message["id"], "payload": error})
                 return

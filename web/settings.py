@@ -115,6 +115,7 @@ class Settings(BaseSettings):
     # Limits.
     max_query_depth: int = 12
     max_query_tokens: int = 5000
+    max_query_chars: int = 262_144  # query document length (lexing a long comment costs ~0.15 s a MB)
     max_aliases: int = 30
     max_include_items: int = 100
     max_save_batch: int = 1000
