@@ -549,6 +549,22 @@ async def test_every_transport_refuses_numbers_json_cannot_carry(limited: Server
     assert error["extensions"]["code"] == "BAD_USER_INPUT" and "lone surrogate" in error["message"], error
 
 
+async def test_bad_text_anywhere_in_a_request_is_bad_input(limited: ServerProcess) -> None:
+    """Not only in variables: a lone surrogate in operationName was echoed in an error that could not
+    be encoded (a bare 500 over HTTP)."""
+    for fields in ('"operationName": "\\ud800"', '"extensions": {"x": NaN}', '"operationName": "a\\ud800b"'):
+        body = '{"query": "{ __typename }", ' + fields + "}"
+        error = await post_raw(limited.url, body)
+        assert error["extensions"]["code"] == "BAD_USER_INPUT", error
+        for protocol, subscribe in (("graphql-transport-ws", "subscribe"), ("graphql-ws", "start")):
+            async with ws_session(limited.url, protocol) as ws:
+                await ws.send('{"id": "1", "type": "' + subscribe + '", "payload": ' + body + "}")
+                refused = await next_message(ws)
+            assert refused["type"] == "error", refused
+            error = refused["payload"][0] if isinstance(refused["payload"], list) else refused["payload"]
+            assert error["extensions"]["code"] == "BAD_USER_INPUT", refused
+
+
 @pytest.mark.parametrize("protocol", ["graphql-transport-ws", "graphql-ws"])
 async def test_a_websocket_query_over_the_token_limit_is_an_error(
     limited: ServerProcess, protocol: str

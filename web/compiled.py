@@ -9,6 +9,7 @@ its body replayed. Requests carrying U+0000 in any string are refused first: no 
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -21,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from resolvers.errors import NUL_MESSAGE
+from resolvers.errors import NON_FINITE_MESSAGE, NUL_MESSAGE, SURROGATE_MESSAGE
 from schema.build import query_too_long
 from schema.fastpath import FastPath, Plan
 from web.observability import current_request_id
@@ -55,7 +56,7 @@ class GraphQLFront:
         if scope["method"] != "POST":
             params = parse_qs(scope.get("query_string", b"").decode("latin-1"))
             if _fault(list(params.values())) == _NUL:
-                await _respond(send, _nul_error())
+                await _respond(send, _bad_input())
                 return
             # Starlette (and so Strawberry) reads the last of repeated parameters: so does this front.
             if any(_too_deep(params[name][-1]) for name in _JSON_PARAMS if name in params):
@@ -86,7 +87,10 @@ class GraphQLFront:
                 return
         fault = _fault(payload, MAX_JSON_DEPTH)
         if fault == _NUL:
-            await _respond(send, _nul_error())
+            await _respond(send, _bad_input())
+            return
+        if fault in (_SURROGATE, _NON_FINITE):
+            await _respond(send, _bad_input(fault))
             return
         if fault == _DEEP:
             await refused(400, _TOO_DEEP)(scope, receive, send)
@@ -135,18 +139,31 @@ _OVER_WEBSOCKET = (
     "not over HTTP."
 )
 _NUL, _DEEP = "nul", "deep"
+# Bad input anywhere in a request (query, operationName, extensions, not only variables): the json
+# module takes them where orjson does not, and a lone surrogate echoed in an error was a bare 500.
+_SURROGATE, _NON_FINITE = SURROGATE_MESSAGE, NON_FINITE_MESSAGE
 
 
 def _fault(value: Any, depth_limit: int | None = None) -> str | None:
     """What a decoded request holds that no operation may: a string (keys included) with U+0000, or a
-    query text spelling it (_NUL), or arrays and objects nested over `depth_limit` (_DEEP). One walk,
-    every request, without recursion: a deep value must not exhaust the stack that checks it."""
+    query text spelling it (_NUL), a lone surrogate (_SURROGATE), NaN or an infinity (_NON_FINITE), or
+    arrays and objects nested over `depth_limit` (_DEEP). One walk, every request, without recursion:
+    a deep value must not exhaust the stack that checks it."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, str):
             if "\x00" in item or ("\\u0000" in item and _GRAPHQL_NUL.search(item) is not None):
                 return _NUL
+            if not item.isascii():
+                try:
+                    item.encode()
+                except UnicodeEncodeError:
+                    return _SURROGATE
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return _NON_FINITE
             continue
         if isinstance(item, dict):
             children = [*item.keys(), *item.values()]
@@ -229,12 +246,12 @@ def refused(status: int, reason: str, *, allow: str | None = None) -> Response:
     )
 
 
-def _nul_error() -> bytes:
+def _bad_input(message: str = NUL_MESSAGE) -> bytes:
     extensions: dict[str, Any] = {"code": "BAD_USER_INPUT"}
     request_id = current_request_id()
     if request_id:
         extensions["requestId"] = request_id
-    return orjson.dumps({"data": None, "errors": [{"message": NUL_MESSAGE, "extensions": extensions}]})
+    return orjson.dumps({"data": None, "errors": [{"message": message, "extensions": extensions}]})
 
 
 async def _respond(send: Send, body: bytes) -> None:

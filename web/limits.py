@@ -24,6 +24,7 @@ from graphql import GraphQLSyntaxError, parse
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import BaseGraphQLTransportWSHandler
 from strawberry.subscriptions.protocols.graphql_ws.handlers import BaseGraphQLWSHandler
 
+from resolvers.errors import value_fault
 from schema.build import query_too_long
 
 # Strawberry's wording for an operation refused over the per-connection limit.
@@ -61,6 +62,16 @@ def _malformed(message: Any, start: str) -> bool:
         and isinstance(payload.get("variables"), dict | None)
         and isinstance(payload.get("operationName"), str | None)
     )
+
+
+def _frame_error(payload: dict[str, Any], view: Any) -> dict[str, Any] | None:
+    """The error for a subscribe frame's payload that holds what no database can store anywhere (a
+    lone surrogate in operationName, echoed in an error, could not even be sent back) or whose query
+    HTTP would refuse; None when it may run."""
+    fault = value_fault(payload)
+    if fault is not None:
+        return {"message": fault.message, "extensions": fault.extensions}
+    return _parse_error(payload["query"], view)
 
 
 def _parse_error(query: str, view: Any) -> dict[str, Any] | None:
@@ -142,7 +153,7 @@ class TransportWSHandler(_CredentialExpiry, BaseGraphQLTransportWSHandler[Any, A
             and self.connection_acknowledged
             and message["id"] not in self.operations
         ):
-            error = _parse_error(message["payload"]["query"], self.view)
+            error = _frame_error(message["payload"], self.view)
             if error is not None:
                 await self.send_message({"id": message["id"], "type": "error", "payload": [error]})
                 return
@@ -172,7 +183,7 @@ class LegacyWSHandler(_CredentialExpiry, BaseGraphQLWSHandler[Any, Any]):
             await self.send_message({"type": "error", "id": operation, "payload": payload})
             return
         if message["type"] == "start" and self.connection_acknowledged:
-            error = _parse_error(message["payload"]["query"], self.view)
+            error = _frame_error(message["payload"], self.view)
             if error is not None:
                 await self.send_message({"type": "error", "id": message["id"], "payload": error})
                 return
