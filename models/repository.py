@@ -93,6 +93,7 @@ _MESSAGE_COLUMNS = (
 _PG_METADATA = M.c.content.op("->", return_type=postgresql.JSONB)(literal_column("'metadata'"))
 # SQLite caps compound SELECTs at 500 terms; stay well below it.
 _MAX_UNION_TERMS = 200
+WINDOW_OVERLAP = 4  # rows read per distinct message a window budget allows (overlaps)
 _IN_LIST_MAX = 1_000  # ids bound in one IN (...); a longer list is matched in Python
 
 
@@ -1164,23 +1165,27 @@ class Repository:
         *,
         budget: int | None = None,
     ) -> list[MessageRecord]:
-        """Every include window (target plus neighbours in its own thread) in one statement. Past
-        `budget` rows, WindowRowsExceeded: a window's neighbour counts are only an upper bound (a
-        window of a million neighbours reads its whole thread), so when their sum exceeds the budget
-        the statement is read under a LIMIT, which stops the database at the budget."""
+        """Every include window (target plus neighbours in its own thread) in one statement. With a
+        `budget`, at most that many distinct messages, else WindowRowsExceeded. A window's neighbour
+        counts are only an upper bound (a window of a million neighbours reads its whole thread), so
+        when their sum exceeds the budget the statement is read under a LIMIT of WINDOW_OVERLAP times
+        the budget: overlapping windows (a message counted by several) still fit, and the database
+        stops there whatever the counts ask for."""
         out: list[MessageRecord] = []
         bounded = budget is not None and _window_rows(windows) > budget
         for chunk in _window_chunks(windows):
             template, params = self._window_template(chunk, resource_id)
             if budget is not None and bounded:
-                left = budget + 1 - len(out)
+                left = budget * WINDOW_OVERLAP + 1 - len(out)
                 statement: Any = select(*template.statement.subquery().c).limit(left)
                 out.extend(_message(row) for row in conn.execute(statement, params))
-                if len(out) > budget:
+                if len(out) > budget * WINDOW_OVERLAP:
                     raise WindowRowsExceeded(budget)
             else:
                 out.extend(_message(row) for row in conn.execute(template.statement, params))
                 template.compiled = True
+        if bounded and budget is not None and len({m.id for m in out}) > budget:
+            raise WindowRowsExceeded(budget)
         return out
 
     def _window_select(self, n: int, *, previous: bool, resource_id: bool, thread_id: bool) -> Any:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from models.records import DateRange, IncludeWindow, MessageQuery, MessageRecord, PageRead, ThreadRecord
-from models.repository import Repository, WindowRowsExceeded
+from models.repository import WINDOW_OVERLAP, Repository, WindowRowsExceeded
 from resolvers.auth import Principal
 from resolvers.config import deep_merge
 from resolvers.errors import BadUserInput, Forbidden, NotFound
@@ -220,8 +220,9 @@ class RecallEngine:
                 assert self.max_all_rows is not None
                 raise BadUserInput(
                     f"include and semantic recall windows may return at most {self.max_all_rows} "
-                    "messages; this read matches more. Ask for fewer neighbours (withPreviousMessages, "
-                    "withNextMessages, messageRange) or fewer items.",
+                    f"messages, and read at most {self.max_all_rows * WINDOW_OVERLAP} rows (a message in "
+                    "several windows is read once for each); this read goes past that. Ask for fewer "
+                    "neighbours (withPreviousMessages, withNextMessages, messageRange) or fewer items.",
                     limit="maxAllRows",
                     max=self.max_all_rows,
                 ) from None

@@ -223,6 +223,10 @@ async def test_include_and_semantic_windows_are_bounded_by_all_rows(api: Api, li
         assert error["extensions"]["code"] == "BAD_USER_INPUT"
         assert (error["extensions"]["limit"], error["extensions"]["max"]) == ("maxAllRows", 30)
         assert "windows may return at most 30 messages" in error["message"]
+    # Overlapping windows count each message once: 3 x 11 rows read, 13 messages returned.
+    overlapping = [{"id": f"{big}-m{n}", "withPreviousMessages": 10} for n in (10, 11, 12)]
+    found = (await api.execute(RECALL, t=big, p=0, i=overlapping))["recall"]["messages"]
+    assert found == [{"id": f"{big}-m{n}"} for n in range(0, 13)]
     # The same target asked for several times is read once: 3 x 21 rows would be over the limit, the
     # 21 distinct ones are not.
     repeated = [{"id": f"{big}-m20", "withPreviousMessages": 10, "withNextMessages": 10}] * 3

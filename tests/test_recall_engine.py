@@ -295,7 +295,7 @@ async def test_include_windows_stop_at_their_row_budget(services: Services) -> N
             windows=windows,
             max_window_rows=budget,
         )
-        return sorted((m.id for m in page.included), key=lambda id: int(id[1:]))
+        return sorted({m.id for m in page.included}, key=lambda id: int(id[1:]))
 
     everything = 2**31 - 1
     assert await read([IncludeWindow("m4", everything, everything)], 10) == [f"m{i}" for i in range(10)]
@@ -309,6 +309,9 @@ async def test_include_windows_stop_at_their_row_budget(services: Services) -> N
         await read([IncludeWindow("m4", everything, everything)], 9)
     with pytest.raises(WindowRowsExceeded):  # over the budget across windows, not within one
         await read([IncludeWindow("m1", 1, 0), IncludeWindow("m8", 0, 1)], 3)
+    # Overlapping windows count each message once: 12 rows read, 7 messages, within a budget of 8.
+    overlapping = [IncludeWindow("m5", 5, 0), IncludeWindow("m6", 5, 0)]
+    assert await read(overlapping, 8) == [f"m{i}" for i in range(7)]
 
 
 async def test_include_windows_of_one_shape_share_one_statement(services: Services) -> None:
