@@ -721,9 +721,13 @@ def _array(value: Any) -> list[Any]:
 def _finite(value: Any) -> float:
     # float() also reads "nan", "inf" and numeric strings: a vector holding NaN would be written to
     # the index, where every distance to it is NaN.
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"an embedding holds {value!r}, not a finite number")
-    return float(value)
+    try:
+        number = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+    except OverflowError:  # an integer beyond a double
+        number = math.nan
+    if not math.isfinite(number):
+        raise ValueError(f"an embedding holds {str(value)[:40]}, not a finite number")
+    return number
 
 
 def _retry_after(response: httpx.Response) -> float | None:

@@ -309,6 +309,8 @@ async def test_jwt_hs256() -> None:
     assert (await lenient.authenticate(f"Bearer {hs256(alice)}")).expires_at == alice["exp"] + 30
     lasting = {k: v for k, v in alice.items() if k != "exp"}
     assert (await auth.authenticate(f"Bearer {hs256(lasting)}")).expires_at is None
+    # An exp beyond a double (valid JSON) was an OverflowError, a 500: it is "never".
+    assert (await auth.authenticate(f"Bearer {hs256({**alice, 'exp': 10**400})}")).expires_at is None
     now = int(time.time())
     for token, reason in [
         (hs256(claims(sub="alice", exp=now - 10)), "expired"),

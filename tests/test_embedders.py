@@ -422,7 +422,7 @@ async def test_http_embedder_unreachable() -> None:
                 {"data": [{"index": 0, "embedding": [1.0, bad]}, {"index": 1, "embedding": [1.0, 2.0]}]},
                 "not a finite number",
             )
-            for bad in (float("nan"), float("inf"), "nan", "0.5", None, True)
+            for bad in (float("nan"), float("inf"), "nan", "0.5", None, True, 10**400)
         ),
         (
             200,

@@ -333,9 +333,8 @@ class JwtVerifier:
     def _principal(self, claims: dict[str, Any]) -> Principal:
         subject = claims.get("sub")
         name = f"jwt:{subject}" if isinstance(subject, str) and subject else "jwt"
-        exp = claims.get("exp")  # PyJWT has checked that it is a number when present
         # A WebSocket outlives the check at connection_init: it is closed at this time (web/limits.py).
-        expires_at = float(exp) + self.leeway if isinstance(exp, int | float) else None
+        expires_at = _expiry(claims.get("exp"), self.leeway)
         if self.admin_claim and claims.get(self.admin_claim) is True:
             return Principal(name=name, resources=None, expires_at=expires_at)
         value = claims.get(self.resource_claim)
@@ -346,6 +345,17 @@ class JwtVerifier:
         raise Unauthenticated(
             f"Invalid token: its {self.resource_claim!r} claim must be a resource id or a list of them."
         )
+
+
+def _expiry(exp: Any, leeway: float) -> float | None:
+    """When a token's `exp` (PyJWT has checked it is a number) ends it, leeway included; None without
+    one, or beyond what a double holds (10**400 is a valid JSON integer): never, in practice."""
+    if isinstance(exp, bool) or not isinstance(exp, int | float):
+        return None
+    try:
+        return float(exp) + leeway
+    except OverflowError:
+        return None
 
 
 # ---------------------------------------------------------------------------------------------- authenticator
