@@ -211,6 +211,9 @@ class RecallQLSchema(FederatedSchema):
         for n, error in enumerate(errors):
             extensions = dict(error.extensions or {})
             if extensions.get("code"):
+                # Coded before ErrorPolicy saw it (a limit refused in on_parse): the id all the same.
+                if request_id and "requestId" not in extensions:
+                    error.extensions = {**extensions, "requestId": request_id}
                 continue
             original = error.original_error
             if original is not None and not error.nodes and not isinstance(original, GraphQLError):

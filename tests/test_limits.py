@@ -135,6 +135,7 @@ async def test_length_limit(limited: ServerProcess) -> None:
         error = await only_error(limited.url, query)
         assert error["extensions"]["code"] == "QUERY_TOO_COMPLEX", error
         assert (error["extensions"]["limit"], error["extensions"]["max"]) == ("maxQueryChars", 10000)
+        assert error["extensions"]["requestId"], error
     for protocol, subscribe in (("graphql-transport-ws", "subscribe"), ("graphql-ws", "start")):
         async with ws_session(limited.url, protocol) as ws:
             payload = {"query": long_comment + 'subscription { threadUpdated(resourceId: "r") { kind } }'}
