@@ -16,15 +16,14 @@ from graphql import (
     StringValueNode,
     ValidationContext,
     ValidationRule,
+    parse,
 )
 from graphql.validation import NoSchemaIntrospectionCustomRule
 from strawberry.extensions import (
     AddValidationRules,
     DisableIntrospection,
     MaxTokensLimiter,
-    ParserCache,
     SchemaExtension,
-    ValidationCache,
 )
 from strawberry.extensions.max_aliases import create_validator as alias_validator
 from strawberry.extensions.query_depth_limiter import create_validator as depth_validator
@@ -32,7 +31,7 @@ from strawberry.schema.config import StrawberryConfig
 from strawberry.types.execution import ExecutionContext
 
 from resolvers.errors import RecallQLError, outage, unstorable_text, value_fault
-from schema.fastpath import CACHEABLE_QUERY_CHARS, FastPath
+from schema.fastpath import MISSING, FastPath, TextBudgetCache
 from schema.federation import FEDERATION_VERSION, FederatedSchema, public_sdl, subgraph_sdl
 from schema.memory import Subscription
 from schema.root import Mutation, Query
@@ -96,7 +95,7 @@ _NOT_READ = object()
 
 class OperationChoice(SchemaExtension):
     """A document with several operations must name the one to run (GraphQL spec, GetOperation): without
-    an operationName Strawberry would run the first. Runs after ValidationCache, whose result it replaces
+    an operationName Strawberry would run the first. Runs after DocumentCache, whose result it replaces
     by this request error."""
 
     def on_validate(self) -> Iterator[None]:
@@ -205,7 +204,7 @@ class RecallQLSchema(FederatedSchema):
         self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None
     ) -> None:
         # ErrorPolicy logs what deserves a log line; bad input is not a server event. Errors raised past
-        # the extensions (ParserCache parses in on_parse, so a syntax error escapes ErrorPolicy) get
+        # the extensions (DocumentCache parses in on_parse, so a syntax error escapes ErrorPolicy) get
         # their code and request id here; anything that is not a GraphQL error is internal and masked.
         request_id = getattr(getattr(execution_context, "context", None), "request_id", None)
         for n, error in enumerate(errors):
@@ -242,19 +241,42 @@ def _depth_rule(max_depth: int) -> type[ValidationRule]:
     return SafeDepthLimit
 
 
-def _short(context: ExecutionContext) -> bool:
-    """Whether a document is short enough to be cached (schema.fastpath.CACHEABLE_QUERY_CHARS)."""
-    return context.query is not None and len(context.query) <= CACHEABLE_QUERY_CHARS
+class DocumentCache(SchemaExtension):
+    """Parses and validates each document text once (Strawberry's ParserCache and ValidationCache,
+    keyed by text in a TextBudgetCache: bounded by characters as well as entries)."""
 
+    def __init__(self, parsed: TextBudgetCache, validated: TextBudgetCache) -> None:
+        super().__init__()
+        self.parsed = parsed
+        self.validated = validated
 
-class _ShortParserCache(ParserCache):
     def on_parse(self) -> Iterator[None]:
-        yield from super().on_parse() if _short(self.execution_context) else iter([None])
+        context = self.execution_context
+        query = context.query
+        if query is not None and context.graphql_document is None:
+            key = (query, tuple(sorted(context.parse_options.items())))
+            document = self.parsed.get(key)
+            if document is MISSING:
+                document = parse(query, **context.parse_options)  # a syntax error: not cached
+                self.parsed.put(key, document, len(query))
+            context.graphql_document = document
+        yield
 
-
-class _ShortValidationCache(ValidationCache):
     def on_validate(self) -> Iterator[None]:
-        yield from super().on_validate() if _short(self.execution_context) else iter([None])
+        context = self.execution_context
+        query = context.query
+        if query is not None and context.graphql_document is not None and context.validation_rules:
+            key = (query, tuple(context.validation_rules))
+            errors = self.validated.get(key)
+            if errors is MISSING:
+                from strawberry.schema.schema import validate_document
+
+                errors = validate_document(
+                    context.schema._schema, context.graphql_document, context.validation_rules
+                )
+                self.validated.put(key, errors, len(query))
+            context.pre_execution_errors = errors
+        yield
 
 
 def query_too_long(query: str, max_chars: int | None) -> GraphQLError | None:
@@ -297,6 +319,7 @@ def build_schema(
     """`extensions`: extra extension factories (metrics, tracing), run outside the error policy so that
     they see the errors as clients will. `introspection=False` rejects `__schema` and `__type`
     (GRAPHQL_VALIDATION_FAILED); `__typename` stays allowed."""
+    parsed, validated = TextBudgetCache(), TextBudgetCache()  # this schema's, shared by its requests
     limit_rules: list[type[ASTValidationRule]] = [
         _depth_rule(max_depth),
         alias_validator(max_aliases),
@@ -311,7 +334,7 @@ def build_schema(
         # Factories: Strawberry builds fresh extension instances for every request.
         extensions=[
             *extensions,
-            # The limit rules are built once: ValidationCache keys on the rule classes, so per-request
+            # The limit rules are built once: DocumentCache keys on the rule classes, so per-request
             # classes (what QueryDepthLimiter(...) would make) would never hit the cache.
             lambda: AddValidationRules(limit_rules),
             *([] if introspection else [DisableIntrospection]),
@@ -319,8 +342,7 @@ def build_schema(
             lambda: ErrorPolicy(mask=mask_errors),
             lambda: QueryLength(max_chars),  # before anything parses
             # Clients send the same few documents over and over: parse and validate each once.
-            lambda: _ShortParserCache(maxsize=512),
-            lambda: _ShortValidationCache(maxsize=512),
+            lambda: DocumentCache(parsed, validated),
             OperationChoice,
             StorableVariables,
         ],

@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
-from typing import Any
+from typing import Any, cast
 
 import strawberry
 from graphql import (
@@ -91,11 +91,44 @@ class Plan:
     memo: dict[str, Any] = dataclass_field(default_factory=dict)
 
 
-# Documents longer than this are not kept by any cache (plans here, parsed and validated documents in
-# schema.build): one comment or string can make a document megabytes long within the token limit, and
-# its tokens alone can make a parsed document about 70 bytes a character, so caches keyed by arbitrary
-# texts were a way to fill the server's memory. Clients send the same few short documents.
-CACHEABLE_QUERY_CHARS = 4096
+MISSING: Any = object()
+
+
+class TextBudgetCache:
+    """An LRU cache of values derived from document texts (plans here; parsed and validated documents
+    in schema.build), bounded by entries and by the characters of the texts it keeps. Unbounded in
+    characters, distinct long documents (megabytes of comment within the token limit) kept about
+    14 MB each; a parsed document is up to about 70 bytes a character. A text over a tenth of the
+    budget is not kept at all."""
+
+    def __init__(self, max_entries: int = 512, max_chars: int = 1_000_000) -> None:
+        self.max_entries = max_entries
+        self.max_chars = max_chars
+        self._items: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+        self._chars = 0
+
+    def get(self, key: Any) -> Any:
+        """The value, or MISSING."""
+        found = self._items.get(key)
+        if found is None:
+            return MISSING
+        self._items.move_to_end(key)
+        return found[0]
+
+    def put(self, key: Any, value: Any, chars: int) -> None:
+        if chars > self.max_chars // 10 or key in self._items:
+            return
+        self._items[key] = (value, chars)
+        self._chars += chars
+        while len(self._items) > self.max_entries or self._chars > self.max_chars:
+            _, (_, size) = self._items.popitem(last=False)
+            self._chars -= size
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self._items
 
 
 class FastPath:
@@ -112,8 +145,7 @@ class FastPath:
         self.schema: GraphQLSchema = schema._schema
         self.root_fields = root_fields
         self.max_tokens = max_tokens
-        self._plans: OrderedDict[tuple[str, str | None], Plan | None] = OrderedDict()
-        self._cache_size = cache_size
+        self._plans = TextBudgetCache(max_entries=cache_size)
         self._getters: dict[tuple[str, str], tuple[_Getter, str | None]] = {}
         # The same rules the normal path validates with: graphql-core's, Strawberry's, our limits.
         self._rules = (*specified_rules, *extra_rules)
@@ -121,19 +153,15 @@ class FastPath:
     # ------------------------------------------------------------------ compile
     def plan(self, query: str, operation_name: str | None) -> Plan | None:
         key = (query, operation_name)
-        if key in self._plans:
-            self._plans.move_to_end(key)
-            return self._plans[key]
+        plan = self._plans.get(key)
+        if plan is not MISSING:
+            return cast(Plan | None, plan)
         try:
             plan = self._compile(query, operation_name)
         except Exception:  # unsupported, invalid or anything unexpected: the normal path handles it
             plan = None
-        if len(query) > CACHEABLE_QUERY_CHARS:
-            return plan  # planned again each time: see CACHEABLE_QUERY_CHARS
-        self._plans[key] = plan
-        if len(self._plans) > self._cache_size:
-            self._plans.popitem(last=False)
-        return plan
+        self._plans.put(key, plan, len(query))
+        return cast(Plan | None, plan)
 
     def _compile(self, query: str, operation_name: str | None) -> Plan:
         document = parse(query, max_tokens=self.max_tokens)

@@ -120,28 +120,36 @@ async def test_other_queries_fall_back(populated: Services, query: str) -> None:
     assert fast is None
 
 
-async def test_long_documents_are_answered_but_never_cached(populated: Services) -> None:
-    """Distinct long documents (a comment makes them megabytes within the token limit) filled the
-    plan, parse and validation caches: about 14 MB kept per request. They are still answered, on both
-    paths, and only short documents are kept. The caches' sizes are read from their internals: what
-    they keep is visible nowhere else."""
-    from strawberry.extensions.parser_cache import _get_parse_cache
-    from strawberry.extensions.validation_cache import _get_validate_cache
+async def test_document_caches_are_bounded_by_characters(populated: Services) -> None:
+    """Distinct long documents (a comment makes them megabytes within the token limit) filled the plan,
+    parse and validation caches: about 14 MB kept per request. The caches now hold at most 1 MB of
+    document text each; a document over a tenth of that is answered and not kept, one of 5 KB is (a
+    cut-off at 4 KB made such documents 3 times slower). The plan cache is read from its internals:
+    what it keeps is visible nowhere else."""
+    from schema.fastpath import TextBudgetCache
 
-    from schema.fastpath import CACHEABLE_QUERY_CHARS
-
+    cache = TextBudgetCache(max_entries=20, max_chars=1000)
+    for n in range(12):
+        cache.put(n, str(n), 100)
+    assert len(cache) == 10 and 0 not in cache and 1 not in cache  # 1,000 characters, the oldest out
+    assert cache.get(2) == "2"  # now the most recently used
+    cache.put("big", "x", 101)  # over a tenth of the budget: never kept
+    assert "big" not in cache
+    cache.put("next", "y", 100)
+    assert 2 in cache and 3 not in cache
+    few = TextBudgetCache(max_entries=3, max_chars=1000)
+    for n in range(5):
+        few.put(n, n, 10)
+    assert len(few) == 3 and 1 not in few  # entries bound it too
     schema = build_schema()
-    caches = (_get_parse_cache(512), _get_validate_cache(512))
     short = '{ thread(id: "t1") { id } }'
-    fast, normal = await both(populated, short + " # short")
-    assert fast == {"data": normal.data} and schema.fast_path.plan(short + " # short", None) is not None
-    sizes = [c.cache_info().currsize for c in caches]
+    medium = f"{short} # {'x' * 5_000}"
+    assert schema.fast_path.plan(medium, None) is not None and (medium, None) in schema.fast_path._plans
     for n in range(3):
-        long = f"{short} #{n} {'x' * CACHEABLE_QUERY_CHARS}"
+        long = f"{short} #{n} {'x' * 150_000}"
         fast, normal = await both(populated, long)
         assert fast == {"data": normal.data} == {"data": {"thread": {"id": "t1"}}}
         assert schema.fast_path.plan(long, None) is not None and (long, None) not in schema.fast_path._plans
-    assert [c.cache_info().currsize for c in caches] == sizes
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
