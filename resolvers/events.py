@@ -323,7 +323,7 @@ class RedisBroker:
             self._dropped += len(encoded)
             return
         try:
-            async with asyncio.timeout(self.PUBLISH_TIMEOUT * 2):  # connect, then send
+            async with asyncio.timeout(self.PUBLISH_TIMEOUT):  # connecting and sending together
                 async with self._publisher.pipeline(transaction=False) as pipe:
                     for key, data in encoded:
                         pipe.publish(key, data)

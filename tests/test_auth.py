@@ -485,6 +485,44 @@ async def test_jwt_rs256_from_a_jwks_url() -> None:
             assert (error.status, error.code) == (503, "SERVICE_UNAVAILABLE"), (document, error.message)
 
 
+async def test_a_jwks_refresh_that_brings_back_nothing_usable_is_503() -> None:
+    """A token with an unknown kid makes PyJWT fetch the key set again; an HTML page or an empty set
+    in that answer is the endpoint's fault (it was a 401 blaming the token)."""
+    key = rsa_key()
+    bodies = [json.dumps(jwks(("k1", key))).encode()]
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = bodies[-1]
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/jwks"
+        auth = Authenticator(settings(jwt_jwks_url=url))
+        assert auth.jwt.jwks_client is not None
+        auth.jwt.jwks_client.cooldown_duration = 0  # refresh at once for an unknown kid
+        assert (await auth.authenticate(f"Bearer {rs256({'sub': 'a'}, key)}")).resources == {"a"}
+        unknown = f"Bearer {rs256({'sub': 'a'}, rsa_key(), kid='k9')}"
+        assert (await rejected(auth, unknown)).status == 401  # a good set without k9: the token's fault
+        for body in (b"<html>502 Bad Gateway</html>", b'{"keys": []}', b"[1]"):
+            bodies.append(body)
+            error = await rejected(auth, unknown)
+            assert (error.status, error.code) == (503, "SERVICE_UNAVAILABLE"), (body, error.message)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
 # ------------------------------------------------------------------------------------ the compiled path
 async def test_the_compiled_read_path_applies_the_principal(services: Services) -> None:
     await seed(services, msg("m1"), msg("o1", thread="t2", resource="r2"), threads={"t1": "r1", "t2": "r2"})
@@ -739,6 +777,20 @@ async def test_a_websocket_is_closed_when_its_token_expires(auth_server: ServerP
         assert json.loads(await asyncio.wait_for(ws.recv(), 5))["type"] == "connection_ack"
         start = {"query": MESSAGE_EVENTS, "variables": {"t": mine}}
         await ws.send(json.dumps({"id": "1", "type": "start", "payload": start}))
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            while True:
+                await asyncio.wait_for(ws.recv(), 15)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 4403
+        assert time.time() >= expires
+    # The legacy protocol takes a second connection_init: the timer follows the token now in force.
+    expires = int(time.time()) + 3
+    async with websockets.connect(legacy_url, subprotocols=["graphql-ws"]) as ws:
+        later = hs256(claims(resources=ALICE, exp=int(time.time()) + 600))
+        await ws.send(json.dumps({"type": "connection_init", "payload": bearer(later)}))
+        assert json.loads(await asyncio.wait_for(ws.recv(), 5))["type"] == "connection_ack"
+        short = hs256(claims(resources=ALICE, exp=expires))
+        await ws.send(json.dumps({"type": "connection_init", "payload": bearer(short)}))
+        assert json.loads(await asyncio.wait_for(ws.recv(), 5))["type"] == "connection_ack"
         with pytest.raises(websockets.ConnectionClosed) as closed:
             while True:
                 await asyncio.wait_for(ws.recv(), 15)

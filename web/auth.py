@@ -317,7 +317,18 @@ class JwtVerifier:
                 client.get_signing_keys()  # the endpoint's set (cached): what is wrong with it is ours
             except (jwt.PyJWTError, ValueError) as exc:
                 raise _EndpointFault(exc) from exc
-            return client.get_signing_key(kid or "").key  # refreshed once for an unknown kid
+            try:
+                return client.get_signing_key(kid or "").key  # refreshed once for an unknown kid
+            except jwt.PyJWKClientConnectionError:
+                raise
+            except jwt.PyJWKClientError as exc:
+                # Only "no key for this kid" is the token's fault; PyJWT tells it from a refresh that
+                # brought back nothing usable by its wording alone.
+                if str(exc).startswith("Unable to find a signing key"):
+                    raise
+                raise _EndpointFault(exc) from exc
+            except (jwt.PyJWKSetError, ValueError) as exc:  # the refresh's answer, not the token
+                raise _EndpointFault(exc) from exc
 
         try:
             return await asyncio.to_thread(signing_key)

@@ -108,7 +108,14 @@ class _CredentialExpiry:
         await super().handle_connection_init(message)  # type: ignore[misc]
         principal = getattr(self.context, "principal", None)
         expires_at = principal.expires_at if principal is not None else None
-        if self.connection_acknowledged and expires_at is not None and self._expiry_task is None:
+        if not self.connection_acknowledged:
+            return
+        # The legacy protocol takes another connection_init, whose token replaces the principal: the
+        # timer follows the principal in force.
+        if self._expiry_task is not None:
+            self._expiry_task.cancel()
+            self._expiry_task = None
+        if expires_at is not None:
             self._expiry_task = asyncio.create_task(self._close_at(expires_at))
 
     async def _refused_as_expired(self) -> bool:
