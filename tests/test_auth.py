@@ -435,11 +435,15 @@ async def test_a_jwks_file_change_revokes_and_replaces_keys(
 
 
 @contextlib.contextmanager
-def jwks_server(document: dict[str, Any] | list[Any] | bytes) -> Iterator[str]:
-    body = document if isinstance(document, bytes) else json.dumps(document).encode()
+def jwks_server(
+    document: dict[str, Any] | list[Any] | bytes, *, changing: list[bytes] | None = None
+) -> Iterator[str]:
+    """A JWKS endpoint serving `document`, or the last of `changing` at each request."""
+    fixed = document if isinstance(document, bytes) else json.dumps(document).encode()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            body = changing[-1] if changing else fixed
             self.send_response(200)
             self.send_header(
                 "Content-Type", "text/html" if isinstance(document, bytes) else "application/json"
@@ -490,23 +494,7 @@ async def test_a_jwks_refresh_that_brings_back_nothing_usable_is_503() -> None:
     in that answer is the endpoint's fault (it was a 401 blaming the token)."""
     key = rsa_key()
     bodies = [json.dumps(jwks(("k1", key))).encode()]
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = bodies[-1]
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/jwks"
+    with jwks_server(b"", changing=bodies) as url:
         auth = Authenticator(settings(jwt_jwks_url=url))
         assert auth.jwt.jwks_client is not None
         auth.jwt.jwks_client.cooldown_duration = 0  # refresh at once for an unknown kid
@@ -517,10 +505,6 @@ async def test_a_jwks_refresh_that_brings_back_nothing_usable_is_503() -> None:
             bodies.append(body)
             error = await rejected(auth, unknown)
             assert (error.status, error.code) == (503, "SERVICE_UNAVAILABLE"), (body, error.message)
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 # ------------------------------------------------------------------------------------ the compiled path
