@@ -57,35 +57,40 @@ def outage(exc: BaseException) -> ServiceUnavailable | None:
 
 NUL_MESSAGE = "Strings may not contain U+0000 (NUL)."
 SURROGATE_MESSAGE = "Strings must be valid Unicode: a lone surrogate cannot be stored."
-
-
 NON_FINITE_MESSAGE = "Numbers must be finite: NaN and Infinity are not JSON and cannot be stored."
+
+
+def scalar_fault(item: Any) -> str | None:
+    """Why no database can store this string or number (U+0000, a lone surrogate, NaN or an
+    infinity: transports that decode with Python's json module take them; stored as JSON they became
+    null, and an answer echoing them was not JSON), or None. Anything else: None."""
+    if isinstance(item, str):
+        if "\x00" in item:
+            return NUL_MESSAGE
+        if not item.isascii():
+            try:
+                item.encode()
+            except UnicodeEncodeError:
+                return SURROGATE_MESSAGE
+    elif isinstance(item, float) and not math.isfinite(item):
+        return NON_FINITE_MESSAGE
+    return None
 
 
 def value_fault(value: Any) -> BadUserInput | None:
     """The BadUserInput for the first string (keys included) or number in a JSON-like value that no
-    database can store, or None: U+0000, a lone surrogate, NaN or an infinity (transports that decode
-    with Python's json module take them; stored as JSON they became null, and the answer echoing
-    them was not JSON). Iterative: a value may nest deeper than Python recurses."""
+    database can store (scalar_fault), or None. Iterative: a value may nest deeper than Python
+    recurses."""
     stack = [value]
     while stack:
         item = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return BadUserInput(NUL_MESSAGE)
-            if not item.isascii():
-                try:
-                    item.encode()
-                except UnicodeEncodeError:
-                    return BadUserInput(SURROGATE_MESSAGE)
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                return BadUserInput(NON_FINITE_MESSAGE)
-        elif isinstance(item, dict):
+        if isinstance(item, dict):
             stack.extend(item)
             stack.extend(item.values())
         elif isinstance(item, list | tuple):
             stack.extend(item)
+        elif (fault := scalar_fault(item)) is not None:
+            return BadUserInput(fault)
     return None
 
 
