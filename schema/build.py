@@ -31,7 +31,8 @@ from strawberry.schema.config import StrawberryConfig
 from strawberry.types.execution import ExecutionContext
 
 from resolvers.errors import RecallQLError, outage, unstorable_text, value_fault
-from schema.fastpath import MISSING, FastPath, TextBudgetCache
+from schema.caches import MISSING, TextBudgetCache
+from schema.fastpath import FastPath
 from schema.federation import FEDERATION_VERSION, FederatedSchema, public_sdl, subgraph_sdl
 from schema.memory import Subscription
 from schema.root import Mutation, Query

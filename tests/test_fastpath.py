@@ -126,7 +126,7 @@ async def test_document_caches_are_bounded_by_characters(populated: Services) ->
     document text each; a document over a tenth of that is answered and not kept, one of 5 KB is (a
     cut-off at 4 KB made such documents 3 times slower). The plan cache is read from its internals:
     what it keeps is visible nowhere else."""
-    from schema.fastpath import TextBudgetCache
+    from schema.caches import TextBudgetCache
 
     cache = TextBudgetCache(max_entries=20, max_chars=1000)
     for n in range(12):
