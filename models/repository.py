@@ -1536,20 +1536,20 @@ class Repository:
                 where.append(M.c.created_at >= start)
             if end is not None:
                 where.append(M.c.created_at <= end)
-            wanted = list(dict.fromkeys(message_ids)) if message_ids else []
+            wanted = list(dict.fromkeys(message_ids or ()))
             # A long id list is matched here, not bound: the engines cap a statement's parameters
             # (SQLite 32,766, asyncpg 32,767), and the thread's rows are read for the copy anyway.
-            by_sql = len(wanted) <= _IN_LIST_MAX
-            if wanted and by_sql:
+            in_python = len(wanted) > _IN_LIST_MAX
+            if wanted and not in_python:
                 where.append(M.c.id.in_(wanted))
             stmt = select(*_MESSAGE_COLUMNS).where(*where)
-            if limit and (by_sql or not wanted):
+            if limit and not in_python:
                 stmt = stmt.order_by(M.c.created_at.desc(), M.c.seq.desc()).limit(limit)
                 selected = [_message(r) for r in conn.execute(stmt)][::-1]
             else:
                 stmt = stmt.order_by(M.c.created_at.asc(), M.c.seq.asc())
                 selected = [_message(r) for r in conn.execute(stmt)]
-                if wanted and not by_sql:
+                if in_python:
                     keep = set(wanted)
                     selected = [m for m in selected if m.id in keep]
                     if limit:
