@@ -325,8 +325,9 @@ async def _orphans(repository: Repository, homeless: Counter[str]) -> int:
 
 
 def _unstorable(report: ImportReport, kind: str, id: str, values: tuple[Any, ...]) -> bool:
-    """Skips (with a warning) a row holding text no database can store, as the API refuses it: U+0000,
-    which LibSQL keeps and PostgreSQL refuses, or a lone surrogate."""
+    """Skips (with a warning) a row holding a string or number no database can store, as the API
+    refuses it (resolvers.errors.scalar_fault): U+0000, which LibSQL keeps and PostgreSQL refuses, a
+    lone surrogate, NaN."""
     fault = value_fault(values)
     if fault is None:
         return False
@@ -640,9 +641,9 @@ async def import_jsonl(
         if not raw.strip():
             continue
         where = f"line {number}"
-        # orjson alone, as the API reads its requests: it refuses NaN, Infinity, numbers beyond a
-        # double and lone surrogates, which Python's json module would let in (the first three
-        # stored as null). Integers beyond 64 bits become doubles, as in JavaScript.
+        # orjson alone: it refuses NaN, Infinity, numbers beyond a double and lone surrogates, which
+        # Python's json module lets in (the first three were stored as null), as the API refuses them.
+        # Integers beyond 64 bits become doubles, as in JavaScript.
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
