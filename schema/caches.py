@@ -10,10 +10,10 @@ MISSING: Any = object()
 
 
 class TextBudgetCache:
-    """An LRU cache of values derived from document texts, bounded by entries and by the characters of the texts it keeps. Unbounded in
-    characters, distinct long documents (megabytes of comment within the token limit) kept about
-    14 MB each; a parsed document is up to about 70 bytes a character. A text over a tenth of the
-    budget is not kept at all."""
+    """An LRU cache of values derived from document texts, bounded by entries and by the characters
+    of the texts it keeps. Unbounded in characters, distinct long documents (megabytes of comment
+    within the token limit) kept about 14 MB each; a parsed document is up to about 70 bytes a
+    character. A text over a tenth of the budget is not kept at all."""
 
     def __init__(self, max_entries: int = 512, max_chars: int = 1_000_000) -> None:
         self.max_entries = max_entries
