@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -10,15 +11,19 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import text
+from alembic.util import CommandError
+from sqlalchemy import event, text
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
 
 from models.tables import PG_ONLY_INDEXES
 
 SCRIPT_LOCATION = Path(__file__).resolve().parent.parent / "alembic"
 # Any constant works; it serialises migrations of replicas starting together on PostgreSQL.
 _PG_LOCK_KEY = 0x5245_4341_4C4C
+# How long a SQLite migration waits for another process's migration (or a long write) to finish.
+_SQLITE_LOCK_WAIT_MS = 600_000
 
 
 def include_object_for(dialect: str) -> Callable[..., bool]:
@@ -36,29 +41,98 @@ def alembic_config() -> Config:
     return cfg
 
 
-def _upgrade(connection: Connection, revision: str) -> None:
+@dataclass(frozen=True)
+class SchemaState:
+    """Where a database stands against this code's migrations."""
+
+    current: tuple[str, ...]  # the revisions the database is at (empty: never migrated)
+    pending: tuple[str, ...]  # the revisions this code would apply, oldest first
+    unknown: tuple[str, ...]  # revisions of the database this code does not know: a newer RecallQL's
+
+    @property
+    def newer(self) -> bool:
+        return bool(self.unknown)
+
+    @property
+    def at_head(self) -> bool:
+        return not self.pending and not self.unknown
+
+    def describe(self) -> str:
+        if self.newer:
+            return (
+                f"the database is at revision {', '.join(self.unknown)}, which this RecallQL does not know "
+                "(a newer version migrated it)"
+            )
+        if self.pending:
+            return f"the database needs migration(s) {', '.join(self.pending)} (run `recallql migrate`)"
+        return "the database schema is current"
+
+
+def _state(connection: Connection) -> SchemaState:
+    current = tuple(sorted(MigrationContext.configure(connection).get_current_heads()))
+    script = ScriptDirectory.from_config(alembic_config())
+    applied: set[str] = set()
+    unknown: list[str] = []
+    for revision in current:
+        try:
+            applied.update(r.revision for r in script.walk_revisions("base", revision))
+        except CommandError:
+            unknown.append(revision)
+    if unknown:
+        return SchemaState(current, (), tuple(unknown))
+    pending = [r.revision for r in script.walk_revisions()][::-1]
+    return SchemaState(current, tuple(r for r in pending if r not in applied), ())
+
+
+def _upgrade(connection: Connection) -> SchemaState:
     if connection.dialect.name == "postgresql":
         connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_LOCK_KEY})
-    cfg = alembic_config()
-    cfg.attributes["connection"] = connection
-    command.upgrade(cfg, revision)
+    # Read under the lock, so a process that waited for another's migration sees it done.
+    state = _state(connection)
+    if state.pending:
+        cfg = alembic_config()
+        cfg.attributes["connection"] = connection
+        command.upgrade(cfg, "head")
+    return state
 
 
-def _pending(connection: Connection) -> list[str]:
-    current = set(MigrationContext.configure(connection).get_current_heads())
-    script = ScriptDirectory.from_config(alembic_config())
-    return (
-        [rev.revision for rev in script.walk_revisions() if rev.revision not in current][::-1]
-        if not (current >= set(script.get_heads()))
-        else []
-    )
+def _sqlite_migration_engine(engine: AsyncEngine) -> AsyncEngine:
+    """A connection to the same SQLite file whose transactions cover DDL. pysqlite opens a transaction
+    only before DML, so each CREATE, DROP or ALTER of a migration committed on its own: a migration cut
+    off half-way left tables behind that every later start tripped over, and processes starting together
+    ran the same DDL. In autocommit mode the driver leaves transactions to SQLAlchemy, and BEGIN
+    IMMEDIATE takes the write lock before the version is read, as PostgreSQL's advisory lock does."""
+    migration = create_async_engine(engine.url, poolclass=NullPool, connect_args={"isolation_level": None})
+
+    @event.listens_for(migration.sync_engine, "connect")
+    def _connect(dbapi_conn: Any, _record: Any) -> None:
+        cursor = dbapi_conn.cursor()
+        cursor.execute(f"PRAGMA busy_timeout={_SQLITE_LOCK_WAIT_MS}")
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.close()
+
+    @event.listens_for(migration.sync_engine, "begin")
+    def _begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return migration
 
 
-async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
-    async with engine.begin() as conn:
-        await conn.run_sync(_upgrade, revision)
+async def upgrade(engine: AsyncEngine) -> SchemaState:
+    """Brings the database to this code's head, all or nothing, one process at a time. Returns the state
+    it found: `pending` is what was applied. A database migrated by a newer RecallQL is left as it is
+    (`unknown` says so): replicas of the older version keep running beside it in a rolling upgrade."""
+    if engine.dialect.name != "sqlite":
+        async with engine.begin() as conn:
+            return await conn.run_sync(_upgrade)
+    migration = _sqlite_migration_engine(engine)
+    try:
+        async with migration.begin() as conn:
+            return await conn.run_sync(_upgrade)
+    finally:
+        await migration.dispose()
 
 
-async def pending_revisions(engine: AsyncEngine) -> list[str]:
+async def schema_state(engine: AsyncEngine) -> SchemaState:
     async with engine.connect() as conn:
-        return await conn.run_sync(_pending)
+        return await conn.run_sync(_state)

@@ -200,13 +200,13 @@ class ServerProcess:
             stderr=subprocess.STDOUT,
         )
 
-    def wait_ready(self, timeout: float = 60) -> None:
+    def wait_ready(self, timeout: float = 60, probe: str = "/readyz") -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited:\n{self.log_path.read_text()}")
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                if httpx.get(f"{self.url}{probe}", timeout=1).status_code == 200:
                     return
             time.sleep(0.1)
         raise TimeoutError(f"server not ready in {timeout}s:\n{self.log_path.read_text()}")

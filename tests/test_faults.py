@@ -368,7 +368,10 @@ async def test_chroma_outage_degrades_search_only_and_recovers(tmp_path: Path) -
         srv, chroma = fault.srv, fault.chroma
         assert chroma is not None
         ready = await client.get(f"{srv.url}/readyz")
-        assert (ready.status_code, ready.json()) == (200, {"ready": True, "database": "ok", "chroma": "ok"})
+        assert (ready.status_code, ready.json()) == (
+            200,
+            {"ready": True, "database": "ok", "schema": "ok", "chroma": "ok"},
+        )
 
         chroma.stop()
         started = time.monotonic()
@@ -377,7 +380,7 @@ async def test_chroma_outage_degrades_search_only_and_recovers(tmp_path: Path) -
         # Still ready (the database answers), with Chroma reported unreachable.
         assert (ready.status_code, ready.json()) == (
             200,
-            {"ready": True, "database": "ok", "chroma": "unreachable"},
+            {"ready": True, "database": "ok", "schema": "ok", "chroma": "unreachable"},
         )
         body, took = await fault.search_fails(client)
         error = body["errors"][0]
@@ -394,7 +397,7 @@ async def test_chroma_outage_degrades_search_only_and_recovers(tmp_path: Path) -
         finally:
             await index.aclose()
         ready = await client.get(f"{srv.url}/readyz")
-        assert ready.json() == {"ready": True, "database": "ok", "chroma": "ok"}
+        assert ready.json() == {"ready": True, "database": "ok", "schema": "ok", "chroma": "ok"}
         # Each text is its own best hit again.
         probe = fault.during[3]["content"]["parts"][0]["text"]
         best = await search(

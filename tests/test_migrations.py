@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
@@ -11,13 +17,16 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import Connection
 
 from models.db import create_engine
-from models.migrate import alembic_config, include_object_for, upgrade
+from models.migrate import alembic_config, include_object_for, schema_state, upgrade
 from models.records import IncludeWindow, MessageQuery
 from models.repository import Repository
 from models.tables import metadata
 from resolvers.auth import OPEN
 from resolvers.context import Services
 from tests.factories import msg, seed
+from tests.support import ServerProcess
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _diff(connection: Connection) -> list[Any]:
@@ -108,3 +117,161 @@ async def test_include_window_plan_is_per_target(services: Services, resource_id
     plan = await repo.explain(repo.window_statement([IncludeWindow("m42", 3, 3)], resource_id))
     # The target comes from the unique id index, its neighbours from the thread-order index.
     assert "ix_messages_thread_order" in plan, plan
+
+
+async def _execute(url: str, *statements: str) -> None:
+    from sqlalchemy import text
+
+    engine = create_engine(url)
+    try:
+        async with engine.begin() as conn:
+            for statement in statements:
+                await conn.execute(text(statement))
+    finally:
+        await engine.dispose()
+
+
+async def _tables(url: str) -> set[str]:
+    from sqlalchemy import inspect
+
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            return set(await conn.run_sync(lambda c: inspect(c).get_table_names()))
+    finally:
+        await engine.dispose()
+
+
+async def test_a_migration_that_fails_half_way_leaves_nothing_behind(database_url: str) -> None:
+    # 0001 creates its tables, then this index name: taken, so the migration fails after its first DDL.
+    # On SQLite each DDL statement used to commit on its own, and the next start then failed on
+    # "table messages already exists" until someone repaired the file by hand.
+    await _execute(
+        database_url,
+        "CREATE TABLE blocker (x INTEGER)",
+        "CREATE INDEX ix_messages_thread_order ON blocker (x)",
+    )
+    engine = create_engine(database_url)
+    try:
+        with pytest.raises(Exception, match="ix_messages_thread_order"):
+            await upgrade(engine)
+        assert await _tables(database_url) == {"blocker"}
+        await _execute(database_url, "DROP TABLE blocker")
+        state = await upgrade(engine)
+        assert state.pending == ("0001", "0002", "0003")
+        assert (await schema_state(engine)).at_head
+    finally:
+        await engine.dispose()
+
+
+def test_processes_migrating_at_once_wait_for_each_other(tmp_path: Path) -> None:
+    # SQLite only took no lock: of four processes starting together on a fresh file, three failed on
+    # "table messages already exists" (PostgreSQL's advisory lock is covered by the replica tests).
+    url = f"sqlite+aiosqlite:///{tmp_path / 'race.db'}"
+    script = (
+        "import asyncio, sys, time\n"
+        "from models.db import create_engine\n"
+        "from models.migrate import upgrade\n"
+        "time.sleep(max(0.0, float(sys.argv[2]) - time.time()))\n"
+        "async def main():\n"
+        "    engine = create_engine(sys.argv[1])\n"
+        "    print(','.join((await upgrade(engine)).pending))\n"
+        "    await engine.dispose()\n"
+        "asyncio.run(main())\n"
+    )
+    start = str(time.time() + 3)  # all four begin together, once their imports are done
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, url, start],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    outputs = [run.communicate(timeout=120) for run in runs]
+    assert [run.returncode for run in runs] == [0] * 4, [err for _out, err in outputs]
+    # Exactly one of them applied the migrations; the others waited and found nothing to do.
+    assert sorted(out.strip() for out, _err in outputs) == ["", "", "", "0001,0002,0003"]
+
+
+async def test_the_state_names_only_what_is_missing_and_leaves_a_newer_schema_alone(
+    database_url: str,
+) -> None:
+    engine = create_engine(database_url)
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(_upgrade_to, "0002")
+        # Every revision but the head used to be reported as pending, ancestors included.
+        assert (await schema_state(engine)).pending == ("0003",)
+        assert (await upgrade(engine)).pending == ("0003",)
+        await _execute(database_url, "UPDATE alembic_version SET version_num = '0099'")
+        state = await upgrade(engine)  # a newer RecallQL's schema: not an error, and not touched
+        assert state.unknown == ("0099",) and state.pending == () and not state.at_head
+        assert "0099" in state.describe() and "newer" in state.describe()
+    finally:
+        await engine.dispose()
+
+
+def _upgrade_to(connection: Connection, revision: str) -> None:
+    cfg = alembic_config()
+    cfg.attributes["connection"] = connection
+    command.upgrade(cfg, revision)
+
+
+def _migrate_command(data_dir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "web.cli", "migrate", "--data-dir", str(data_dir)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_without_auto_migration_the_server_is_unready_until_migrated(tmp_path: Path) -> None:
+    # It used to report ready over an empty database, and every request then failed on a missing table.
+    data = tmp_path / "data"
+    server = ServerProcess(data, {"RECALLQL_AUTO_MIGRATE": "false", "RECALLQL_EMBEDDER": "off"})
+    try:
+        server.wait_ready(probe="/healthz")
+        ready = httpx.get(f"{server.url}/readyz", timeout=10)
+        assert ready.status_code == 503, ready.text
+        assert ready.json()["schema"] == "pending 0001, 0002, 0003"
+        assert (
+            "RECALLQL_AUTO_MIGRATE is off and the database needs migration(s)" in server.log_path.read_text()
+        )
+        done = _migrate_command(data)
+        assert done.returncode == 0 and done.stdout.strip() == "applied 3 migration(s): 0001, 0002, 0003"
+        ready = httpx.get(f"{server.url}/readyz", timeout=10)
+        assert (ready.status_code, ready.json()["schema"]) == (200, "ok")
+    finally:
+        server.stop()
+
+
+def test_a_schema_migrated_by_a_newer_version_is_served_and_not_migrated(tmp_path: Path) -> None:
+    # It was a 100-line traceback from `migrate` and from `serve`, which a rolling upgrade's older
+    # replicas would hit on every restart.
+    data = tmp_path / "data"
+    assert _migrate_command(data).returncode == 0
+    asyncio.run(
+        _execute(
+            f"sqlite+aiosqlite:///{data / 'recallql.db'}", "UPDATE alembic_version SET version_num = '0099'"
+        )
+    )
+    done = _migrate_command(data)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip() == (
+        "migrate: nothing applied: the database is at revision 0099, which this RecallQL does not know "
+        "(a newer version migrated it)"
+    )
+    server = ServerProcess(data, {"RECALLQL_EMBEDDER": "off"})
+    try:
+        server.wait_ready()
+        assert httpx.get(f"{server.url}/readyz", timeout=10).json()["schema"] == "newer"
+        assert (
+            "serving against a newer schema: the database is at revision 0099" in server.log_path.read_text()
+        )
+    finally:
+        server.stop()

@@ -21,7 +21,7 @@ from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
 
 from models.db import create_engine, is_sqlite
-from models.migrate import upgrade
+from models.migrate import schema_state, upgrade
 from models.repository import Repository
 from resolvers.context import RequestContext, Services
 from schema import build_schema
@@ -35,7 +35,7 @@ from web.auth import (
 )
 from web.compiled import GraphQLFront, decode_json, refused
 from web.frontend import frontend_routes, graphiql_response
-from web.health import readiness
+from web.health import SchemaCheck, readiness
 from web.limits import LegacyWSHandler, TransportWSHandler
 from web.observability import Observability, observe_compiled_operation, request_id_of
 from web.settings import Settings, get_settings
@@ -175,8 +175,11 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
                 max_overflow=settings.db_max_overflow,
                 connect_timeout=settings.db_connect_timeout,
             )
-            if settings.auto_migrate:
-                await upgrade(engine)
+            state = await (upgrade(engine) if settings.auto_migrate else schema_state(engine))
+            if state.newer:
+                log.warning("serving against a newer schema: %s", state.describe())
+            elif state.pending:  # /readyz answers 503 until they are applied
+                log.error("RECALLQL_AUTO_MIGRATE is off and %s", state.describe())
             repository = Repository(engine)
             built = Services.build(
                 repository,
@@ -249,11 +252,13 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         max_chars=settings.max_query_chars,
     )
 
+    schema_check = SchemaCheck()
+
     async def healthz(_request: Request) -> Response:
         return PlainTextResponse("ok")
 
     async def readyz(request: Request) -> Response:
-        status, report = await readiness(request.app.state.services, settings)  # web/health.py
+        status, report = await readiness(request.app.state.services, settings, schema_check)  # web/health.py
         return JSONResponse(report, status_code=status)
 
     async def method_not_allowed(request: Request, exc: Exception) -> Response:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # imported where used: `recallql serve` need not load them
     from rich.progress import Progress
     from sqlalchemy.ext.asyncio import AsyncEngine
 
+    from models.migrate import SchemaState
     from models.repository import Repository
     from resolvers.semantic import SemanticMemory
 
@@ -65,21 +66,23 @@ async def _repository(settings: Settings) -> AsyncIterator[Repository]:
         await engine.dispose()
 
 
-async def _migrate(settings: Settings) -> list[str]:
-    from models.migrate import pending_revisions, upgrade
+async def _migrate(settings: Settings) -> SchemaState:
+    from models.migrate import upgrade
 
     engine = _create_engine(settings)
     try:
-        pending = await pending_revisions(engine)
-        await upgrade(engine)
-        return pending
+        return await upgrade(engine)
     finally:
         await engine.dispose()
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     settings = _apply_overrides(args)
-    applied = asyncio.run(_migrate(settings))
+    state = asyncio.run(_migrate(settings))
+    if state.newer:
+        print(f"migrate: nothing applied: {state.describe()}", file=sys.stderr)  # noqa: T201
+        return 1
+    applied = state.pending
     print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}")  # noqa: T201
     return 0
 
@@ -210,9 +213,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             workers,
         )
     if settings.auto_migrate and not args.no_migrate:
-        applied = asyncio.run(_migrate(settings))
-        if applied:
-            log.info("applied migrations: %s", ", ".join(applied))
+        state = asyncio.run(_migrate(settings))
+        if state.newer:
+            log.warning("serving against a newer schema: %s", state.describe())
+        elif state.pending:
+            log.info("applied migrations: %s", ", ".join(state.pending))
     # Migrations ran once, here; the workers must not race each other doing it again.
     os.environ["RECALLQL_AUTO_MIGRATE"] = "false"
     get_settings.cache_clear()  # a single worker runs in this process: it must see the variables above

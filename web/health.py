@@ -1,10 +1,13 @@
 """Readiness (/readyz): whether this process can serve requests now, and how its optional
 collaborators are doing.
 
-Ready means the database answers (503 otherwise: a load balancer should send traffic elsewhere). The
-Chroma server, when semantic recall uses one, is reported but does not make the process unready: while
-it is down only vector searches fail (SERVICE_UNAVAILABLE); saves keep their vector work in the outbox
-and reads without a search go on.
+Ready means the database answers and has this code's migrations (503 otherwise: a load balancer should
+send traffic elsewhere; with RECALLQL_AUTO_MIGRATE=false nothing else would say that every request is
+about to fail on a missing table). A schema migrated by a newer RecallQL is reported but stays ready:
+replicas of the older version keep serving during a rolling upgrade. The Chroma server, when semantic
+recall uses one, is reported but does not make the process unready: while it is down only vector
+searches fail (SERVICE_UNAVAILABLE); saves keep their vector work in the outbox and reads without a
+search go on.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from models.migrate import schema_state
 from models.vector_index import heartbeat_url
 from resolvers.context import Services
 from web.settings import Settings
@@ -33,6 +37,28 @@ async def _database(services: Services) -> str:
     return "ok"
 
 
+class SchemaCheck:
+    """Whether the database has this code's migrations: "ok", "newer" or "pending <revisions>". Asked
+    until the answer is final (a schema at or past this code's head does not go back), then remembered,
+    so that a probe costs one query only while a deploy's `recallql migrate` has not run yet."""
+
+    def __init__(self) -> None:
+        self._final: str | None = None
+
+    async def __call__(self, services: Services) -> str:
+        if self._final is not None:
+            return self._final
+        try:
+            state = await asyncio.wait_for(schema_state(services.repository.engine), CHECK_TIMEOUT)
+        except Exception as exc:  # the database check reports the outage
+            log.warning("readyz: schema version unreadable: %r", exc)
+            return "unknown"
+        if state.pending:
+            return f"pending {', '.join(state.pending)}"
+        self._final = "newer" if state.newer else "ok"
+        return self._final
+
+
 async def _chroma(url: str) -> str:
     try:
         async with httpx.AsyncClient(timeout=CHECK_TIMEOUT) as client:
@@ -44,14 +70,17 @@ async def _chroma(url: str) -> str:
     return "ok"
 
 
-async def readiness(services: Services, settings: Settings) -> tuple[int, dict[str, Any]]:
-    """(HTTP status, report): {"ready", "database": ok|unreachable[, "chroma": ok|unreachable|embedded]}."""
-    checks: dict[str, Any] = {"database": _database(services)}
+async def readiness(
+    services: Services, settings: Settings, schema: SchemaCheck
+) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, report): {"ready", "database": ok|unreachable, "schema": ok|newer|pending …|unknown
+    [, "chroma": ok|unreachable|embedded]}."""
+    checks: dict[str, Any] = {"database": _database(services), "schema": schema(services)}
     if services.semantic is not None:
         if settings.chroma_url:
             checks["chroma"] = _chroma(settings.chroma_url)
         else:
             checks["chroma"] = asyncio.sleep(0, "embedded")
     results = dict(zip(checks, await asyncio.gather(*checks.values()), strict=True))
-    ready = results["database"] == "ok"
+    ready = results["database"] == "ok" and results["schema"] in ("ok", "newer")
     return (200 if ready else 503), {"ready": ready, **results}
