@@ -856,6 +856,21 @@ def test_auto_mode_on_loopback_is_open_and_warns(tmp_path: Path) -> None:
             ["RECALLQL_VECTOR_BATCH: Input should be less than or equal to 8192"],
         ),
         ({"RECALLQL_API_KEYS": "s3cr3t-key"}, ["RECALLQL_API_KEYS", "(expected JSON)"]),
+        # Numbers out of range used to be taken: an interval of 0 spun the drainer at 100% CPU, a
+        # negative body limit refused every request.
+        (
+            {"RECALLQL_VECTOR_DRAIN_INTERVAL": "0"},
+            ["RECALLQL_VECTOR_DRAIN_INTERVAL: Input should be greater than 0"],
+        ),
+        (
+            {"RECALLQL_MAX_BODY_BYTES": "-1"},
+            ["RECALLQL_MAX_BODY_BYTES: Input should be greater than or equal to 1"],
+        ),
+        ({"RECALLQL_PORT": "99999"}, ["RECALLQL_PORT: Input should be less than or equal to 65535"]),
+        (
+            {"RECALLQL_LAST_MESSAGES": "-5"},
+            ["RECALLQL_LAST_MESSAGES: Input should be greater than or equal to 0"],
+        ),
     ],
 )
 def test_a_bad_setting_is_named_without_a_traceback_or_its_value(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import subprocess
 import sys
 import time
@@ -24,7 +26,7 @@ from models.tables import metadata
 from resolvers.auth import OPEN
 from resolvers.context import Services
 from tests.factories import msg, seed
-from tests.support import ServerProcess
+from tests.support import PG_ADMIN_DSN, ServerProcess, postgres_available, require
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -275,3 +277,36 @@ def test_a_schema_migrated_by_a_newer_version_is_served_and_not_migrated(tmp_pat
         )
     finally:
         server.stop()
+
+
+def _migrate_url(url: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "web.cli", "migrate", "--database-url", url],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=30,  # asyncpg's own connect timeout is 60 s
+    )
+
+
+def test_migrate_waits_for_an_unanswering_database_only_as_long_as_configured() -> None:
+    # A socket that accepts connections (the kernel's backlog) but never answers, like a hung server.
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        port = silent.getsockname()[1]
+        done = _migrate_url(
+            f"postgresql+asyncpg://postgres@127.0.0.1:{port}/test", RECALLQL_DB_CONNECT_TIMEOUT="1"
+        )
+    assert done.returncode == 1 and done.stderr.startswith("recallql: the database cannot be reached"), (
+        done.stderr
+    )
+
+
+async def test_a_database_that_refuses_us_is_one_line() -> None:
+    require(await postgres_available(), f"PostgreSQL is not reachable at {PG_ADMIN_DSN}")
+    base = PG_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://")
+    done = _migrate_url(f"{base}/recallql_no_such_database")
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip() == (
+        'recallql: the database refused the connection: database "recallql_no_such_database" does not exist'
+    )

@@ -44,7 +44,12 @@ def _create_engine(settings: Settings) -> AsyncEngine:
     url = settings.resolved_database_url
     if is_sqlite(url):  # a first command on a fresh machine may come before the server ever ran
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-    return create_engine(url)
+    return create_engine(
+        url,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+        connect_timeout=settings.db_connect_timeout,
+    )
 
 
 @contextlib.asynccontextmanager
@@ -526,10 +531,26 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # an unreachable database is an outage to report, not a bug
         from models.db import is_unavailable
 
-        if not is_unavailable(exc):
-            raise
-        print(f"recallql: the database cannot be reached: {_root_cause(exc)}", file=sys.stderr)  # noqa: T201
-        return 1
+        if is_unavailable(exc):
+            print(f"recallql: the database cannot be reached: {_root_cause(exc)}", file=sys.stderr)  # noqa: T201
+            return 1
+        if _refused(exc):
+            print(f"recallql: the database refused the connection: {_root_cause(exc)}", file=sys.stderr)  # noqa: T201
+            return 1
+        raise
+
+
+def _refused(exc: BaseException) -> bool:
+    """PostgreSQL answered, but not for us: no such database, or the credentials are wrong."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        state = getattr(current, "sqlstate", None)
+        if isinstance(state, str) and (state == "3D000" or state.startswith("28")):
+            return True
+        current = getattr(current, "orig", None) or current.__cause__
+    return False
 
 
 def _root_cause(exc: BaseException) -> str:

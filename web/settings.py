@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_URL_FORMS = "use sqlite+aiosqlite:///path/to/file.db or postgresql+asyncpg://user:password@host/database"
 
 
 class Settings(BaseSettings):
@@ -24,15 +26,15 @@ class Settings(BaseSettings):
     database_url: str | None = Field(
         default=None, description="SQLAlchemy async URL; default sqlite+aiosqlite:///<data_dir>/recallql.db"
     )
-    db_pool_size: int = 10
-    db_max_overflow: int = 10
+    db_pool_size: int = Field(default=10, ge=1)
+    db_max_overflow: int = Field(default=10, ge=0)
     # PostgreSQL: seconds a new connection may take before the request fails with SERVICE_UNAVAILABLE.
-    db_connect_timeout: float = 5.0
+    db_connect_timeout: float = Field(default=5.0, gt=0)
     auto_migrate: bool = True
 
     host: str = "127.0.0.1"
-    port: int = 8000
-    workers: int = 1
+    port: int = Field(default=8000, ge=1, le=65535)
+    workers: int = Field(default=1, ge=1, le=256)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     debug: bool = False
 
@@ -45,7 +47,7 @@ class Settings(BaseSettings):
     otel_endpoint: str | None = None
 
     # Server-wide memory defaults; a call's threadConfig is deep-merged over them.
-    last_messages: int | Literal[False] = 10
+    last_messages: Annotated[int, Field(ge=0)] | Literal[False] = 10
     semantic_recall: bool | dict[str, Any] = False
     working_memory: dict[str, Any] = Field(default_factory=lambda: {"enabled": False})
     generate_title: bool | dict[str, Any] = False
@@ -58,7 +60,7 @@ class Settings(BaseSettings):
     embeddings_url: str | None = None
     embeddings_model: str | None = None
     embeddings_api_key: str | None = None
-    embeddings_dimension: int | None = None
+    embeddings_dimension: int | None = Field(default=None, ge=1)
     # Requests to the embeddings endpoint in flight at once, across every search, save and re-index of
     # the process (a re-index sends its batches side by side up to this bound).
     embeddings_concurrency: int = Field(default=4, ge=1, le=256)
@@ -75,8 +77,9 @@ class Settings(BaseSettings):
     # How many resources' vector indexes embedded Chroma keeps loaded (about 3 MB each, more for large
     # resources); unset: as many as a quarter of the memory holds (models/vector_index.py).
     chroma_cached_indexes: int | None = Field(default=None, ge=1)
-    vector_drain_interval: float = 1.0
-    vector_sync_timeout: float = 10.0
+    # Both above 0: an interval of 0 made the drainer spin (a core at 100% on an idle server).
+    vector_drain_interval: float = Field(default=1.0, gt=0)
+    vector_sync_timeout: float = Field(default=10.0, gt=0)
     # wait: a save answers once its vectors are written (Mastra's behaviour); background: once SQL has
     # committed, with the vectors written right after (searches in the same process wait for them).
     vector_writes: Literal["wait", "background"] = "wait"
@@ -90,7 +93,7 @@ class Settings(BaseSettings):
     chat_url: str | None = None
     chat_model: str | None = None
     chat_api_key: str | None = None
-    chat_timeout: float = 30.0
+    chat_timeout: float = Field(default=30.0, gt=0)
 
     # Live updates: Redis pub/sub fans events out across processes (else in-process only).
     redis_url: str | None = None
@@ -110,22 +113,47 @@ class Settings(BaseSettings):
     jwt_audience: str | None = None
     jwt_resource_claim: str = "sub"
     jwt_admin_claim: str | None = None
-    jwt_leeway: float = 0.0  # seconds of clock skew allowed on exp / nbf / iat
+    jwt_leeway: float = Field(default=0.0, ge=0)  # seconds of clock skew allowed on exp / nbf / iat
 
-    # Limits.
-    max_query_depth: int = 12
-    max_query_tokens: int = 5000
-    max_query_chars: int = 262_144  # query document length (lexing a long comment costs ~0.15 s a MB)
-    max_aliases: int = 30
-    max_include_items: int = 100
-    max_save_batch: int = 1000
-    max_body_bytes: int = 8 * 1024 * 1024
-    max_per_page: int = 1000  # recall / threads perPage (and lastMessages as a page size)
-    max_all_rows: int = 10_000  # rows a `perPage: false` recall (or threads listing) may return
-    max_entities: int = 1000  # representations per federation `_entities` call
-    max_search_chars: int = 16_384 * 4  # vectorSearchString length
-    max_subscriptions_per_connection: int = 16  # operations at once on one WebSocket
+    # Limits. Counts and sizes are at least 1 (0 where "none" makes sense), times above 0: a negative
+    # body limit refused every request, a negative page size failed every recall.
+    max_query_depth: int = Field(default=12, ge=1)
+    max_query_tokens: int = Field(default=5000, ge=1)
+    max_query_chars: int = Field(
+        default=262_144, ge=1
+    )  # query document length (lexing a long comment costs ~0.15 s a MB)
+    max_aliases: int = Field(default=30, ge=0)
+    max_include_items: int = Field(default=100, ge=0)
+    max_save_batch: int = Field(default=1000, ge=1)
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1)
+    max_per_page: int = Field(
+        default=1000, ge=1
+    )  # recall / threads perPage (and lastMessages as a page size)
+    max_all_rows: int = Field(
+        default=10_000, ge=1
+    )  # rows a `perPage: false` recall (or threads listing) may return
+    max_entities: int = Field(default=1000, ge=1)  # representations per federation `_entities` call
+    max_search_chars: int = Field(default=16_384 * 4, ge=1)  # vectorSearchString length
+    max_subscriptions_per_connection: int = Field(default=16, ge=1)  # operations at once on one WebSocket
     introspection: bool = True  # __schema / __type (GraphiQL needs them)
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str | None) -> str | None:
+        # Checked here so that a URL of another driver is one line naming the setting, not an import
+        # error from deep inside SQLAlchemy (postgresql:// loads psycopg, which is not installed).
+        if value is None:
+            return value
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            driver = make_url(value).drivername
+        except ArgumentError:
+            raise ValueError(f"not a database URL; {_URL_FORMS}") from None
+        if driver not in ("sqlite+aiosqlite", "postgresql+asyncpg"):
+            raise ValueError(f"the driver {driver!r} is not supported; {_URL_FORMS}")
+        return value
 
     @field_validator("last_messages", mode="before")
     @classmethod
