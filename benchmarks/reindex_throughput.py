@@ -55,7 +55,7 @@ async def one_step_at_a_time(semantic: SemanticMemory, page: int) -> int:
     await index.drop(None)
     done = 0
     async for rows in semantic._messages_in_order(None, batch=page):
-        items = await semantic._embed_messages([m for m in rows if embeddable_text(m) is not None])
+        items, _ = await semantic._embed_messages([m for m in rows if embeddable_text(m) is not None])
         if items:
             await semantic._healing(partial(index.upsert, items))
         done += len(rows)

@@ -554,7 +554,13 @@ class _PrioritySlots:
         self._free += 1
 
 
-_RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+_RETRY_STATUS = frozenset({408, 409, 429})
+
+
+def _retried(status: int) -> bool:
+    # Every 5xx but the two that say the server will never do it (not implemented, version refused):
+    # gateways and overloaded model hosts answer 520-529 and 507 for what passes.
+    return status in _RETRY_STATUS or (500 <= status <= 599 and status not in (501, 505))
 
 
 class HttpEmbedder:
@@ -565,10 +571,11 @@ class HttpEmbedder:
     requests of ``batch_size``, the requests of one call side by side; at most ``max_concurrency``
     requests are in flight at once across all calls, so a burst of searches or a re-index cannot flood a
     hosted endpoint into rate-limiting it, and a freed slot goes to the call of fewest requests first (a
-    search's query before the queued batches of a bulk call). Transport errors, 429 and 5xx answers are
-    retried ``max_retries`` times with exponential backoff, or after the answer's ``Retry-After`` when it
-    asks for longer; an answer asking for more than ``max_retry_after`` seconds fails at once rather than
-    holding a request that long. Everything else raises :class:`EmbeddingError`.
+    search's query before the queued batches of a bulk call). Transport errors, 408, 409, 429 and 5xx
+    answers (but 501 and 505) are retried ``max_retries`` times with exponential backoff, or after the
+    answer's ``Retry-After`` when it asks for longer; an answer asking for more than ``max_retry_after``
+    seconds fails at once rather than holding a request that long. Everything else raises
+    :class:`EmbeddingError`, with the answer's status.
     """
 
     def __init__(
@@ -671,7 +678,7 @@ class HttpEmbedder:
                     f"embedding request to {self._url} failed with HTTP {response.status_code}: "
                     f"{_error_detail(response)}"
                 )
-                if response.status_code not in _RETRY_STATUS or attempt >= self._max_retries:
+                if not _retried(response.status_code) or attempt >= self._max_retries:
                     raise EmbeddingError(failure, status_code=response.status_code)
                 asked = _retry_after(response)
                 if asked is not None and asked > self._max_retry_after:
@@ -693,13 +700,17 @@ class HttpEmbedder:
             raise EmbeddingError(f"malformed answer from {self._url}: {exc!r}") from exc
         if [item["index"] for item in items] != list(range(len(texts))):
             raise EmbeddingError(f"{self._url} returned {len(items)} embeddings for {len(texts)} texts")
+        # The whole answer is checked before its dimension is taken as the model's: a first answer with
+        # an empty vector used to fix the dimension at 0 until the process restarted.
+        expected = self._dimension if self._dimension is not None else len(vectors[0]) if vectors else 0
         for vector in vectors:
-            if self._dimension is None:
-                self._dimension = len(vector)
-            if len(vector) != self._dimension or not vector:
+            if len(vector) != expected or not vector:
                 raise EmbeddingError(
-                    f"{self._url} returned a {len(vector)}-dimensional vector, expected {self._dimension}"
+                    f"{self._url} returned a {len(vector)}-dimensional vector, expected "
+                    f"{expected or 'a vector of at least one number'}"
                 )
+        if vectors:
+            self._dimension = expected
         usage = body.get("usage") if isinstance(body, dict) else None
         tokens = None
         if isinstance(usage, dict):

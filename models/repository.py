@@ -671,11 +671,13 @@ class Repository:
         limit: int = 256,
         queued_before: int | None = None,
         skip_resources: Collection[str | None] = (),
+        skip_entries: Collection[int] = (),
     ) -> tuple[list[OutboxEntry], dict[str, MessageRecord]]:
         """Queued changes (the oldest, or those of the given messages) and the current rows of their
         messages, read in one snapshot: an entry seen here describes a change these rows already show.
         `skip_resources`: leave out the entries of messages these resources hold now (a rebuild of
-        theirs is under way); a deleted message's entry is never left out."""
+        theirs is under way); a deleted message's entry is never left out. `skip_entries`: leave out
+        these entries (held back after the embedder refused their messages)."""
         stmt = (
             select(O.c.id, O.c.message_id, O.c.previous_resource_id, O.c.was_stored)
             .order_by(O.c.id)
@@ -685,6 +687,8 @@ class Repository:
             stmt = stmt.where(O.c.message_id.in_(list(message_ids)))
         if queued_before is not None:
             stmt = stmt.where(O.c.created_at <= queued_before)
+        if skip_entries:
+            stmt = stmt.where(O.c.id.not_in(list(skip_entries)))
         if skip_resources:
             named = [r for r in skip_resources if r is not None]
             held = or_(

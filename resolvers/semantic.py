@@ -49,6 +49,11 @@ T = TypeVar("T")
 
 # Set inside a rebuild: damage met there fails the rebuild (the outbox keeps its work) instead of
 # starting another one that would wait for it.
+# What an endpoint answers for a text (or a request) it will never take, as opposed to an outage or
+# a configuration error (401, 403 and 404 refuse every text alike; halving would only multiply them).
+_REFUSALS = frozenset({400, 413, 422})
+# Held outbox entries the drain leaves out by id (one bound parameter each).
+_MAX_HELD = 1000
 _REBUILDING: contextvars.ContextVar[bool] = contextvars.ContextVar("recallql_rebuilding", default=False)
 
 
@@ -100,6 +105,11 @@ class _VectorWork:
     stale: dict[str | None, set[str]]  # per resource, messages whose vectors must go
     items: list[VectorItem]
     written: dict[str, MessageRecord | None]  # the rows (None: gone) the work was made from
+
+    @property
+    def due(self) -> bool:
+        """Something to write: entries to settle, or only the old vectors of refused messages to delete."""
+        return bool(self.entry_ids or self.stale)
 
 
 @dataclass(slots=True)
@@ -192,6 +202,10 @@ class SemanticMemory:
         # Damaged collections being rebuilt from SQL, by resource; searches wait `rebuild_wait` for them.
         self._rebuilds: dict[str | None, _Rebuild] = {}
         self.rebuild_wait = rebuild_wait
+        # Outbox entries of messages whose text the embedder refused (see _embed_messages), by entry id:
+        # when the drain may try them again. They stay queued, out of the drain's way until then.
+        self._held: dict[int, float] = {}
+        self._refusals: dict[str, int] = {}  # message id: refusals so far (the hold doubles each time)
 
     async def index(self) -> VectorIndex:
         """The index for this embedder's identity (model name and dimension), created on first use:
@@ -265,7 +279,7 @@ class SemanticMemory:
         """Applies queued changes (of these messages, or the oldest batch) to the index; returns how many
         outbox entries it settled."""
         work = await self._load(message_ids, queued_before=queued_before)
-        if work.entry_ids:
+        if work.due:
             await self._store(work)
         return len(work.entry_ids)
 
@@ -288,18 +302,44 @@ class SemanticMemory:
                 queued_before=queued_before,
                 # The drain leaves a resource being rebuilt to its rebuild, which would embed it again.
                 skip_resources=[] if message_ids is not None else self._rebuilding(),
+                skip_entries=[] if message_ids is not None else self._holding(),
             )
-            embedded = await early if early is not None else []
+            embedded, refused_early = await early if early is not None else ([], set())
         finally:
             if early is not None:
                 early.cancel()  # only when the read failed: the vectors would have no use
         current = [m for m in rows.values() if embeddable_text(m) is not None]
         unchanged = {m.id for m in current if ahead and m.id in ahead and _same_vectors(ahead[m.id], m)}
         items = [item for item in embedded if item.message_id in unchanged]
-        items.extend(await self._embed_messages([m for m in current if m.id not in unchanged]))
+        more, refused = await self._embed_messages([m for m in current if m.id not in unchanged])
+        items.extend(more)
+        refused |= refused_early & unchanged
+        stale = _stale_vectors(entries, rows)
+        for message_id in refused:  # vectors of an earlier text would now stand for a text they miss
+            stale.setdefault(rows[message_id].resource_id, set()).add(message_id)
+        self._hold([e for e in entries if e.message_id in refused])
         written: dict[str, MessageRecord | None] = {e.message_id: None for e in entries} | rows
-        entry_ids = [e.id for e in entries if e.id is not None]
-        return _VectorWork(entry_ids, _stale_vectors(entries, rows), items, written)
+        entry_ids = [e.id for e in entries if e.id is not None and e.message_id not in refused]
+        return _VectorWork(entry_ids, stale, items, {k: v for k, v in written.items() if k not in refused})
+
+    def _hold(self, entries: Sequence[OutboxEntry]) -> None:
+        """Keeps the entries of refused messages queued but out of the drain's way for a while (1 minute,
+        doubling to an hour per refusal): tried first, one such message held every message queued after
+        it, the drain taking the same oldest batch again and again."""
+        now = time.monotonic()
+        for message_id in {e.message_id for e in entries}:
+            self._refusals[message_id] = self._refusals.get(message_id, 0) + 1
+        for entry in entries:
+            if entry.id is not None:
+                self._held[entry.id] = now + min(60.0 * 2 ** (self._refusals[entry.message_id] - 1), 3600.0)
+
+    def _holding(self) -> list[int]:
+        """The held entries whose time has not come (at most _MAX_HELD: past that, an endpoint refusing
+        everything is an outage, and the drain's own back-off paces it)."""
+        now = time.monotonic()
+        for entry_id in [e for e, until in self._held.items() if until <= now]:
+            del self._held[entry_id]
+        return sorted(self._held)[:_MAX_HELD]
 
     async def _store(self, work: _VectorWork, *, again: bool = True) -> None:
         """Stale vectors out, new ones in, then the entries settled (a crash before that repeats it).
@@ -390,7 +430,7 @@ class SemanticMemory:
 
         async def load(rows: list[MessageRecord]) -> Callable[[], Awaitable[None]] | None:
             work = await self._load([m.id for m in rows])
-            return partial(self._store, work) if work.entry_ids else None
+            return partial(self._store, work) if work.due else None
 
         # Pages hold distinct messages, so their outbox entries settle in any order.
         await _overlapped(pages, load)
@@ -441,7 +481,11 @@ class SemanticMemory:
         while tasks := [r.task for r in self._rebuilds.values()]:
             await asyncio.wait(tasks)
 
-    async def _embed_messages(self, messages: Sequence[MessageRecord]) -> list[VectorItem]:
+    async def _embed_messages(self, messages: Sequence[MessageRecord]) -> tuple[list[VectorItem], set[str]]:
+        """The messages' vectors, and the ids of those whose text the embedder refuses. An endpoint that
+        refuses one text (content policy, too long for its model) or a request too large for it (more
+        inputs than it takes) refuses the whole request: the batch is halved until what it accepts is
+        embedded and each refused message stands alone."""
         texts: list[str] = []
         owners: list[tuple[MessageRecord, int]] = []
         for message in messages:
@@ -449,8 +493,28 @@ class SemanticMemory:
                 texts.append(chunk)
                 owners.append((message, n))
         if not texts:
-            return []
-        embedding = await self.embedder.embed(texts)
+            return [], set()
+        try:
+            embedding = await self.embedder.embed(texts)
+        except EmbeddingError as exc:
+            if exc.status_code not in _REFUSALS:
+                raise
+            if len(messages) == 1:
+                log.warning(
+                    "the embedder refused the text of message %r, which stays without vectors (tried "
+                    "again later, and by `recallql reindex`): %s",
+                    messages[0].id,
+                    exc,
+                )
+                return [], {messages[0].id}
+            half = len(messages) // 2
+            first, second = await asyncio.gather(
+                self._embed_messages(messages[:half]), self._embed_messages(messages[half:])
+            )
+            return first[0] + second[0], first[1] | second[1]
+        if self._refusals:
+            for message in messages:
+                self._refusals.pop(message.id, None)
         return [
             VectorItem(
                 message_id=m.id,
@@ -460,7 +524,7 @@ class SemanticMemory:
                 vector=vector,
             )
             for (m, n), vector in zip(owners, embedding.vectors, strict=True)
-        ]
+        ], set()
 
     # ------------------------------------------------------------------ the write pipeline
     def submit(
@@ -618,7 +682,7 @@ class SemanticMemory:
         self._applying = jobs
         write_error: BaseException | None = None
         work = _merged([b.work for b in batches if b.work is not None and b.error is None])
-        if work is not None and work.entry_ids:
+        if work is not None and work.due:
             try:
                 await self._store(work)
             except Exception as exc:
@@ -693,7 +757,7 @@ class SemanticMemory:
 
         async def embed(rows: list[MessageRecord]) -> Callable[[], Awaitable[None]] | None:
             embeddable = [m for m in rows if embeddable_text(m) is not None]
-            items = await self._embed_messages(embeddable)
+            items, _refused = await self._embed_messages(embeddable)  # each one logged
             work = _VectorWork([], {}, items, {m.id: m for m in embeddable})
             return partial(self._store, work) if items else None
 

@@ -460,6 +460,42 @@ async def test_http_embedder_retries_then_succeeds() -> None:
     assert result == Embedding(vectors=[[0.6, 0.8]], tokens=None)
 
 
+@pytest.mark.parametrize(("status", "tries"), [(507, 3), (520, 3), (529, 3), (501, 1), (505, 1), (404, 1)])
+async def test_http_embedder_retries_every_passing_server_error(status: int, tries: int) -> None:
+    # Only 500 and 502-504 were retried; gateways and overloaded hosts answer 507 and 520-529.
+    calls = 0
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        return httpx.Response(status, json={"error": "busy"})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        embedder = HttpEmbedder("http://embed.test", "m", client=client, retry_backoff=0.001)
+        with pytest.raises(EmbeddingError) as failed:
+            await embedder.embed(["a"])
+    assert (calls, failed.value.status_code) == (tries, status)
+
+
+async def test_a_bad_first_answer_does_not_become_the_dimension() -> None:
+    # An empty first vector used to fix the dimension at 0, and every later answer was "wrong".
+    answers = [[[]], [[0.6, 0.8], [0.6]], [[0.6, 0.8]]]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        vectors = answers.pop(0)
+        return httpx.Response(
+            200, json={"data": [{"index": i, "embedding": v} for i, v in enumerate(vectors)]}
+        )
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        embedder = HttpEmbedder("http://embed.test", "m", client=client)
+        with pytest.raises(EmbeddingError, match="returned a 0-dimensional vector"):
+            await embedder.discover_dimension()
+        with pytest.raises(EmbeddingError, match="returned a 1-dimensional vector, expected 2"):
+            await embedder.embed(["a", "b"])
+        assert await embedder.discover_dimension() == 2
+
+
 def _vector_answers(
     log: list[list[str]] | None = None, fail_on: str | None = None, delay: float = 0.01
 ) -> tuple[Callable[[httpx.Request], Awaitable[httpx.Response]], Callable[[], int]]:

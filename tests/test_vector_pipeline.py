@@ -30,7 +30,7 @@ from resolvers.auth import OPEN
 from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import Services
 from resolvers.errors import ServiceUnavailable
-from resolvers.messages import MessageInput
+from resolvers.messages import MessageInput, MessagePatch
 from resolvers.semantic import SemanticMemory
 from tests.support import (
     Api,
@@ -61,6 +61,9 @@ class GatedEmbedder:
         self.requests: list[str | None] = []  # REQUEST as each call saw it
         self.fail = False
         self.delay = 0.0  # seconds per call, for a pipeline that saves can outrun
+        # As hosted endpoints answer (HTTP 400) a request holding a text they refuse, or too many texts.
+        self.refuse: str | None = None
+        self.max_inputs: int | None = None
 
     @property
     def name(self) -> str:
@@ -77,6 +80,10 @@ class GatedEmbedder:
         await asyncio.sleep(self.delay)
         if self.fail:
             raise EmbeddingError("the embedder is down")
+        if self.refuse is not None and any(self.refuse in t for t in texts):
+            raise EmbeddingError(f"input refused: {self.refuse}", status_code=400)
+        if self.max_inputs is not None and len(texts) > self.max_inputs:
+            raise EmbeddingError(f"at most {self.max_inputs} inputs", status_code=400)
         return Embedding([list(REF.embed(t)) for t in texts], tokens=None)
 
     async def aclose(self) -> None:
@@ -585,6 +592,61 @@ async def test_a_failed_write_leaves_the_work_to_the_drain(make: Any) -> None:
     setup.embedder.fail = False
     assert await setup.semantic.drain(grace=3600) == 2
     assert sorted(await setup.hits("kept in sql", thread_id, resource_id)) == sorted(ids)
+
+
+async def test_a_message_the_embedder_refuses_is_held_back_alone(make: Any) -> None:
+    # One refused text used to fail its whole batch, and the drain took the same oldest batch again and
+    # again: the clean messages queued with it (or after it) were never indexed.
+    setup = make()
+    thread_id, resource_id = await new_thread(setup)
+    setup.embedder.fail = True  # the endpoint is down while they are saved: all four wait in the outbox
+    clean = await setup.save(thread_id, resource_id, ["apples one", "apples two"])
+    poisoned = await setup.save(thread_id, resource_id, ["apples POISON"])
+    later = await setup.save(thread_id, resource_id, ["apples three"])
+    setup.embedder.fail = False
+    setup.embedder.refuse = "POISON"
+    repository = setup.services.repository
+    assert await setup.semantic.drain() == 3
+    assert sorted(await setup.hits("apples", thread_id, resource_id)) == sorted(clean + later)
+    # The refused message stays queued, and out of the drain's way: a second drain tries nothing.
+    assert await repository.outbox_backlog() == 1
+    calls = len(setup.embedder.calls)
+    assert await setup.semantic.drain() == 0 and len(setup.embedder.calls) == calls
+    # Once its hold has passed it is tried again, and refused again (held twice as long).
+    setup.semantic._held = dict.fromkeys(setup.semantic._held, 0.0)
+    assert await setup.semantic.drain() == 0 and len(setup.embedder.calls) == calls + 1
+    assert setup.semantic._refusals == {poisoned[0]: 2}
+    # An endpoint that takes it after all (or a changed text) settles it.
+    setup.embedder.refuse = None
+    setup.semantic._held = dict.fromkeys(setup.semantic._held, 0.0)
+    assert await setup.semantic.drain() == 1
+    assert await repository.outbox_backlog() == 0 and setup.semantic._refusals == {}
+    assert sorted(await setup.hits("apples", thread_id, resource_id)) == sorted(clean + poisoned + later)
+
+
+async def test_a_refused_text_loses_the_vectors_of_its_earlier_text(make: Any) -> None:
+    setup = make()
+    thread_id, resource_id = await new_thread(setup)
+    [message_id] = await setup.save(thread_id, resource_id, ["pears in a bowl"])
+    assert await setup.hits("pears in a bowl", thread_id, resource_id) == [message_id]
+    setup.embedder.refuse = "POISON"
+    await setup.services.messages.update(
+        [MessagePatch(id=message_id, content=_text("POISON now"))], principal=OPEN
+    )
+    # The old vector would find the message by a text it no longer holds.
+    assert await setup.hits("pears in a bowl", thread_id, resource_id) == []
+    assert await setup.services.repository.outbox_backlog() == 1
+
+
+async def test_an_endpoint_that_takes_fewer_texts_per_request_gets_smaller_requests(make: Any) -> None:
+    setup = make()
+    thread_id, resource_id = await new_thread(setup)
+    setup.embedder.max_inputs = 4
+    ids = await setup.save(thread_id, resource_id, [f"plums number {n}" for n in range(10)])
+    assert await setup.services.repository.outbox_backlog() == 0
+    assert sorted(await setup.hits("plums", thread_id, resource_id)) == sorted(ids)
+    # Refused as a whole (10, then 5 and 5), then taken in halves: no message was lost for it.
+    assert setup.embedder.calls[:3] == [10, 5, 5] and setup.semantic._refusals == {}
 
 
 async def test_reindex_embeds_the_next_page_while_the_index_writes_the_last(make: Any) -> None:

@@ -64,6 +64,11 @@ class Settings(BaseSettings):
     # Requests to the embeddings endpoint in flight at once, across every search, save and re-index of
     # the process (a re-index sends its batches side by side up to this bound).
     embeddings_concurrency: int = Field(default=4, ge=1, le=256)
+    # Texts per request (an endpoint that takes fewer answers 400 or 413, and the request is halved
+    # until it takes it, at the cost of the refused requests), and seconds per request (a timed-out
+    # request is retried twice, like a 5xx).
+    embeddings_batch: int = Field(default=256, ge=1, le=8192)
+    embeddings_timeout: float = Field(default=60.0, gt=0)
     # The local model's threads: 1 runs one batch at a time on every core (lowest query latency); N
     # runs N batches at once on one core each (more throughput for bulk ingest, slower lone queries).
     embedding_workers: int = Field(default=1, ge=1, le=64)

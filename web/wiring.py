@@ -36,6 +36,8 @@ def build_embedder(settings: Settings) -> Embedder | None:
             api_key=settings.embeddings_api_key,
             dimension=settings.embeddings_dimension,
             max_concurrency=settings.embeddings_concurrency,
+            batch_size=settings.embeddings_batch,
+            timeout=settings.embeddings_timeout,
         )
     model_dir = settings.resolved_model_dir()
     if model_dir is None:
