@@ -16,8 +16,10 @@ import asyncio
 import contextlib
 import datetime
 import email.utils
+import hashlib
 import heapq
 import itertools
+import logging
 import math
 import os
 import queue
@@ -300,6 +302,10 @@ class _Workers:
 
 
 # How much padding a batch may add to its shortest text: longest <= 1.5 x shortest + 8 tokens.
+log = logging.getLogger("recallql.embedders")
+# all-MiniLM-L6-v2's vector for the probe text begins so (any conversion of it: ours, Chroma's download).
+_PROBE_TEXT = "RecallQL model identity probe"
+_MINILM_PROBE = np.array([-0.0881, -0.03732, -0.08625, 0.06706, -0.00762, 0.07945, 0.10779, -0.03632])
 _PAD_RATIO = 1.5
 _PAD_SLACK = 8
 
@@ -334,12 +340,13 @@ class OnnxMiniLMEmbedder:
 
     MAX_TOKENS = 256
     DIMENSION = 384
+    NAME = "all-MiniLM-L6-v2"
 
     def __init__(
         self,
         model_dir: str | os.PathLike[str],
         *,
-        name: str = "all-MiniLM-L6-v2",
+        name: str | None = None,
         batch_size: int = 32,
         threads: int | None = None,
         workers: int = 1,
@@ -353,7 +360,8 @@ class OnnxMiniLMEmbedder:
                 )
         if batch_size < 1 or workers < 1 or (threads is not None and threads < 1):
             raise ValueError("batch_size, threads and workers must be positive")
-        self._name = name
+        self._given_name = name
+        self._identity: tuple[str, int] | None = None
         self._batch_size = batch_size
         self._threads = threads or (_usable_cores() if workers == 1 else 1)
         self._spin = spin
@@ -365,14 +373,50 @@ class OnnxMiniLMEmbedder:
 
     @property
     def name(self) -> str:
-        return self._name
+        return self._identify()[0]
 
     @property
     def dimension(self) -> int:
-        return self.DIMENSION
+        return self._identify()[1]
+
+    async def discover_dimension(self) -> int:
+        """The model's identity, worked out on a worker thread (it loads the model) before the index
+        that depends on it is opened."""
+        return (await self._submit(0, self._identify))[1]
+
+    def _identify(self) -> tuple[str, int]:
+        """(name, dimension) of the folder's model, which name the index's collections: vectors of two
+        models must never share one. The folder's name says nothing (any BERT-like model can be put in
+        a folder called all-MiniLM-L6-v2), and two conversions of MiniLM (ours, Chroma's download) differ
+        byte for byte but give the same vectors. So a probe text is embedded: MiniLM's vector means
+        MiniLM; any other model is named after its file's hash, unless `name` was given."""
+        if self._identity is None:
+            probe = self._run_batch([self._tokenize([_PROBE_TEXT])[0]])[0]
+            dimension = int(probe.shape[0])
+            if self._given_name is not None:
+                name = self._given_name
+            elif dimension == self.DIMENSION and np.allclose(
+                probe[: len(_MINILM_PROBE)], _MINILM_PROBE, atol=1e-3
+            ):
+                name = self.NAME
+            else:
+                digest = hashlib.sha256()
+                with (self._dir / "model.onnx").open("rb") as model:
+                    for block in iter(lambda: model.read(1 << 20), b""):
+                        digest.update(block)
+                name = f"onnx-{digest.hexdigest()[:16]}"
+                log.warning(
+                    "the model in %s is not all-MiniLM-L6-v2 (its vectors differ): its vectors are kept "
+                    "apart as %r (%d dimensions); set RECALLQL_EMBEDDING_MODEL_NAME to name it",
+                    self._dir.parent,
+                    name,
+                    dimension,
+                )
+            self._identity = (name, dimension)
+        return self._identity
 
     def __repr__(self) -> str:
-        return f"OnnxMiniLMEmbedder(name={self._name!r}, dir={str(self._dir.parent)!r})"
+        return f"OnnxMiniLMEmbedder(name={self._given_name or self.NAME!r}, dir={str(self._dir.parent)!r})"
 
     def _load(self) -> tuple[onnxruntime.InferenceSession, tokenizers.Tokenizer]:
         # Loading takes a few hundred ms, so it happens on first use; the lock makes direct calls from
@@ -439,7 +483,7 @@ class OnnxMiniLMEmbedder:
         if self._workers is None:
             raise EmbeddingError("the embedder is closed")
         token_ids = self._tokenize(texts)
-        vectors = np.empty((len(token_ids), self.DIMENSION), dtype=np.float32)
+        vectors = np.empty((len(token_ids), self.dimension), dtype=np.float32)
         for batch in self._batches(token_ids):
             vectors[batch] = self._run_batch([token_ids[i] for i in batch])
         return Embedding(vectors=vectors, tokens=sum(len(ids) for ids in token_ids))
@@ -493,7 +537,7 @@ class OnnxMiniLMEmbedder:
         finally:
             for run in runs:  # after a failure or a cancellation: the queued rest is dropped
                 run.cancel()
-        vectors = np.empty((len(texts), self.DIMENSION), dtype=np.float32)
+        vectors = np.empty((len(texts), outs[0].shape[1]), dtype=np.float32)
         for batch, out in zip(batches, outs, strict=True):
             vectors[batch] = out
         return Embedding(vectors=vectors, tokens=sum(len(ids) for ids in token_ids))

@@ -8,6 +8,7 @@ import datetime
 import email.utils
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -88,6 +89,32 @@ async def onnx_embedder() -> AsyncIterator[OnnxMiniLMEmbedder]:
     embedder = OnnxMiniLMEmbedder(MODEL_DIR)
     yield embedder
     await embedder.aclose()
+
+
+async def test_the_model_in_the_folder_names_the_index_not_the_folder(tmp_path: Path) -> None:
+    # Any model put where MiniLM is expected was named all-MiniLM-L6-v2, 384 dimensions: its vectors
+    # went into MiniLM's collections and were compared with MiniLM's.
+    other = tmp_path / "all-MiniLM-L6-v2"
+    shutil.copytree(MODEL_DIR, other)
+    model = other / "onnx" / "model.onnx"
+    with model.open("r+b") as f:  # a megabyte of weights zeroed: another model
+        f.seek(model.stat().st_size * 4 // 5)  # in the encoder layers (the first half is the vocabulary)
+        f.write(bytes(1 << 20))
+    minilm, changed, named = (
+        OnnxMiniLMEmbedder(MODEL_DIR),
+        OnnxMiniLMEmbedder(other),
+        OnnxMiniLMEmbedder(other, name="my-model"),
+    )
+    try:
+        assert (minilm.name, minilm.dimension) == ("all-MiniLM-L6-v2", 384)
+        assert await changed.discover_dimension() == 384
+        assert changed.name.startswith("onnx-") and len(changed.name) == len("onnx-") + 16
+        assert named.name == "my-model"
+        a, b = [(await e.embed(["the same text"])).vectors[0] for e in (minilm, changed)]
+        assert float(np.dot(a, b)) < 0.99  # it is another model
+    finally:
+        for embedder in (minilm, changed, named):
+            await embedder.aclose()
 
 
 @pytest.fixture(scope="module")

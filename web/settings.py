@@ -57,6 +57,9 @@ class Settings(BaseSettings):
     # semantic recall even where a model folder would be found (nothing embedded, no index opened).
     embedder: Literal["auto", "off"] = "auto"
     embedding_model_dir: Path | None = None
+    # The local model's name in the index (unset: all-MiniLM-L6-v2 when the folder holds it, else a
+    # name from its file's hash): vectors of differently named models never meet.
+    embedding_model_name: str | None = Field(default=None, min_length=1, max_length=64)
     embeddings_url: str | None = None
     embeddings_model: str | None = None
     embeddings_api_key: str | None = None

@@ -42,7 +42,9 @@ def build_embedder(settings: Settings) -> Embedder | None:
     model_dir = settings.resolved_model_dir()
     if model_dir is None:
         return None
-    return OnnxMiniLMEmbedder(model_dir, workers=settings.embedding_workers)
+    return OnnxMiniLMEmbedder(
+        model_dir, name=settings.embedding_model_name, workers=settings.embedding_workers
+    )
 
 
 def build_semantic(settings: Settings, repository: Repository) -> SemanticMemory | None:
