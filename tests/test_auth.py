@@ -871,6 +871,16 @@ def test_auto_mode_on_loopback_is_open_and_warns(tmp_path: Path) -> None:
             {"RECALLQL_LAST_MESSAGES": "-5"},
             ["RECALLQL_LAST_MESSAGES: Input should be greater than or equal to 0"],
         ),
+        # Another driver's URL was a 40-line traceback ending in "No module named 'psycopg'".
+        (
+            {"RECALLQL_DATABASE_URL": "postgresql://s3cr3t@db/app"},
+            ["RECALLQL_DATABASE_URL", "postgresql+asyncpg://"],
+        ),
+        # Found only as each worker built its services (several workers: one failure each).
+        (
+            {"RECALLQL_CHAT_URL": "http://127.0.0.1:1"},
+            ["RECALLQL_CHAT_MODEL is required with RECALLQL_CHAT_URL"],
+        ),
     ],
 )
 def test_a_bad_setting_is_named_without_a_traceback_or_its_value(

@@ -7,6 +7,9 @@ import gzip
 import http.server
 import json
 import logging
+import os
+import socket
+import subprocess
 import sys
 import threading
 import zlib
@@ -23,7 +26,7 @@ from models.embedders import Embedding
 from models.vector_index import VectorHit
 from resolvers.context import Services
 from resolvers.semantic import SemanticMemory
-from tests.support import ServerProcess, at, running_server, text_message, uid
+from tests.support import REPO, ServerProcess, at, running_server, text_message, uid
 from web.observability import (
     JsonFormatter,
     RequestIdFilter,
@@ -269,6 +272,82 @@ def test_json_logs_carry_request_ids(tmp_path: Path) -> None:
     assert graphql_line["status"] == 200 and graphql_line["duration_ms"] > 0
     # Probes are logged at debug level only (the server runs at info).
     assert not any(e.get("request_id") == generated for e in access)
+
+
+def test_json_logs_with_several_workers_are_json_throughout(tmp_path: Path) -> None:
+    # uvicorn's supervisor configured its own text handlers over ours ("INFO:     Started parent process").
+    env = {"RECALLQL_LOG_FORMAT": "json", "RECALLQL_EMBEDDER": "off"}
+    with running_server(tmp_path / "data", env, workers=2) as srv:
+        httpx.get(f"{srv.url}/healthz", timeout=30)
+        log_path = srv.log_path
+    lines = [line for line in log_path.read_text().splitlines() if line.strip()]
+    entries = [json.loads(line) for line in lines]  # every line, the parent's included
+    assert any(e["logger"] == "uvicorn.error" and "Started parent process" in e["message"] for e in entries)
+    assert sum("Application startup complete" in e["message"] for e in entries) == 2
+
+
+def test_one_worker_counts_its_requests_in_the_multiprocess_directory(tmp_path: Path) -> None:
+    # The CLI cleared the directory after web.observability had opened this process's files: with one
+    # worker (in the CLI's process) request counts went to deleted files and vanished from /metrics.
+    metrics_dir = tmp_path / "metrics"
+    metrics_dir.mkdir()
+    (metrics_dir / "counter_1.db").write_bytes(b"stale")  # a dead process's file: cleared
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir), "RECALLQL_EMBEDDER": "off"}
+    with running_server(tmp_path / "data", env) as srv:
+        for _ in range(3):
+            httpx.post(f"{srv.url}/graphql", json={"query": "{ __typename }"}, timeout=30)
+        text = httpx.get(f"{srv.url}/metrics", timeout=30).text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    posts = [
+        s.value
+        for s in families["recallql_http_requests"].samples
+        if s.name.endswith("_total") and s.labels.get("method") == "POST"
+    ]
+    assert sum(posts) == 3, posts
+    assert not (metrics_dir / "counter_1.db").exists()
+
+
+def test_serve_refuses_what_every_worker_would_refuse(tmp_path: Path) -> None:
+    # With several workers uvicorn's supervisor restarted each worker as it died on the bad secret,
+    # forever, a traceback each time.
+    done = subprocess.run(
+        [sys.executable, "-m", "web.cli", "serve", "--workers", "2", "--port", "1"],
+        cwd=REPO,
+        env={
+            **os.environ,
+            "RECALLQL_DATA_DIR": str(tmp_path),
+            "RECALLQL_EMBEDDER": "off",
+            "RECALLQL_JWT_SECRET": "short",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert (
+        done.stderr.strip()
+        == "recallql: setting not valid: RECALLQL_JWT_SECRET must be at least 32 bytes long (HS256)"
+    )
+
+
+def test_several_workers_that_cannot_start_end_serve_with_a_failure(tmp_path: Path) -> None:
+    # The supervisor stopped when a worker failed to start, and serve then exited 0.
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]  # nothing listens there: the database is refused
+    server = ServerProcess(
+        tmp_path / "data",
+        {
+            "RECALLQL_DATABASE_URL": f"postgresql+asyncpg://postgres@127.0.0.1:{port}/test",
+            "RECALLQL_AUTO_MIGRATE": "false",
+            "RECALLQL_EMBEDDER": "off",
+        },
+        workers=2,
+    )
+    try:
+        assert server.proc.wait(60) == 3, server.log_path.read_text()
+    finally:
+        server.stop()
 
 
 def test_a_path_cannot_forge_a_text_log_line(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from pydantic_settings import SettingsError
 from web.settings import Settings, get_settings
 
 if TYPE_CHECKING:  # imported where used: `recallql serve` need not load them
+    import uvicorn
     from rich.progress import Progress
     from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -187,12 +188,22 @@ def _exit_cleanly(_signum: int, _frame: object) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    multiprocess_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if multiprocess_dir:
+        # prometheus-client's multiprocess files must not outlive the processes that wrote them. Cleared
+        # before web.observability is imported: its metrics open this process's files as it loads, and
+        # a single worker runs in this process (its request counters went to deleted files).
+        for stale in Path(multiprocess_dir).glob("*.db"):
+            stale.unlink()
     settings = _apply_overrides(args)
     host = args.host or settings.host
     # The workers decide whether authentication is on from the bind host (RECALLQL_AUTH=auto).
     os.environ["RECALLQL_HOST"] = host
+    get_settings.cache_clear()
+    settings = get_settings()
     port = args.port if args.port is not None else settings.port
     workers = args.workers or settings.workers
+    from web.auth import Authenticator
     from web.wiring import has_embedder
 
     if workers > 1 and not settings.chroma_url and has_embedder(settings):
@@ -202,14 +213,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"serve: {workers} workers cannot share the embedded Chroma directory ({settings.chroma_path}); "
             "set RECALLQL_CHROMA_URL to a Chroma server (`chroma run`), or run one worker"
         )
+    try:
+        # What every worker would refuse as it builds the app, refused once, here: uvicorn's supervisor
+        # restarted workers that failed so, forever.
+        Authenticator(settings)
+    except ValueError as exc:
+        print(f"recallql: setting not valid: {exc}", file=sys.stderr)  # noqa: T201
+        return 2
     from web.observability import configure_logging
 
     configure_logging(settings.log_level, settings.log_format, access_log_enabled=settings.access_log)
-    multiprocess_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
-    if multiprocess_dir:
-        # prometheus-client's multiprocess files must not outlive the processes that wrote them.
-        for stale in Path(multiprocess_dir).glob("*.db"):
-            stale.unlink()
     log = logging.getLogger("recallql")
     if workers > 1 and not settings.redis_url:
         log.warning(
@@ -233,21 +246,43 @@ def cmd_serve(args: argparse.Namespace) -> int:
         _redact(settings.resolved_database_url),
         workers,
     )
-    if workers == 1:
-        # Once its graceful shutdown is done (in-flight requests finished, the lifespan closed), uvicorn
-        # re-raises the signal that stopped it. A SIGTERM-requested shutdown is a clean exit (status 0),
-        # as it is under uvicorn's multi-worker supervisor.
-        signal.signal(signal.SIGTERM, _exit_cleanly)
-    uvicorn.run(
+    # uvicorn's own logging configuration is left out (log_config=None): its lines go through ours, in
+    # RECALLQL_LOG_FORMAT (the supervisor's were plain text under json).
+    config = uvicorn.Config(
         "web.app:create_app",
         factory=True,
         host=host,
         port=port,
         workers=workers,
         log_level=settings.log_level,
+        log_config=None,
         timeout_graceful_shutdown=30,
     )
-    return 0
+    if workers > 1:
+        return _supervise(config)
+    # Once its graceful shutdown is done (in-flight requests finished, the lifespan closed), uvicorn
+    # re-raises the signal that stopped it. A SIGTERM-requested shutdown is a clean exit (status 0), as
+    # it is under the supervisor of several workers.
+    signal.signal(signal.SIGTERM, _exit_cleanly)
+    config.load_app()
+    server = uvicorn.Server(config)
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: shut down, as uvicorn.run does
+        server.run()
+    return 0 if server.started else _STARTUP_FAILURE
+
+
+def _supervise(config: uvicorn.Config) -> int:
+    """uvicorn.run's supervisor for several workers, with its exit status: a worker that fails to start
+    stops them all, and uvicorn.run then returned as if they had been stopped on purpose (status 0)."""
+    from uvicorn.supervisors import Multiprocess
+
+    supervisor = Multiprocess(config, sockets=[config.bind_socket()])
+    supervisor.run()
+    failed = any(process.exitcode == _STARTUP_FAILURE for process in supervisor.processes)
+    return _STARTUP_FAILURE if failed else 0
+
+
+_STARTUP_FAILURE = 3  # uvicorn's status for a server that never started (uvicorn.main.STARTUP_FAILURE)
 
 
 # ------------------------------------------------------------------ import / export (resolvers.transfer)
@@ -565,8 +600,8 @@ def _settings_problem(exc: ValidationError) -> str:
     be a secret (a JWT secret, API keys, a database URL with its password)."""
     lines = [f"recallql: {exc.error_count()} setting(s) not valid:"]
     for error in exc.errors():
-        field = str(error["loc"][0]) if error["loc"] else ""
-        lines.append(f"  RECALLQL_{field.upper()}: {error['msg']}")
+        field = f"RECALLQL_{str(error['loc'][0]).upper()}: " if error["loc"] else ""
+        lines.append(f"  {field}{error['msg']}")
     return "\n".join(lines)
 
 

@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _URL_FORMS = "use sqlite+aiosqlite:///path/to/file.db or postgresql+asyncpg://user:password@host/database"
@@ -144,6 +144,15 @@ class Settings(BaseSettings):
     max_search_chars: int = Field(default=16_384 * 4, ge=1)  # vectorSearchString length
     max_subscriptions_per_connection: int = Field(default=16, ge=1)  # operations at once on one WebSocket
     introspection: bool = True  # __schema / __type (GraphiQL needs them)
+
+    @model_validator(mode="after")
+    def _pairs(self) -> Settings:
+        # Checked with the others, before anything starts: a server's workers used to fail one by one
+        # as each built its services.
+        for url, model in (("chat_url", "chat_model"), ("embeddings_url", "embeddings_model")):
+            if getattr(self, url) and not getattr(self, model):
+                raise ValueError(f"RECALLQL_{model.upper()} is required with RECALLQL_{url.upper()}")
+        return self
 
     @field_validator("database_url")
     @classmethod
