@@ -305,8 +305,8 @@ class RecallEngine:
             )
         windows = []
         for n, item in enumerate(items):
-            if not item.id:
-                raise BadUserInput(f"include[{n}].id must be a non-empty string.")
+            if not item.id:  # no message has it: an unknown id, which Mastra skips silently
+                continue
             before = default_context if item.with_previous_messages is None else item.with_previous_messages
             after = default_context if item.with_next_messages is None else item.with_next_messages
             if before < 0 or after < 0:

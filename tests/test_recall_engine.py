@@ -361,6 +361,11 @@ async def test_include_window_holds_its_target_among_ties(services: Services) ->
 
 
 async def test_include_limits_and_validation(services: Services) -> None:
+    await seed(services, msg("a", at=1), msg("b", at=2))
+    # An empty id names no message: skipped, as Mastra skips unknown ids (it was BAD_USER_INPUT).
+    result = await recall(services, per_page=1, include=[IncludeItem(""), IncludeItem("a")])
+    assert summary(result) == (["a", "b"], 2, 0, 1, False)
+    # A negative count is refused (Mastra's LIMIT -1 + 1 = 0 quietly drops the target itself).
     with pytest.raises(BadUserInput, match="withPreviousMessages and withNextMessages must be >= 0"):
         await recall(services, include=[IncludeItem("a", with_previous_messages=-1)])
     with pytest.raises(BadUserInput, match="include accepts at most 100 items"):
