@@ -8,6 +8,7 @@ from enum import Enum
 from typing import Annotated, Any, cast
 
 import strawberry
+from graphql import GraphQLError, located_error
 from strawberry import UNSET
 from strawberry.types import Info
 
@@ -478,16 +479,21 @@ class Subscription:
     async def message_saved(
         self, info: Ctx, thread_id: Annotated[strawberry.ID, _arg("The thread to watch.")]
     ) -> AsyncGenerator[MessageEvent, None]:
-        events = await info.context.services.messages.watch(str(thread_id), principal=info.context.principal)
-        async for payload, record in events:
-            info.context.clear_caches()
-            yield MessageEvent(
-                kind=MessageEventKind(payload["kind"]),
-                thread_id=strawberry.ID(payload["threadId"]),
-                message_id=strawberry.ID(payload["messageId"]),
-                message=Message(_record=record),
-                at=DateTime(payload["at"]),
+        try:
+            events = await info.context.services.messages.watch(
+                str(thread_id), principal=info.context.principal
             )
+            async for payload, record in events:
+                info.context.clear_caches()
+                yield MessageEvent(
+                    kind=MessageEventKind(payload["kind"]),
+                    thread_id=strawberry.ID(payload["threadId"]),
+                    message_id=strawberry.ID(payload["messageId"]),
+                    message=Message(_record=record),
+                    at=DateTime(payload["at"]),
+                )
+        except Exception as exc:
+            raise _located(exc, info) from exc
 
     @strawberry.subscription(
         description="Changes to the resource's threads: CREATED, UPDATED, DELETED and TITLE_GENERATED."
@@ -495,13 +501,23 @@ class Subscription:
     async def thread_updated(
         self, info: Ctx, resource_id: Annotated[str, _arg("The resource whose threads to watch.")]
     ) -> AsyncGenerator[ThreadEvent, None]:
-        events = info.context.services.threads.watch(resource_id, principal=info.context.principal)
-        async for payload, record in events:
-            info.context.clear_caches()
-            yield ThreadEvent(
-                kind=ThreadEventKind(payload["kind"]),
-                thread_id=strawberry.ID(payload["threadId"]),
-                resource_id=payload["resourceId"],
-                thread=Thread(_record=record),
-                at=DateTime(payload["at"]),
-            )
+        try:
+            async for payload, record in info.context.services.threads.watch(
+                resource_id, principal=info.context.principal
+            ):
+                info.context.clear_caches()
+                yield ThreadEvent(
+                    kind=ThreadEventKind(payload["kind"]),
+                    thread_id=strawberry.ID(payload["threadId"]),
+                    resource_id=payload["resourceId"],
+                    thread=Thread(_record=record),
+                    at=DateTime(payload["at"]),
+                )
+        except Exception as exc:
+            raise _located(exc, info) from exc
+
+
+def _located(error: Exception, info: Ctx) -> GraphQLError:
+    """A subscription's own error as a field error, with the path and location every other field error
+    has: Strawberry passes an exception raised by the event stream on bare (no `path`)."""
+    return located_error(error, info._raw_info.field_nodes, info.path.as_list())

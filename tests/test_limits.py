@@ -514,6 +514,9 @@ async def test_a_subscription_refuses_what_http_refuses(
         errors = refused["payload"] if refused["type"] == "error" else refused["payload"]["errors"]
         assert [e["extensions"]["code"] for e in errors] == ["BAD_USER_INPUT"], errors
         assert message in errors[0]["message"], errors
+        if refused["type"] == "next":  # a field's error, located as over HTTP (it had no path)
+            field = "messageSaved" if "messageSaved" in query else "threadUpdated"
+            assert errors[0]["path"] == [field] and errors[0]["locations"], errors
 
 
 NAN_THREAD = "mutation($i: CreateThreadInput!) { createThread(input: $i) { id metadata } }"
