@@ -3,6 +3,7 @@ OpenTelemetry spans, on a real `recallql serve` process where it matters."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import http.server
 import json
@@ -12,6 +13,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -26,7 +28,7 @@ from models.embedders import Embedding
 from models.vector_index import VectorHit
 from resolvers.context import Services
 from resolvers.semantic import SemanticMemory
-from tests.support import REPO, ServerProcess, at, running_server, text_message, uid
+from tests.support import REPO, ServerProcess, at, free_port, running_server, text_message, uid
 from web.observability import (
     JsonFormatter,
     RequestIdFilter,
@@ -457,3 +459,30 @@ def test_spans_for_http_graphql_and_sql(tmp_path: Path, otlp: OtlpReceiver) -> N
         assert db_attributes["db.system"] == "sqlite"
         statements.append(db_attributes["db.statement"])
     assert any("FROM threads" in statement for statement in statements), statements
+
+
+def test_scripts_serve_reads_relative_paths_from_where_it_runs(tmp_path: Path) -> None:
+    # It changed into the checkout first: --data-dir data (and .env) were read there, not here.
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RECALLQL_")}
+    env["RECALLQL_EMBEDDER"] = "off"
+    with (tmp_path / "serve.log").open("wb") as log:
+        process = subprocess.Popen(
+            [str(REPO / "scripts" / "serve"), "--port", str(port), "--data-dir", "data"],
+            cwd=tmp_path,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and process.poll() is None:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                    break
+            time.sleep(0.2)
+        assert (tmp_path / "data" / "recallql.db").is_file(), (tmp_path / "serve.log").read_text()
+        assert not (REPO / "data").exists()
+    finally:
+        process.terminate()
+        process.wait(30)
