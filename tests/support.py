@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
@@ -185,7 +185,15 @@ def chroma_child(server_pid: int) -> int:
 class ServerProcess:
     """`recallql serve` in a child process on a free loopback port."""
 
-    def __init__(self, data_dir: Path, env: dict[str, str] | None = None, workers: int = 1) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        env: dict[str, str] | None = None,
+        workers: int = 1,
+        *,
+        command: Sequence[str] = (sys.executable, "-m", "web.cli", "serve"),
+        cwd: Path = REPO,
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = data_dir / f"server-{self.port}.log"
@@ -193,8 +201,8 @@ class ServerProcess:
         full_env = {**os.environ, "RECALLQL_DATA_DIR": str(data_dir), **(env or {})}
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "web.cli", "serve", "--port", str(self.port), "--workers", str(workers)],
-            cwd=REPO,
+            [*command, "--port", str(self.port), "--workers", str(workers)],
+            cwd=cwd,
             env=full_env,
             stdout=self._log,
             stderr=subprocess.STDOUT,

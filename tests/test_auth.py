@@ -904,39 +904,20 @@ def test_a_bad_setting_is_named_without_a_traceback_or_its_value(
 
 def test_serve_on_a_public_host_requires_authentication(tmp_path: Path) -> None:
     """`recallql serve --host 0.0.0.0` passes the host to the workers: auto mode turns authentication on."""
-    port = free_port()
-    log_path = tmp_path / "server.log"
-    env = {**os.environ, "RECALLQL_DATA_DIR": str(tmp_path / "data"), "RECALLQL_AUTH": "auto"}
-    env.pop("RECALLQL_HOST", None)
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "web.cli", "serve", "--host", "0.0.0.0", "--port", str(port)],
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    server = ServerProcess(
+        tmp_path / "data",
+        {"RECALLQL_AUTH": "auto"},
+        command=(sys.executable, "-m", "web.cli", "serve", "--host", "0.0.0.0"),
+    )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, log_path.read_text()
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.1)
-        response = httpx.post(f"http://127.0.0.1:{port}/graphql", json={"query": "{ __typename }"})
+        server.wait_ready()
+        response = httpx.post(f"{server.url}/graphql", json={"query": "{ __typename }"})
         assert response.status_code == 401
         assert response.json()["errors"][0]["extensions"]["code"] == "UNAUTHENTICATED"
-        text = log_path.read_text()
+        text = server.log_path.read_text()
         assert OFF_WARNING not in text and "every GraphQL request will be refused" in text
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        server.stop()
 
 
 async def test_explorer_asks_for_a_token(auth_server: ServerProcess) -> None:

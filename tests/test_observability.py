@@ -3,7 +3,6 @@ OpenTelemetry spans, on a real `recallql serve` process where it matters."""
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import http.server
 import json
@@ -13,7 +12,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -28,7 +26,7 @@ from models.embedders import Embedding
 from models.vector_index import VectorHit
 from resolvers.context import Services
 from resolvers.semantic import SemanticMemory
-from tests.support import REPO, ServerProcess, at, free_port, running_server, text_message, uid
+from tests.support import REPO, ServerProcess, at, running_server, text_message, uid
 from web.observability import (
     JsonFormatter,
     RequestIdFilter,
@@ -463,26 +461,15 @@ def test_spans_for_http_graphql_and_sql(tmp_path: Path, otlp: OtlpReceiver) -> N
 
 def test_scripts_serve_reads_relative_paths_from_where_it_runs(tmp_path: Path) -> None:
     # It changed into the checkout first: --data-dir data (and .env) were read there, not here.
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RECALLQL_")}
-    env["RECALLQL_EMBEDDER"] = "off"
-    with (tmp_path / "serve.log").open("wb") as log:
-        process = subprocess.Popen(
-            [str(REPO / "scripts" / "serve"), "--port", str(port), "--data-dir", "data"],
-            cwd=tmp_path,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    server = ServerProcess(
+        tmp_path / "logs",
+        {"RECALLQL_EMBEDDER": "off"},
+        command=(str(REPO / "scripts" / "serve"), "--data-dir", "data"),
+        cwd=tmp_path,
+    )
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and process.poll() is None:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                    break
-            time.sleep(0.2)
-        assert (tmp_path / "data" / "recallql.db").is_file(), (tmp_path / "serve.log").read_text()
+        server.wait_ready(120)
+        assert (tmp_path / "data" / "recallql.db").is_file()
         assert not (REPO / "data").exists()
     finally:
-        process.terminate()
-        process.wait(30)
+        server.stop()
