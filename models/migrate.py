@@ -125,6 +125,11 @@ async def upgrade(engine: AsyncEngine) -> SchemaState:
     if engine.dialect.name != "sqlite":
         async with engine.begin() as conn:
             return await conn.run_sync(_upgrade)
+    # Read first: the write lock is taken only when there is something to apply (it waited for any
+    # writer, a long import say, on every start).
+    state = await schema_state(engine)
+    if not state.pending:
+        return state
     migration = _sqlite_migration_engine(engine)
     try:
         async with migration.begin() as conn:

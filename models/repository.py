@@ -672,12 +672,14 @@ class Repository:
         queued_before: int | None = None,
         skip_resources: Collection[str | None] = (),
         skip_entries: Collection[int] = (),
+        after: int | None = None,
     ) -> tuple[list[OutboxEntry], dict[str, MessageRecord]]:
         """Queued changes (the oldest, or those of the given messages) and the current rows of their
         messages, read in one snapshot: an entry seen here describes a change these rows already show.
         `skip_resources`: leave out the entries of messages these resources hold now (a rebuild of
         theirs is under way); a deleted message's entry is never left out. `skip_entries`: leave out
-        these entries (held back after the embedder refused their messages)."""
+        these entries (held back after the embedder refused their messages). `after`: only entries
+        queued after this one (a drain's pass through the queue)."""
         stmt = (
             select(O.c.id, O.c.message_id, O.c.previous_resource_id, O.c.was_stored)
             .order_by(O.c.id)
@@ -689,6 +691,8 @@ class Repository:
             stmt = stmt.where(O.c.created_at <= queued_before)
         if skip_entries:
             stmt = stmt.where(O.c.id.not_in(list(skip_entries)))
+        if after is not None:
+            stmt = stmt.where(O.c.id > after)
         if skip_resources:
             named = [r for r in skip_resources if r is not None]
             held = or_(

@@ -54,6 +54,12 @@ T = TypeVar("T")
 _REFUSALS = frozenset({400, 413, 422})
 # Held outbox entries the drain leaves out by id (one bound parameter each).
 _MAX_HELD = 1000
+# Halvings of one batch: about six refused messages in a batch of 1,024 (ten halvings each). Past them,
+# or when every message of a batch of _REFUSED_BATCH or more is refused, the endpoint refuses everything.
+_SPLIT_BUDGET = 64
+_REFUSED_BATCH = 8
+# Refusal counts kept (message ids); the oldest are forgotten past it (a deleted message's never clears).
+_MAX_REFUSALS = 10_000
 _REBUILDING: contextvars.ContextVar[bool] = contextvars.ContextVar("recallql_rebuilding", default=False)
 
 
@@ -105,6 +111,7 @@ class _VectorWork:
     stale: dict[str | None, set[str]]  # per resource, messages whose vectors must go
     items: list[VectorItem]
     written: dict[str, MessageRecord | None]  # the rows (None: gone) the work was made from
+    last_read: int | None = None  # the newest outbox entry read (settled or held back)
 
     @property
     def due(self) -> bool:
@@ -278,16 +285,28 @@ class SemanticMemory:
     ) -> int:
         """Applies queued changes (of these messages, or the oldest batch) to the index; returns how many
         outbox entries it settled."""
-        work = await self._load(message_ids, queued_before=queued_before)
+        settled, _ = await self._sync(message_ids, queued_before=queued_before)
+        return settled
+
+    async def _sync(
+        self,
+        message_ids: Sequence[str] | None,
+        *,
+        queued_before: int | None = None,
+        after: int | None = None,
+    ) -> tuple[int, int | None]:
+        """sync, also returning the newest entry it read (None: it read none)."""
+        work = await self._load(message_ids, queued_before=queued_before, after=after)
         if work.due:
             await self._store(work)
-        return len(work.entry_ids)
+        return len(work.entry_ids), work.last_read
 
     async def _load(
         self,
         message_ids: Sequence[str] | None,
         *,
         queued_before: int | None = None,
+        after: int | None = None,
         ahead: Mapping[str, MessageRecord] | None = None,
     ) -> _VectorWork:
         """The queued entries (of these messages, or the oldest batch) with what SQL holds now,
@@ -300,6 +319,7 @@ class SemanticMemory:
                 message_ids=message_ids,
                 limit=max(self.drain_batch, len(message_ids or ()) * 4),
                 queued_before=queued_before,
+                after=after,
                 # The drain leaves a resource being rebuilt to its rebuild, which would embed it again.
                 skip_resources=[] if message_ids is not None else self._rebuilding(),
                 skip_entries=[] if message_ids is not None else self._holding(),
@@ -320,7 +340,9 @@ class SemanticMemory:
         self._hold([e for e in entries if e.message_id in refused])
         written: dict[str, MessageRecord | None] = {e.message_id: None for e in entries} | rows
         entry_ids = [e.id for e in entries if e.id is not None and e.message_id not in refused]
-        return _VectorWork(entry_ids, stale, items, {k: v for k, v in written.items() if k not in refused})
+        last_read = max((e.id for e in entries if e.id is not None), default=None)
+        kept = {k: v for k, v in written.items() if k not in refused}
+        return _VectorWork(entry_ids, stale, items, kept, last_read)
 
     def _hold(self, entries: Sequence[OutboxEntry]) -> None:
         """Keeps the entries of refused messages queued but out of the drain's way for a while (1 minute,
@@ -328,14 +350,16 @@ class SemanticMemory:
         it, the drain taking the same oldest batch again and again."""
         now = time.monotonic()
         for message_id in {e.message_id for e in entries}:
-            self._refusals[message_id] = self._refusals.get(message_id, 0) + 1
+            self._refusals[message_id] = self._refusals.pop(message_id, 0) + 1  # to the end: newest
+        while len(self._refusals) > _MAX_REFUSALS:
+            del self._refusals[next(iter(self._refusals))]
         for entry in entries:
             if entry.id is not None:
                 self._held[entry.id] = now + min(60.0 * 2 ** (self._refusals[entry.message_id] - 1), 3600.0)
 
     def _holding(self) -> list[int]:
-        """The held entries whose time has not come (at most _MAX_HELD: past that, an endpoint refusing
-        everything is an outage, and the drain's own back-off paces it)."""
+        """The held entries whose time has not come, the oldest _MAX_HELD of them (a drain pass reads
+        each entry once, so one left out of this list is refused once more per pass, no more)."""
         now = time.monotonic()
         for entry_id in [e for e, until in self._held.items() if until <= now]:
             del self._held[entry_id]
@@ -485,7 +509,18 @@ class SemanticMemory:
         """The messages' vectors, and the ids of those whose text the embedder refuses. An endpoint that
         refuses one text (content policy, too long for its model) or a request too large for it (more
         inputs than it takes) refuses the whole request: the batch is halved until what it accepts is
-        embedded and each refused message stands alone."""
+        embedded and each refused message stands alone. An endpoint that refuses every message of a
+        batch of some size, or refuses again and again while it is halved, refuses everything (a wrong
+        model name, an unsupported option): that is an outage, raised for the drain to back off from,
+        rather than a request per message every second."""
+        items, refused = await self._embed_halving(messages, [_SPLIT_BUDGET])
+        if len(messages) >= _REFUSED_BATCH and len(refused) == len(messages):
+            raise EmbeddingError(f"the embedder refused all {len(messages)} messages of a batch")
+        return items, refused
+
+    async def _embed_halving(
+        self, messages: Sequence[MessageRecord], budget: list[int]
+    ) -> tuple[list[VectorItem], set[str]]:
         texts: list[str] = []
         owners: list[tuple[MessageRecord, int]] = []
         for message in messages:
@@ -507,9 +542,12 @@ class SemanticMemory:
                     exc,
                 )
                 return [], {messages[0].id}
+            budget[0] -= 1
+            if budget[0] < 0:
+                raise EmbeddingError(f"the embedder kept refusing while a batch was halved: {exc}") from exc
             half = len(messages) // 2
             first, second = await asyncio.gather(
-                self._embed_messages(messages[:half]), self._embed_messages(messages[half:])
+                self._embed_halving(messages[:half], budget), self._embed_halving(messages[half:], budget)
             )
             return first[0] + second[0], first[1] | second[1]
         if self._refusals:
@@ -855,15 +893,22 @@ class SemanticMemory:
         """Hands these messages' vector work to the background drain at once."""
         await self.repository.outbox_release(message_ids)
 
-    async def drain(self, *, grace: float = 0.0) -> int:
+    async def drain(self, *, grace: float = 0.0, on_progress: Callable[[int], None] | None = None) -> int:
         """Settles the outbox; returns how many entries it settled. With a grace period, entries younger
         than it are left to the request that queued them (it writes them itself right after commit),
-        so that they are not embedded twice."""
+        so that they are not embedded twice. It goes through the queue once, oldest first, past batches
+        that settle nothing (their messages refused and held back): it used to stop at the first such
+        batch, leaving the entries behind it queued."""
         queued_before = now_ms() - int(grace * 1000) if grace else None
         total = 0
-        while settled := await self.sync(queued_before=queued_before):
+        after: int | None = None
+        while True:
+            settled, after = await self._sync(None, queued_before=queued_before, after=after)
             total += settled
-        return total
+            if on_progress is not None and settled:
+                on_progress(settled)
+            if after is None:
+                return total
 
     async def run_drainer(self, interval: float = 1.0, *, grace: float = 15.0) -> None:
         """Background loop: drains the outbox, backing off while the embedder or the index is down.

@@ -670,16 +670,11 @@ async def import_jsonl(
 
 
 # ---------------------------------------------------------------------------------------------- vectors
-class VectorSync(Protocol):
-    async def sync(self, message_ids: Any = None) -> int: ...
+class VectorDrain(Protocol):
+    async def drain(self, *, on_progress: Callable[[int], None] | None = None) -> int: ...
 
 
-async def embed_pending(semantic: VectorSync, on_progress: Callable[[int], None] | None = None) -> int:
+async def embed_pending(semantic: VectorDrain, on_progress: Callable[[int], None] | None = None) -> int:
     """Drains the vector outbox (what the import queued, and anything else pending); returns how many
     entries it settled."""
-    done = 0
-    while settled := await semantic.sync():
-        done += settled
-        if on_progress is not None:
-            on_progress(settled)
-    return done
+    return await semantic.drain(on_progress=on_progress)

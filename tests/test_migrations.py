@@ -198,6 +198,26 @@ def test_processes_migrating_at_once_wait_for_each_other(tmp_path: Path) -> None
     assert sorted(out.strip() for out, _err in outputs) == ["", "", "", "0001,0002,0003"]
 
 
+async def test_a_current_schema_is_checked_without_waiting_for_writers(tmp_path: Path) -> None:
+    # Every start (and `migrate`) took SQLite's write lock before reading the version: it waited for
+    # any writer, a long import say, even with nothing to apply.
+    url = f"sqlite+aiosqlite:///{tmp_path / 'busy.db'}"
+    engine = create_engine(url)
+    writer = create_engine(url)
+    try:
+        await upgrade(engine)
+        async with writer.connect() as conn:
+            await conn.exec_driver_sql("BEGIN IMMEDIATE")
+            migrating = asyncio.ensure_future(upgrade(engine))
+            done, _ = await asyncio.wait({migrating}, timeout=10)  # it waited for the writer, up to 600 s
+            await conn.exec_driver_sql("ROLLBACK")  # releases a waiting migration either way
+            assert (await migrating).at_head
+            assert done, "upgrade waited for another connection's write transaction"
+    finally:
+        await writer.dispose()
+        await engine.dispose()
+
+
 async def test_the_state_names_only_what_is_missing_and_leaves_a_newer_schema_alone(
     database_url: str,
 ) -> None:

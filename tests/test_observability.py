@@ -332,6 +332,26 @@ def test_serve_refuses_what_every_worker_would_refuse(tmp_path: Path) -> None:
 
 def test_several_workers_that_cannot_start_end_serve_with_a_failure(tmp_path: Path) -> None:
     # The supervisor stopped when a worker failed to start, and serve then exited 0.
+    (tmp_path / "a-file").write_text("not a directory")
+    server = ServerProcess(
+        tmp_path / "data",
+        {
+            "RECALLQL_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'a-file' / 'db.sqlite'}",
+            "RECALLQL_AUTO_MIGRATE": "false",
+            "RECALLQL_EMBEDDER": "off",
+        },
+        workers=2,
+    )
+    try:
+        assert server.proc.wait(60) == 3, server.log_path.read_text()
+        assert "unable to open database file" in server.log_path.read_text()
+    finally:
+        server.stop()
+
+
+def test_workers_start_while_the_database_is_unreachable(tmp_path: Path) -> None:
+    # A worker read the schema's version as it started; with the database away it failed to start, and
+    # uvicorn's supervisor then stopped every worker: a restart during an outage took the server down.
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))
         port = unused.getsockname()[1]  # nothing listens there: the database is refused
@@ -345,7 +365,9 @@ def test_several_workers_that_cannot_start_end_serve_with_a_failure(tmp_path: Pa
         workers=2,
     )
     try:
-        assert server.proc.wait(60) == 3, server.log_path.read_text()
+        server.wait_ready(probe="/healthz")
+        ready = httpx.get(f"{server.url}/readyz", timeout=30)
+        assert (ready.status_code, ready.json()["database"]) == (503, "unreachable")
     finally:
         server.stop()
 

@@ -624,6 +624,41 @@ async def test_a_message_the_embedder_refuses_is_held_back_alone(make: Any) -> N
     assert sorted(await setup.hits("apples", thread_id, resource_id)) == sorted(clean + poisoned + later)
 
 
+async def test_a_drain_goes_past_a_batch_whose_messages_are_all_refused(make: Any) -> None:
+    # It stopped at the first batch that settled nothing, leaving the clean entries behind it queued.
+    setup = make(drain_batch=2)
+    thread_id, resource_id = await new_thread(setup)
+    setup.embedder.fail = True
+    refused = await setup.save(thread_id, resource_id, ["figs POISON one", "figs POISON two"])
+    clean = await setup.save(thread_id, resource_id, ["figs one", "figs two"])
+    setup.embedder.fail = False
+    setup.embedder.refuse = "POISON"
+    assert await setup.semantic.drain() == 2
+    assert sorted(await setup.hits("figs", thread_id, resource_id)) == sorted(clean)
+    assert sorted(setup.semantic._refusals) == sorted(refused)
+
+
+async def test_an_endpoint_that_refuses_everything_is_an_outage(make: Any) -> None:
+    # Each drain pass halved every batch down to single messages: 2N - 1 requests a second, without end.
+    setup = make()
+    thread_id, resource_id = await new_thread(setup)
+    setup.embedder.fail = True
+    await setup.save(thread_id, resource_id, [f"kiwi {n}" for n in range(200)])
+    setup.embedder.fail = False
+    setup.embedder.refuse = "kiwi"  # a wrong model name, say: every request refused
+    calls = len(setup.embedder.calls)
+    with pytest.raises(EmbeddingError, match="kept refusing"):
+        await setup.semantic.drain()  # raised: the drainer backs off, as from any outage
+    assert len(setup.embedder.calls) - calls <= 2 * 64 + 1
+    assert setup.semantic._held == {} and await setup.services.repository.outbox_backlog() == 200
+    # A small batch refused whole is an outage too, once it has been halved down to its messages.
+    page = await setup.services.repository.read_page(
+        MessageQuery(thread_id=thread_id), descending=False, limit=8, offset=0
+    )
+    with pytest.raises(EmbeddingError, match="refused all 8 messages"):
+        await setup.semantic._embed_messages(page.rows)
+
+
 async def test_a_refused_text_loses_the_vectors_of_its_earlier_text(make: Any) -> None:
     setup = make()
     thread_id, resource_id = await new_thread(setup)
