@@ -330,17 +330,20 @@ def test_serve_refuses_what_every_worker_would_refuse(tmp_path: Path) -> None:
     )
 
 
+def _two_workers_without_migration(tmp_path: Path, database_url: str) -> ServerProcess:
+    env = {
+        "RECALLQL_DATABASE_URL": database_url,
+        "RECALLQL_AUTO_MIGRATE": "false",
+        "RECALLQL_EMBEDDER": "off",
+    }
+    return ServerProcess(tmp_path / "data", env, workers=2)
+
+
 def test_several_workers_that_cannot_start_end_serve_with_a_failure(tmp_path: Path) -> None:
     # The supervisor stopped when a worker failed to start, and serve then exited 0.
     (tmp_path / "a-file").write_text("not a directory")
-    server = ServerProcess(
-        tmp_path / "data",
-        {
-            "RECALLQL_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'a-file' / 'db.sqlite'}",
-            "RECALLQL_AUTO_MIGRATE": "false",
-            "RECALLQL_EMBEDDER": "off",
-        },
-        workers=2,
+    server = _two_workers_without_migration(
+        tmp_path, f"sqlite+aiosqlite:///{tmp_path / 'a-file' / 'db.sqlite'}"
     )
     try:
         assert server.proc.wait(60) == 3, server.log_path.read_text()
@@ -355,15 +358,7 @@ def test_workers_start_while_the_database_is_unreachable(tmp_path: Path) -> None
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))
         port = unused.getsockname()[1]  # nothing listens there: the database is refused
-    server = ServerProcess(
-        tmp_path / "data",
-        {
-            "RECALLQL_DATABASE_URL": f"postgresql+asyncpg://postgres@127.0.0.1:{port}/test",
-            "RECALLQL_AUTO_MIGRATE": "false",
-            "RECALLQL_EMBEDDER": "off",
-        },
-        workers=2,
-    )
+    server = _two_workers_without_migration(tmp_path, f"postgresql+asyncpg://postgres@127.0.0.1:{port}/test")
     try:
         server.wait_ready(probe="/healthz")
         ready = httpx.get(f"{server.url}/readyz", timeout=30)
