@@ -47,8 +47,6 @@ log = logging.getLogger("recallql.semantic")
 
 T = TypeVar("T")
 
-# Set inside a rebuild: damage met there fails the rebuild (the outbox keeps its work) instead of
-# starting another one that would wait for it.
 # What an endpoint answers for a text (or a request) it will never take, as opposed to an outage or
 # a configuration error (401, 403 and 404 refuse every text alike; halving would only multiply them).
 _REFUSALS = frozenset({400, 413, 422})
@@ -60,6 +58,8 @@ _SPLIT_BUDGET = 64
 _REFUSED_BATCH = 8
 # Refusal counts kept (message ids); the oldest are forgotten past it (a deleted message's never clears).
 _MAX_REFUSALS = 10_000
+# Set inside a rebuild: damage met there fails the rebuild (the outbox keeps its work) instead of
+# starting another one that would wait for it.
 _REBUILDING: contextvars.ContextVar[bool] = contextvars.ContextVar("recallql_rebuilding", default=False)
 
 
