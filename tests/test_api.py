@@ -575,7 +575,8 @@ async def test_body_limit(server: ServerProcess) -> None:
 
 async def test_internal_errors_are_masked(api: Api) -> None:
     errors = await api.errors(
-        '{ recall(threadId: "x", filter: {metadata: {}}, include: [{id: "a", withPreviousMessages: -1}]) { total } }'
+        '{ recall(threadId: "x", filter: {metadata: {}}, include: [{id: "a", withPreviousMessages: -1}])'
+        " { total } }"
     )
     assert errors[0]["extensions"]["code"] == "BAD_USER_INPUT"
 
