@@ -27,6 +27,24 @@ class BadUserInput(RecallQLError):
     code = "BAD_USER_INPUT"
 
 
+# PostgreSQL's btree index entries hold at most 2,704 bytes, and one index pairs a thread id with a
+# resource id: a longer id was an internal error there (SQLite stores any length). The same bound on
+# both engines, for every id a write stores.
+MAX_ID_BYTES = 1024
+
+
+def check_id_size(value: str | None, where: str) -> None:
+    """BAD_USER_INPUT for an id too long to be stored (see MAX_ID_BYTES)."""
+    if value is not None and len(value) > MAX_ID_BYTES // 4 and _utf8_size(value) > MAX_ID_BYTES:
+        raise BadUserInput(
+            f"{where} may be at most {MAX_ID_BYTES} bytes long (UTF-8).", limit="maxIdBytes", max=MAX_ID_BYTES
+        )
+
+
+def _utf8_size(value: str) -> int:
+    return len(value.encode("utf-8", "surrogatepass"))
+
+
 class NotFound(RecallQLError):
     code = "NOT_FOUND"
 

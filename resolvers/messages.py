@@ -21,7 +21,7 @@ from models.signals import is_legacy_reminder, is_transient_signal, signal_type
 from resolvers.auth import Principal
 from resolvers.clock import now_ms
 from resolvers.config import BUILTIN_DEFAULTS, deep_merge
-from resolvers.errors import BadUserInput
+from resolvers.errors import BadUserInput, check_id_size
 from resolvers.events import (
     MESSAGE_DELETED,
     MESSAGE_SAVED,
@@ -187,6 +187,9 @@ class MessageService:
             # As on update: a blank resource would be one nobody can name in a recall ("" means none there).
             if m.resource_id is not None and not m.resource_id.strip():
                 raise BadUserInput(f"{where}.resourceId must be a non-empty string when given.")
+            check_id_size(m.thread_id, f"{where}.threadId")
+            check_id_size(m.id, f"{where}.id")
+            check_id_size(m.resource_id, f"{where}.resourceId")
             _check_content(m.content, where)
             if principal.restricted:
                 principal.require_thread(owners.get(m.thread_id), m.thread_id)
@@ -272,6 +275,8 @@ class MessageService:
                     raise BadUserInput(f"{where}.{name} must be a non-empty string when given.")
             if p.resource_id is not None and not p.resource_id.strip():
                 raise BadUserInput(f"{where}.resourceId must be a non-empty string when given.")
+            check_id_size(p.thread_id, f"{where}.threadId")
+            check_id_size(p.resource_id, f"{where}.resourceId")
         if not patches:
             return []
         if principal.restricted:

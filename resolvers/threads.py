@@ -15,7 +15,7 @@ from models.repository import Repository, RowConflict
 from resolvers.auth import Principal
 from resolvers.clock import now_ms, to_iso
 from resolvers.config import deep_merge
-from resolvers.errors import BadUserInput, Conflict, Forbidden, NotFound
+from resolvers.errors import BadUserInput, Conflict, Forbidden, NotFound, check_id_size
 from resolvers.events import (
     MESSAGE_DELETED,
     MESSAGE_SAVED,
@@ -104,6 +104,8 @@ class ThreadService:
         principal.require(resource_id)
         if thread_id is not None and not thread_id.strip():
             raise BadUserInput("id must be a non-empty string when given.")
+        check_id_size(thread_id, "id")
+        check_id_size(resource_id, "resourceId")
         _check_metadata(metadata)
         now = now_ms()
         created = created_at if created_at is not None else now
@@ -261,6 +263,8 @@ class ThreadService:
             raise BadUserInput("newThreadId must be a non-empty string when given.")
         if resource_id is not None and not resource_id.strip():
             raise BadUserInput("resourceId must be a non-empty string when given.")
+        check_id_size(new_thread_id, "newThreadId")
+        check_id_size(resource_id, "resourceId")
         if resource_id is not None:
             principal.require(resource_id)
         _check_metadata(metadata)

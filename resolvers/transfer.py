@@ -30,7 +30,7 @@ from models.records import MessageRecord, ResourceRecord, ThreadRecord
 from models.repository import Repository
 from models.signals import is_legacy_reminder, signal_type
 from resolvers.clock import now_ms, parse_iso, to_iso
-from resolvers.errors import value_fault
+from resolvers.errors import BadUserInput, check_id_size, value_fault
 
 KINDS = ("resource", "thread", "message")
 _MAX_WARNINGS = 20
@@ -324,16 +324,25 @@ async def _orphans(repository: Repository, homeless: Counter[str]) -> int:
     return sum(n for thread_id, n in homeless.items() if thread_id not in stored)
 
 
-def _unstorable(report: ImportReport, kind: str, id: str, values: tuple[Any, ...]) -> bool:
+def _unstorable(report: ImportReport, kind: str, id: str, values: tuple[Any, ...], ids: int) -> bool:
     """Skips (with a warning) a row holding a string or number no database can store, as the API
     refuses it (resolvers.errors.scalar_fault): U+0000, which LibSQL keeps and PostgreSQL refuses, a
-    lone surrogate, NaN."""
-    fault = value_fault(values)
+    lone surrogate, NaN; or an id (the first `ids` values) longer than any the API stores."""
+    fault = value_fault(values) or _oversized(values[:ids])
     if fault is None:
         return False
     report.stats[kind].skipped += 1
     report.warn(f"{kind} {id!r}: {str(fault).rstrip('.')}; skipped")
     return True
+
+
+def _oversized(ids: tuple[Any, ...]) -> BadUserInput | None:
+    try:
+        for value in ids:
+            check_id_size(value, "an id")
+    except BadUserInput as exc:
+        return exc
+    return None
 
 
 # ---------------------------------------------------------------------------------------------- Mastra
@@ -361,7 +370,7 @@ async def import_mastra(
                 report.stats["resource"].skipped += 1
                 report.warn(f"resource {r.id!r}: no id or no readable createdAt; skipped")
                 continue
-            if _unstorable(report, "resource", r.id, (r.id, r.working_memory, r.metadata)):
+            if _unstorable(report, "resource", r.id, (r.id, r.working_memory, r.metadata), ids=1):
                 continue
             resources.append(
                 ResourceRecord(
@@ -387,7 +396,7 @@ async def import_mastra(
                 report.stats["thread"].skipped += 1
                 report.warn(f"thread {t.id!r}: no id, resourceId or readable createdAt; skipped")
                 continue
-            if _unstorable(report, "thread", t.id, (t.id, t.resource_id, t.title, t.metadata)):
+            if _unstorable(report, "thread", t.id, (t.id, t.resource_id, t.title, t.metadata), ids=2):
                 continue
             thread_ids.add(t.id)
             threads.append(
@@ -413,7 +422,7 @@ async def import_mastra(
                 report.warn(f"message {m.id!r}: no id, thread_id, role or readable createdAt; skipped")
                 continue
             if _unstorable(
-                report, "message", m.id, (m.id, m.thread_id, m.resource_id, m.role, m.type, m.content)
+                report, "message", m.id, (m.id, m.thread_id, m.resource_id, m.role, m.type, m.content), ids=3
             ):
                 continue
             if m.thread_id not in thread_ids:
@@ -522,6 +531,8 @@ def _required_str(obj: dict[str, Any], key: str, where: str) -> str:
     value = obj.get(key)
     if not _nonempty(value):
         raise TransferError(f"{where}: {key} must be a non-empty string")
+    if (key == "id" or key.endswith("Id")) and (fault := _oversized((value,))) is not None:
+        raise TransferError(f"{where}: {key}: {fault.message}")
     return value
 
 
@@ -529,6 +540,8 @@ def _optional_str(obj: dict[str, Any], key: str, where: str) -> str | None:
     value = obj.get(key)
     if value is not None and not isinstance(value, str):
         raise TransferError(f"{where}: {key} must be a string or null")
+    if key.endswith("Id") and (fault := _oversized((value,))) is not None:
+        raise TransferError(f"{where}: {key}: {fault.message}")
     return value
 
 

@@ -23,7 +23,7 @@ from models.repository import Repository
 from resolvers.auth import Principal
 from resolvers.clock import now_ms
 from resolvers.config import DEFAULT_WORKING_MEMORY_TEMPLATE, deep_merge
-from resolvers.errors import BadUserInput, Forbidden, NotFound
+from resolvers.errors import BadUserInput, Forbidden, NotFound, check_id_size
 from resolvers.events import THREAD_UPDATED, EventBroker, publish_quietly, thread_event
 
 DISABLED_ERROR = "Working memory is not enabled for this memory instance"
@@ -244,6 +244,7 @@ class WorkingMemoryService:
             raise BadUserInput(DISABLED_ERROR)
         if cfg.scope == "resource" and not resource_id:
             raise BadUserInput(RESOURCE_SCOPE_ERROR)
+        check_id_size(resource_id, "resourceId")
         if mode not in MODES:
             raise BadUserInput(f"mode must be one of {', '.join(MODES)}.")
         if mode == APPEND and cfg.schema is not None:

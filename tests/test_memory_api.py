@@ -782,3 +782,28 @@ async def test_concurrent_merges_and_thread_updates_never_lose_an_update(api: Ap
     assert json.loads(metadata.pop("workingMemory")) == {f"k{n}": n for n in range(20)}
     assert metadata == {"base": True, **{f"m{n}": n for n in range(20)}}
     assert resource_id
+
+
+async def test_ids_too_long_to_store_are_refused_alike_on_both_engines(api: Api) -> None:
+    # PostgreSQL's index entries hold at most 2,704 bytes: longer ids were INTERNAL_SERVER_ERROR there
+    # (and stored on SQLite).
+    thread_id, resource_id = await new_thread(api)
+    long, fits = "x" * 1025, "é" * 512  # 1,025 and 1,024 bytes
+    refusals = [
+        (CREATE, {"i": {"id": long, "resourceId": resource_id}}, "id"),
+        (CREATE, {"i": {"resourceId": long}}, "resourceId"),
+        (SAVE, {"m": [text_message(thread_id=thread_id, id=long)]}, "messages[0].id"),
+        (SAVE, {"m": [text_message(thread_id=thread_id, resource_id=long)]}, "messages[0].resourceId"),
+        (CLONE, {"i": {"sourceThreadId": thread_id, "newThreadId": long}}, "newThreadId"),
+        (WM_UPDATE, {"t": thread_id, "r": long, "w": "# notes", "c": ON}, "resourceId"),
+    ]
+    for query, variables, where in refusals:
+        [error] = await api.errors(query, **variables)
+        assert error["extensions"]["code"] == "BAD_USER_INPUT", error
+        assert error["extensions"]["limit"] == "maxIdBytes", error
+        assert error["message"] == f"{where} may be at most 1024 bytes long (UTF-8).", error
+    # At the bound, every one is stored.
+    await api.execute(CREATE, i={"id": fits, "resourceId": fits})
+    await api.execute(SAVE, m=[text_message(thread_id=fits, id=fits[:-1] + "a", resource_id=fits)])
+    await api.execute(CLONE, i={"sourceThreadId": fits, "newThreadId": fits[:-1] + "b"})
+    await api.execute(WM_UPDATE, t=fits, r=fits, w="# notes", c=ON)
