@@ -203,6 +203,8 @@ class ThreadService:
         it) or, under an unknown thread id, only messages of granted resources."""
         if not thread_id or not thread_id.strip():
             raise BadUserInput("id must be a non-empty string.")
+        if resource_id is not None and not resource_id.strip():  # it skipped the ownership check
+            raise BadUserInput("resourceId must be a non-empty string when given.")
         if resource_id:
             principal.require(resource_id)
             existing = await self.repository.get_thread(thread_id)

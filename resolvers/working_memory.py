@@ -84,8 +84,10 @@ def working_memory_config(merged: dict[str, Any]) -> WorkingMemoryConfig:
     schema = wm.get("schema")
     if schema is not None and not isinstance(schema, dict):
         raise BadUserInput("workingMemory.schema must be a JSON Schema object.")
-    validator = _compile(schema) if schema else None
-    return WorkingMemoryConfig(bool(wm.get("enabled")), scope, template, schema or None, validator)
+    # {} is a schema (one every JSON document meets), as it is in Mastra, where {} is truthy: working
+    # memory is then JSON, bounded and parsed like any other.
+    validator = _compile(schema) if schema is not None else None
+    return WorkingMemoryConfig(bool(wm.get("enabled")), scope, template, schema, validator)
 
 
 # The schema is the caller's: its $refs resolve within it only (retrieval would let a request read the

@@ -100,6 +100,13 @@ async def test_delete_thread_removes_it_and_its_messages(api: Api) -> None:
         "but resource someone-else was queried."
     )
     assert await thread_of(api, thread_id) is not None  # nothing happened
+    # An empty resourceId skipped the check and deleted another resource's thread.
+    got = await error(api, DELETE_THREAD, id=thread_id, r="")
+    assert (got["extensions"]["code"], got["message"]) == (
+        "BAD_USER_INPUT",
+        "resourceId must be a non-empty string when given.",
+    )
+    assert await thread_of(api, thread_id) is not None
 
     assert (await api.execute(DELETE_THREAD, id=thread_id, r=resource_id))["deleteThread"] is True
     assert await thread_of(api, thread_id) is None
@@ -594,6 +601,21 @@ async def test_json_schema_working_memory_is_validated(api: Api) -> None:
     # Nothing of the failed calls was stored.
     stored = (await api.execute(WM_GET, t=thread_id, r=resource_id, c=config))["workingMemory"]
     assert json.loads(stored) == {"name": "Ada", "prefs": {"tea": True, "sugar": 0}}
+
+
+async def test_an_empty_schema_is_a_schema(api: Api) -> None:
+    # {} (any JSON document) was taken for no schema: Markdown working memory, any text, any depth.
+    thread_id, resource_id = await new_thread(api)
+    config = {"workingMemory": {"enabled": True, "schema": {}}}
+    template = (await api.execute(TEMPLATE, c=config))["workingMemoryTemplate"]
+    assert template["format"] == "JSON"
+    for value in ("not json", "[" * 100 + "]" * 100):
+        got = await error(api, WM_UPDATE, t=thread_id, r=resource_id, w=value, c=config)
+        assert got["extensions"]["code"] == "BAD_USER_INPUT", got
+    stored = await api.execute(
+        WM_UPDATE, t=thread_id, r=resource_id, w='{"any": [1]}', c=config, mode="MERGE"
+    )
+    assert json.loads(stored["updateWorkingMemory"]["workingMemory"]) == {"any": [1]}
 
 
 async def test_a_working_memory_schema_refers_only_within_itself(api: Api, tmp_path: Path) -> None:
