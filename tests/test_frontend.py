@@ -46,6 +46,12 @@ def test_explorer_page(client: TestClient) -> None:
     # Every form control has a label; the results are announced.
     assert 'aria-live="polite"' in page
     assert client.head("/").status_code == 200
+    # Neither page may be framed by another site (GraphiQL runs mutations where auth is off).
+    for page_response in (response, client.get("/graphql", headers=HTML)):
+        headers = page_response.headers
+        assert headers["x-frame-options"] == "DENY", headers
+        assert headers["content-security-policy"] == "frame-ancestors 'none'", headers
+        assert headers["x-content-type-options"] == "nosniff" and headers["referrer-policy"] == "no-referrer"
 
 
 def test_static_assets(client: TestClient) -> None:
@@ -53,6 +59,7 @@ def test_static_assets(client: TestClient) -> None:
     assert js.status_code == 200
     assert "javascript" in js.headers["content-type"]
     assert js.headers["cache-control"] == "no-cache"
+    assert js.headers["x-content-type-options"] == "nosniff"
     assert "fetch(ENDPOINT" in js.text
     css = client.get("/static/explorer.css")
     assert css.status_code == 200

@@ -25,6 +25,16 @@ BUILD_DIR = STATIC_DIR / "build"
 EXPLORER_PAGE = STATIC_DIR / "index.html"
 
 _warned: set[Path] = set()
+# The pages may not be framed: GraphiQL on a server without authentication (loopback) runs mutations,
+# and a page of another site framing it could lead a user into clicking them. Only frame-ancestors:
+# the CDN fallback page loads scripts from elsewhere, and GraphiQL's editor needs inline styles.
+PAGE_HEADERS = {
+    "Cache-Control": "no-cache",
+    "Content-Security-Policy": "frame-ancestors 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
 
 
 def graphiql_page_path(build_dir: Path | None = None) -> Path:
@@ -50,7 +60,7 @@ def graphiql_html(fallback_html: str, build_dir: Path | None = None) -> str:
 
 def graphiql_response(fallback_html: str) -> Response:
     """The answer to a browser's GET /graphql."""
-    return HTMLResponse(graphiql_html(fallback_html), headers={"Cache-Control": "no-cache"})
+    return HTMLResponse(graphiql_html(fallback_html), headers=PAGE_HEADERS)
 
 
 class _Static(StaticFiles):
@@ -64,6 +74,7 @@ class _Static(StaticFiles):
         status_code: int = 200,
     ) -> Response:
         response = super().file_response(full_path, stat_result, scope, status_code)
+        response.headers["X-Content-Type-Options"] = "nosniff"
         path = Path(full_path)
         if BUILD_DIR in path.parents and path.name != "index.html":
             response.headers["Cache-Control"] = "public, max-age=31536000, immutable"
@@ -73,7 +84,7 @@ class _Static(StaticFiles):
 
 
 async def explorer(_request: Request) -> Response:
-    return FileResponse(EXPLORER_PAGE, media_type="text/html", headers={"Cache-Control": "no-cache"})
+    return FileResponse(EXPLORER_PAGE, media_type="text/html", headers=PAGE_HEADERS)
 
 
 def frontend_routes() -> list[BaseRoute]:

@@ -16,6 +16,7 @@ const MESSAGE_FIELDS = `id
 export const DEFAULT_TABS = [
   {
     query: `# recall: a thread's newest page.
+# A fresh server: run the Seed tab first.
 # Run: play button or Ctrl-Enter.
 # Docs: the book icon, top left.
 query NewestPage($threadId: ID!, $perPage: PerPage) {
@@ -31,6 +32,39 @@ query NewestPage($threadId: ID!, $perPage: PerPage) {
 }
 `,
     variables: JSON.stringify({ threadId: 't1', perPage: 10 }, null, 2),
+  },
+  {
+    query: `# Sample data for the other tabs
+# (run once, on a fresh server).
+mutation Seed($messages: [MessageInput!]!) {
+  createThread(input: {id: "t1", resourceId: "alice", title: "Trip planning"}) { id createdAt }
+  saveMessages(messages: $messages) { messages { id createdAt } acknowledged }
+}
+`,
+    variables: JSON.stringify(
+      {
+        messages: [
+          {
+            id: 'm1',
+            threadId: 't1',
+            role: 'user',
+            content: {
+              format: 2,
+              parts: [{ type: 'text', text: 'Find me a train to Lyon' }],
+              metadata: { topic: 'travel' },
+            },
+          },
+          {
+            id: 'm2',
+            threadId: 't1',
+            role: 'assistant',
+            content: { format: 2, parts: [{ type: 'text', text: 'The 9:04 from Paris' }] },
+          },
+        ],
+      },
+      null,
+      2,
+    ),
   },
   {
     query: `# recall with filters, signals
@@ -64,7 +98,7 @@ query FilteredWindow(
         threadId: 't1',
         resourceId: 'alice',
         filter: {
-          dateRange: { start: '2026-01-01T00:00:00Z', end: '2027-01-01T00:00:00Z', endExclusive: true },
+          dateRange: { start: '2026-01-01T00:00:00Z' },
           metadata: { topic: 'travel' },
         },
         include: [{ id: 'm1', withPreviousMessages: 1, withNextMessages: 1 }],
@@ -85,36 +119,5 @@ query Threads($resourceId: String!) {
 `,
     variables: JSON.stringify({ resourceId: 'alice' }, null, 2),
   },
-  {
-    query: `# Sample data for the tabs (run once).
-mutation Seed($messages: [MessageInput!]!) {
-  createThread(input: {id: "t1", resourceId: "alice", title: "Trip planning"}) { id createdAt }
-  saveMessages(messages: $messages) { messages { id createdAt } acknowledged }
-}
-`,
-    variables: JSON.stringify(
-      {
-        messages: [
-          {
-            id: 'm1',
-            threadId: 't1',
-            role: 'user',
-            content: {
-              format: 2,
-              parts: [{ type: 'text', text: 'Find me a train to Lyon' }],
-              metadata: { topic: 'travel' },
-            },
-          },
-          {
-            id: 'm2',
-            threadId: 't1',
-            role: 'assistant',
-            content: { format: 2, parts: [{ type: 'text', text: 'The 9:04 from Paris' }] },
-          },
-        ],
-      },
-      null,
-      2,
-    ),
-  },
+
 ];
