@@ -3,6 +3,7 @@ machine: GraphiQL at /graphql and the memory explorer at /. Screenshots go to te
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import re
@@ -186,6 +187,40 @@ async def test_graphiql_works_offline(
     loaded = [u for u in tab.offline.seen if "/static/build/graphiql/" in u]
     assert any(u.endswith(".js") for u in loaded) and any(u.endswith(".css") for u in loaded), loaded
     assert any(".worker-" in u for u in loaded), f"no Monaco worker was loaded: {loaded}"
+
+
+async def test_graphiql_runs_subscriptions(
+    tab: Tab, server: ServerProcess, request: pytest.FixtureRequest
+) -> None:
+    # The fetcher had no WebSocket: a subscription ended in "not properly configured for websocket
+    # subscriptions", so live updates could not be tried from the page.
+    page = tab.page
+    api = Api(server.url)
+    _, thread, _ids = await seed_thread(api, title="Live updates")
+    await page.goto(f"{server.url}/graphql")
+    await page.wait_for_selector(".graphiql-container")
+    await page.locator(".graphiql-query-editor").click()
+    await page.keyboard.press("ControlOrMeta+A")
+    await page.keyboard.press("Delete")
+    await page.keyboard.insert_text(
+        f'subscription Live {{ messageSaved(threadId: "{thread}") {{ kind messageId }} }}'
+    )
+    # Once GraphiQL has read the new operation (it names the tab): before, it sends the old name.
+    await page.locator(".graphiql-tab", has_text="Live").wait_for()
+    await page.locator(".graphiql-execute-button").click()
+    response = page.locator(".graphiql-response")
+    # Saved until one is seen: the first may come before the socket has subscribed.
+    for attempt in range(40):
+        saved = text_message(thread_id=thread, id=uid(f"live{attempt}-"), text="a live one")
+        await api.execute(
+            "mutation ($m: [MessageInput!]!) { saveMessages(messages: $m) { acknowledged } }", m=[saved]
+        )
+        text = await response.inner_text()
+        if '"SAVED"' in text:
+            break
+        await asyncio.sleep(0.5)
+    assert re.search(r'"kind":\s*"SAVED"', text) and re.search(r'"messageId":\s*"live', text), text
+    await page.screenshot(path=artifact(request, "graphiql-subscription"))
 
 
 async def test_explorer_recall_matches_the_api(

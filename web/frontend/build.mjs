@@ -65,8 +65,6 @@ const page = await esbuild.build({
   entryNames: '[name]-[hash]',
   assetNames: '[name]-[hash]',
   loader: { '.ttf': 'file', '.woff': 'file', '.woff2': 'file', '.svg': 'file' },
-  // Only needed for subscriptions over websockets, which RecallQL does not offer.
-  external: ['graphql-ws'],
   define: { ...common.define, __RECALLQL_WORKERS__: JSON.stringify(workerFiles) },
 });
 const js = outputsByName(page, '.js').graphiql;

@@ -11,9 +11,11 @@ import { createRoot } from 'react-dom/client';
 
 import { DEFAULT_TABS } from './examples.js';
 
-// The page is served by GET on the GraphQL endpoint itself, so that is where queries go.
+// The page is served by GET on the GraphQL endpoint itself, so that is where queries go, and where
+// subscriptions go over a WebSocket (graphql-transport-ws). Each subscription opens its socket with the
+// Headers tab's headers as connection_init's payload, which is where RecallQL reads a bearer token.
 const url = `${window.location.origin}${window.location.pathname}`;
-const fetcher = createGraphiQLFetcher({ url });
+const fetcher = createGraphiQLFetcher({ url, subscriptionUrl: url.replace(/^http/, 'ws') });
 
 // GraphiQL 5 fills the first tab's query from defaultTabs but not its variables; hand them over
 // as initialVariables, and only on a first visit (later, the tabs saved in the browser win).
