@@ -139,6 +139,14 @@ async def seed_thread(api: Api, *, title: str) -> tuple[str, str, list[str]]:
     return resource, thread, [m["id"] for m in messages]
 
 
+async def replace_text(editor: Any, text: str) -> None:
+    """Replaces what a GraphiQL editor holds."""
+    await editor.click()
+    await editor.page.keyboard.press("ControlOrMeta+A")
+    await editor.page.keyboard.press("Delete")
+    await editor.page.keyboard.insert_text(text)
+
+
 async def test_graphiql_works_offline(
     tab: Tab, server: ServerProcess, request: pytest.FixtureRequest
 ) -> None:
@@ -170,10 +178,7 @@ async def test_graphiql_works_offline(
     titles = await tabs.all_inner_texts()
     assert any("NewestPage" in t for t in titles), titles
     variables = page.locator(".graphiql-editor-tool .graphiql-editor").first
-    await variables.click()
-    await page.keyboard.press("ControlOrMeta+A")
-    await page.keyboard.press("Delete")
-    await page.keyboard.insert_text(json.dumps({"threadId": thread, "perPage": 3}))
+    await replace_text(variables, json.dumps({"threadId": thread, "perPage": 3}))
     await page.locator(".graphiql-execute-button").click()
     response = page.locator(".graphiql-response")
     await response.get_by_text(f'"{expected["messages"][-1]["id"]}"').wait_for()
@@ -199,12 +204,8 @@ async def test_graphiql_runs_subscriptions(
     _, thread, _ids = await seed_thread(api, title="Live updates")
     await page.goto(f"{server.url}/graphql")
     await page.wait_for_selector(".graphiql-container")
-    await page.locator(".graphiql-query-editor").click()
-    await page.keyboard.press("ControlOrMeta+A")
-    await page.keyboard.press("Delete")
-    await page.keyboard.insert_text(
-        f'subscription Live {{ messageSaved(threadId: "{thread}") {{ kind messageId }} }}'
-    )
+    query = f'subscription Live {{ messageSaved(threadId: "{thread}") {{ kind messageId }} }}'
+    await replace_text(page.locator(".graphiql-query-editor"), query)
     # Once GraphiQL has read the new operation (it names the tab): before, it sends the old name.
     await page.locator(".graphiql-tab", has_text="Live").wait_for()
     await page.locator(".graphiql-execute-button").click()
