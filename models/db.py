@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -61,12 +62,20 @@ class DatabaseUnavailable(Exception):
 _UNAVAILABLE_STATES = ("57P01", "57P02", "57P03")
 
 
-def is_unavailable(exc: BaseException) -> bool:
-    """Whether an exception raised by a database call means "the database is unreachable"."""
+def causes(exc: BaseException) -> Iterator[BaseException]:
+    """The exception and what lies under it: SQLAlchemy's `orig` (the driver's error), else `__cause__`,
+    each once."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
+        yield current
+        current = getattr(current, "orig", None) or current.__cause__
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether an exception raised by a database call means "the database is unreachable"."""
+    for current in causes(exc):
         if isinstance(current, DatabaseUnavailable | OSError | TimeoutError | PoolTimeout):
             return True  # refused, reset, unresolvable, connect timeout; no free pooled connection
         if isinstance(current, DBAPIError) and current.connection_invalidated:
@@ -78,7 +87,6 @@ def is_unavailable(exc: BaseException) -> bool:
             marker in str(current) for marker in _LOST_MARKERS
         ):
             return True
-        current = getattr(current, "orig", None) or current.__cause__
     return False
 
 

@@ -301,11 +301,11 @@ class _Workers:
             thread.join()
 
 
-# How much padding a batch may add to its shortest text: longest <= 1.5 x shortest + 8 tokens.
 log = logging.getLogger("recallql.embedders")
 # all-MiniLM-L6-v2's vector for the probe text begins so (any conversion of it: ours, Chroma's download).
 _PROBE_TEXT = "RecallQL model identity probe"
 _MINILM_PROBE = np.array([-0.0881, -0.03732, -0.08625, 0.06706, -0.00762, 0.07945, 0.10779, -0.03632])
+# How much padding a batch may add to its shortest text: longest <= 1.5 x shortest + 8 tokens.
 _PAD_RATIO = 1.5
 _PAD_SLACK = 8
 
@@ -400,11 +400,8 @@ class OnnxMiniLMEmbedder:
             ):
                 name = self.NAME
             else:
-                digest = hashlib.sha256()
                 with (self._dir / "model.onnx").open("rb") as model:
-                    for block in iter(lambda: model.read(1 << 20), b""):
-                        digest.update(block)
-                name = f"onnx-{digest.hexdigest()[:16]}"
+                    name = f"onnx-{hashlib.file_digest(model, 'sha256').hexdigest()[:16]}"
                 log.warning(
                     "the model in %s is not all-MiniLM-L6-v2 (its vectors differ): its vectors are kept "
                     "apart as %r (%d dimensions); set RECALLQL_EMBEDDING_MODEL_NAME to name it",

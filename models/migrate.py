@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from sqlalchemy.pool import NullPool
 
 from models.tables import PG_ONLY_INDEXES
 
+log = logging.getLogger("recallql")
 SCRIPT_LOCATION = Path(__file__).resolve().parent.parent / "alembic"
 # Any constant works; it serialises migrations of replicas starting together on PostgreSQL.
 _PG_LOCK_KEY = 0x5245_4341_4C4C
@@ -66,6 +68,16 @@ class SchemaState:
         if self.pending:
             return f"the database needs migration(s) {', '.join(self.pending)} (run `recallql migrate`)"
         return "the database schema is current"
+
+
+def log_state(state: SchemaState, *, migrated: bool) -> None:
+    """What a start found (`migrated`: it applied `pending`), for the server's log."""
+    if state.newer:
+        log.warning("serving against a newer schema: %s", state.describe())
+    elif state.pending and migrated:
+        log.info("applied migrations: %s", ", ".join(state.pending))
+    elif state.pending:  # /readyz answers 503 until they are applied
+        log.error("RECALLQL_AUTO_MIGRATE is off and %s", state.describe())
 
 
 def _state(connection: Connection) -> SchemaState:

@@ -33,16 +33,21 @@ class BadUserInput(RecallQLError):
 MAX_ID_BYTES = 1024
 
 
+def id_size_fault(value: str | None, where: str) -> BadUserInput | None:
+    """Why an id cannot be stored (see MAX_ID_BYTES), or None."""
+    if value is None or len(value) <= MAX_ID_BYTES // 4:  # 4 bytes a character at most: fits
+        return None
+    if len(value.encode("utf-8", "surrogatepass")) <= MAX_ID_BYTES:
+        return None
+    return BadUserInput(
+        f"{where} may be at most {MAX_ID_BYTES} bytes long (UTF-8).", limit="maxIdBytes", max=MAX_ID_BYTES
+    )
+
+
 def check_id_size(value: str | None, where: str) -> None:
-    """BAD_USER_INPUT for an id too long to be stored (see MAX_ID_BYTES)."""
-    if value is not None and len(value) > MAX_ID_BYTES // 4 and _utf8_size(value) > MAX_ID_BYTES:
-        raise BadUserInput(
-            f"{where} may be at most {MAX_ID_BYTES} bytes long (UTF-8).", limit="maxIdBytes", max=MAX_ID_BYTES
-        )
-
-
-def _utf8_size(value: str) -> int:
-    return len(value.encode("utf-8", "surrogatepass"))
+    """Raises id_size_fault's error, if there is one."""
+    if (fault := id_size_fault(value, where)) is not None:
+        raise fault
 
 
 class NotFound(RecallQLError):

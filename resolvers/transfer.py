@@ -30,7 +30,7 @@ from models.records import MessageRecord, ResourceRecord, ThreadRecord
 from models.repository import Repository
 from models.signals import is_legacy_reminder, signal_type
 from resolvers.clock import now_ms, parse_iso, to_iso
-from resolvers.errors import BadUserInput, check_id_size, value_fault
+from resolvers.errors import BadUserInput, id_size_fault, value_fault
 
 KINDS = ("resource", "thread", "message")
 _MAX_WARNINGS = 20
@@ -337,12 +337,7 @@ def _unstorable(report: ImportReport, kind: str, id: str, values: tuple[Any, ...
 
 
 def _oversized(ids: tuple[Any, ...]) -> BadUserInput | None:
-    try:
-        for value in ids:
-            check_id_size(value, "an id")
-    except BadUserInput as exc:
-        return exc
-    return None
+    return next((fault for value in ids if (fault := id_size_fault(value, "an id")) is not None), None)
 
 
 # ---------------------------------------------------------------------------------------------- Mastra

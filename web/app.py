@@ -21,7 +21,7 @@ from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
 
 from models.db import create_engine, is_sqlite, is_unavailable
-from models.migrate import SchemaState, schema_state, upgrade
+from models.migrate import log_state, schema_state, upgrade
 from models.repository import Repository
 from resolvers.context import RequestContext, Services
 from schema import build_schema
@@ -153,15 +153,6 @@ def _too_large(limit: int) -> Response:
     )
 
 
-def _report(state: SchemaState, *, migrated: bool) -> None:
-    if state.newer:
-        log.warning("serving against a newer schema: %s", state.describe())
-    elif state.pending and migrated:
-        log.info("applied migrations: %s", ", ".join(state.pending))
-    elif state.pending:  # /readyz answers 503 until they are applied
-        log.error("RECALLQL_AUTO_MIGRATE is off and %s", state.describe())
-
-
 def create_app(settings: Settings | None = None, *, services: Services | None = None) -> Starlette:
     settings = settings or get_settings()
     # Logging is configured for a served app; an app given its services (tests) leaves it alone.
@@ -185,10 +176,10 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
                 connect_timeout=settings.db_connect_timeout,
             )
             if settings.auto_migrate:
-                _report(await upgrade(engine), migrated=True)
+                log_state(await upgrade(engine), migrated=True)
             else:
                 try:
-                    _report(await schema_state(engine), migrated=False)
+                    log_state(await schema_state(engine), migrated=False)
                 except Exception as exc:
                     # Not a reason to stop: the process serves once the database is back, and /readyz
                     # says so meanwhile (uvicorn's supervisor stops every worker when one fails to start).

@@ -231,11 +231,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             workers,
         )
     if settings.auto_migrate and not args.no_migrate:
-        state = asyncio.run(_migrate(settings))
-        if state.newer:
-            log.warning("serving against a newer schema: %s", state.describe())
-        elif state.pending:
-            log.info("applied migrations: %s", ", ".join(state.pending))
+        from models.migrate import log_state
+
+        log_state(asyncio.run(_migrate(settings)), migrated=True)
     # Migrations ran once, here; the workers must not race each other doing it again.
     os.environ["RECALLQL_AUTO_MIGRATE"] = "false"
     get_settings.cache_clear()  # a single worker runs in this process: it must see the variables above
@@ -577,22 +575,18 @@ def main(argv: list[str] | None = None) -> int:
 
 def _refused(exc: BaseException) -> bool:
     """PostgreSQL answered, but not for us: no such database, or the credentials are wrong."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        state = getattr(current, "sqlstate", None)
-        if isinstance(state, str) and (state == "3D000" or state.startswith("28")):
-            return True
-        current = getattr(current, "orig", None) or current.__cause__
-    return False
+    from models.db import causes
+
+    states = (getattr(e, "sqlstate", None) for e in causes(exc))
+    return any(isinstance(s, str) and (s == "3D000" or s.startswith("28")) for s in states)
 
 
 def _root_cause(exc: BaseException) -> str:
     """The driver's own words (connection refused, timed out), without the wrappers around them."""
-    while (inner := getattr(exc, "orig", None) or exc.__cause__) is not None and inner is not exc:
-        exc = inner
-    return str(exc) or type(exc).__name__
+    from models.db import causes
+
+    *_, root = causes(exc)
+    return str(root) or type(root).__name__
 
 
 def _settings_problem(exc: ValidationError) -> str:
