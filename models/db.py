@@ -36,7 +36,13 @@ def create_engine(
 ) -> AsyncEngine:
     """`connect_timeout` (PostgreSQL): seconds a new connection may take, so that requests fail fast
     while the database is unreachable (asyncpg's own default is 60)."""
-    json_options: dict[str, Any] = {"json_serializer": _dumps, "json_deserializer": orjson.loads}
+    json_options: dict[str, Any] = {
+        "json_serializer": _dumps,
+        "json_deserializer": orjson.loads,
+        # A failed statement's text names its bound values: message texts, metadata, working memory.
+        # They would land in the server's log with every logged database error.
+        "hide_parameters": True,
+    }
     if is_sqlite(url):
         engine = create_async_engine(url, echo=echo, connect_args={"timeout": 30}, **json_options)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
@@ -73,6 +79,13 @@ def causes(exc: BaseException) -> Iterator[BaseException]:
         current = getattr(current, "orig", None) or current.__cause__
 
 
+def summary(exc: BaseException) -> str:
+    """One line for a log: a database error's first line names the driver's error; the statement
+    (hundreds of bound markers for a batch) follows on the next lines."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def is_unavailable(exc: BaseException) -> bool:
     """Whether an exception raised by a database call means "the database is unreachable"."""
     for current in causes(exc):
@@ -106,6 +119,7 @@ def create_read_engine(url: str) -> Engine | None:
         connect_args={"timeout": 30, "check_same_thread": False},
         pool_size=8,
         max_overflow=8,
+        hide_parameters=True,
         json_serializer=_dumps,
         json_deserializer=orjson.loads,
     )

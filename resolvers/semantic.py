@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol, TypeVar
 
+from models.db import summary
 from models.embedders import Embedder, Embedding, EmbeddingError, chunk_text, embedding_text
 from models.records import MessageRecord, OutboxEntry
 from models.repository import Repository
@@ -924,7 +925,7 @@ class SemanticMemory:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # an outage must not kill the loop; the outbox keeps the work
-                log.warning("vector outbox drain failed, retrying in %.0fs: %s", delay, exc)
+                log.warning("vector outbox drain failed, retrying in %.0fs: %s", delay, summary(exc))
                 delay = min(delay * 2, 60.0)
             await asyncio.sleep(delay)
 

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from models.db import summary
 from models.records import MessageRecord, ThreadRecord
 from models.repository import Repository
 from resolvers.clock import now_ms
@@ -228,7 +229,7 @@ class TitleGenerator:
             try:
                 answer = await asyncio.wait_for(self.chat.complete(prompt, model=options.model), self.timeout)
             except Exception as exc:
-                log.warning("title generation for thread %s failed: %r", thread_id, exc)
+                log.warning("title generation for thread %s failed: %s", thread_id, summary(exc))
                 return None
             title = clean_title(answer)
         else:

@@ -27,6 +27,7 @@ from gql.transport.httpx import HTTPXAsyncTransport
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("RECALLQL_SHARED_DIR", REPO.parent / "shared"))
 IN_CI = bool(os.environ.get("CI"))
+MODEL_DIR = Path(os.environ.get("RECALLQL_EMBEDDING_MODEL_DIR") or SHARED / "models/all-MiniLM-L6-v2")
 PG_ADMIN_DSN = os.environ.get("RECALLQL_TEST_PG_DSN", "postgresql://127.0.0.1:5432/test")
 
 

@@ -10,10 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO, SHARED, database, require
+from tests.support import MODEL_DIR, REPO, database, require
 from tests.test_import_export import oracle_node_modules
-
-MODEL_DIR = Path(os.environ.get("RECALLQL_EMBEDDING_MODEL_DIR") or SHARED / "models/all-MiniLM-L6-v2")
 
 
 def run(script: str, *args: str) -> str:

@@ -34,9 +34,7 @@ from models.embedders import (
     chunk_text,
     embedding_text,
 )
-from tests.support import EMBED_SERVER, SHARED, embed_reference, embed_server_process, loop_ticks
-
-MODEL_DIR = Path(os.environ.get("RECALLQL_EMBEDDING_MODEL_DIR") or SHARED / "models/all-MiniLM-L6-v2")
+from tests.support import EMBED_SERVER, MODEL_DIR, embed_reference, embed_server_process, loop_ticks
 
 needs_model = pytest.mark.skipif(
     not (MODEL_DIR / "onnx/model.onnx").is_file() or not (MODEL_DIR / "onnx/tokenizer.json").is_file(),

@@ -32,7 +32,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from models.db import DatabaseUnavailable, create_engine, is_unavailable
+from models.db import DatabaseUnavailable, create_engine, create_read_engine, is_unavailable
 from models.migrate import upgrade
 from models.repository import Repository
 from models.vector_index import ChromaIndex
@@ -750,3 +750,25 @@ async def test_kill_9_during_concurrent_ingest_loses_no_acknowledged_message(
         f"converged after {converge_seconds:.0f}s more, total {total:.0f}s"
     )
     assert len(state.acknowledged) >= KILLS * ROUND_TARGET[0] * 0.5, rounds
+
+
+@pytest.mark.parametrize("engine", engines())
+async def test_database_errors_never_carry_the_values_bound_to_them(engine: str, tmp_path: Path) -> None:
+    # A failed statement's text named its bound values (message texts, metadata, working memory), and
+    # every logged database error, the drain's and title generation's among them, wrote them to the log.
+    secret = "the user's private message"
+    async with database(engine, tmp_path) as db_url:
+        engine_ = create_engine(db_url)
+        try:
+            with pytest.raises(Exception) as failed:
+                async with engine_.connect() as conn:
+                    await conn.execute(text("SELECT * FROM no_such_table WHERE x = :v"), {"v": secret})
+            assert "no_such_table" in str(failed.value) and secret not in str(failed.value)
+            read = create_read_engine(db_url)
+            if read is not None:  # SQLite's reads and write transactions from worker threads
+                with pytest.raises(Exception) as failed, read.connect() as sync_conn:
+                    sync_conn.execute(text("SELECT * FROM no_such_table WHERE x = :v"), {"v": secret})
+                assert "no_such_table" in str(failed.value) and secret not in str(failed.value)
+                read.dispose()
+        finally:
+            await engine_.dispose()

@@ -26,7 +26,7 @@ from models.tables import metadata
 from resolvers.auth import OPEN
 from resolvers.context import Services
 from tests.factories import msg, seed
-from tests.support import PG_ADMIN_DSN, ServerProcess, postgres_available, require
+from tests.support import MODEL_DIR, PG_ADMIN_DSN, ServerProcess, postgres_available, require
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -270,6 +270,28 @@ def test_without_auto_migration_the_server_is_unready_until_migrated(tmp_path: P
         assert (ready.status_code, ready.json()["schema"]) == (200, "ok")
     finally:
         server.stop()
+
+
+def test_a_server_waiting_for_its_migrations_logs_one_line_per_event(tmp_path: Path) -> None:
+    # Each /readyz logged Alembic's two dialect lines, every start its seven plugin lines, and each retry
+    # of the vector drain the failed statement over four lines.
+    settings = {"RECALLQL_AUTO_MIGRATE": "false", "RECALLQL_EMBEDDING_MODEL_DIR": str(MODEL_DIR)}
+    server = ServerProcess(tmp_path / "data", settings)
+    try:
+        server.wait_ready(probe="/healthz")
+        deadline = time.monotonic() + 30
+        while "vector outbox drain failed" not in server.log_path.read_text():
+            assert time.monotonic() < deadline, server.log_path.read_text()
+            time.sleep(0.2)
+        for _ in range(3):
+            assert httpx.get(f"{server.url}/readyz", timeout=10).status_code == 503
+    finally:
+        server.stop()
+    lines = server.log_path.read_text().splitlines()
+    assert not [line for line in lines if "alembic" in line], lines
+    drain = [line for line in lines if "vector outbox drain failed" in line]
+    assert drain[0].endswith("no such table: vector_outbox"), drain
+    assert all(line[:4].isdigit() for line in lines), lines  # every line is a record: none continues one
 
 
 def test_a_schema_migrated_by_a_newer_version_is_served_and_not_migrated(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from strawberry import UNSET
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
 
-from models.db import create_engine, is_sqlite, is_unavailable
+from models.db import create_engine, is_sqlite, is_unavailable, summary
 from models.migrate import log_state, schema_state, upgrade
 from models.repository import Repository
 from resolvers.context import RequestContext, Services
@@ -185,7 +185,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
                     # says so meanwhile (uvicorn's supervisor stops every worker when one fails to start).
                     if not is_unavailable(exc):
                         raise
-                    log.warning("the database is unreachable at start: %r", exc)
+                    log.warning("the database is unreachable at start: %s", summary(exc))
             repository = Repository(engine)
             built = Services.build(
                 repository,

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from models.db import summary
 from models.migrate import schema_state
 from models.vector_index import heartbeat_url
 from resolvers.context import Services
@@ -32,7 +33,7 @@ async def _database(services: Services) -> str:
     try:
         await asyncio.wait_for(services.repository.ping(), CHECK_TIMEOUT)
     except Exception as exc:  # readiness reports any failure; it must not raise
-        log.warning("readyz: database unreachable: %r", exc)
+        log.warning("readyz: database unreachable: %s", summary(exc))
         return "unreachable"
     return "ok"
 
@@ -51,7 +52,7 @@ class SchemaCheck:
         try:
             state = await asyncio.wait_for(schema_state(services.repository.engine), CHECK_TIMEOUT)
         except Exception as exc:  # the database check reports the outage
-            log.warning("readyz: schema version unreadable: %r", exc)
+            log.warning("readyz: schema version unreadable: %s", summary(exc))
             return "unknown"
         if state.pending:
             return f"pending {', '.join(state.pending)}"

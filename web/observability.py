@@ -72,6 +72,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strawberry.extensions import SchemaExtension
 from strawberry.schema.exceptions import CannotGetOperationTypeError
 
+from models.db import summary
+
 if TYPE_CHECKING:
     from sqlalchemy import Engine
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -242,6 +244,9 @@ def configure_logging(level: str = "info", fmt: str = "text", *, access_log_enab
         if logger.handlers:
             logger.handlers = [handler]
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING if access_log_enabled else logging.INFO)
+    # Alembic reports at INFO its plugins at import and its dialect on every version read (each /readyz
+    # while a migration is pending); what was applied is RecallQL's own "applied migrations" line.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 # ============================================================================================== metrics
@@ -353,7 +358,7 @@ async def metrics_endpoint(request: Request) -> Response:
         try:
             backlog = await asyncio.wait_for(services.repository.outbox_backlog(), 2.0)
         except Exception as exc:  # a scrape must not fail because the database is slow or down
-            log.warning("metrics: outbox backlog unavailable: %s", exc)
+            log.warning("metrics: outbox backlog unavailable: %s", summary(exc))
     return Response(generate_latest(_scrape_registry(backlog)), media_type=CONTENT_TYPE_LATEST)
 
 
