@@ -91,7 +91,14 @@ class SemanticResult:
 
 class SemanticSearcher(Protocol):
     async def search(
-        self, text: str, *, thread_id: str, resource_id: str | None, resource_scope: bool, top_k: int
+        self,
+        text: str,
+        *,
+        thread_id: str,
+        resource_id: str | None,
+        resource_scope: bool,
+        top_k: int,
+        own_resource_only: bool = False,
     ) -> SemanticResult: ...
 
 
@@ -179,6 +186,7 @@ class RecallEngine:
                 resource_id=args.resource_id,
                 resource_scope=resource_scope,
                 top_k=top_k,
+                own_resource_only=principal.restricted,
             )
             usage = found.usage
             threshold = sr.get("threshold") if isinstance(sr, dict) else None

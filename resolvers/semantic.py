@@ -228,10 +228,20 @@ class SemanticMemory:
 
     # ------------------------------------------------------------------ read side
     async def search(
-        self, text: str, *, thread_id: str, resource_id: str | None, resource_scope: bool, top_k: int
+        self,
+        text: str,
+        *,
+        thread_id: str,
+        resource_id: str | None,
+        resource_scope: bool,
+        top_k: int,
+        own_resource_only: bool = False,
     ) -> SemanticResult:
         """An embedder or vector index that cannot answer is an outage (SERVICE_UNAVAILABLE) of the
-        search only: saves queue their vector work in the outbox, and reads without a search go on."""
+        search only: saves queue their vector work in the outbox, and reads without a search go on.
+        `own_resource_only` (a restricted credential): a thread-scoped search reads only `resource_id`'s
+        vectors. Other resources' messages in the thread used up topK before being dropped, so whether
+        the caller's own message came back told how close a message it may not read was to the query."""
         try:
             embedding = await self._embed_query(text)
             index = await self.index()
@@ -241,7 +251,7 @@ class SemanticMemory:
                 "Semantic search is unavailable: the embedder cannot be reached.", service="embedder"
             ) from exc
         resource_ids: Sequence[str | None]
-        if resource_scope:
+        if resource_scope or own_resource_only:
             resource_ids = [resource_id]
         else:
             resource_ids = await self.repository.thread_resource_ids(thread_id)

@@ -766,7 +766,8 @@ async def test_a_websocket_is_closed_when_its_token_expires(auth_server: ServerP
                 await asyncio.wait_for(ws.recv(), 15)
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 4403
         assert time.time() >= expires
-    # The legacy protocol takes a second connection_init: the timer follows the token now in force.
+    # The legacy protocol takes a second connection_init: the connection closes at the earliest expiry
+    # of the tokens it was given, whichever came first.
     expires = int(time.time()) + 3
     async with websockets.connect(legacy_url, subprotocols=["graphql-ws"]) as ws:
         later = hs256(claims(resources=ALICE, exp=int(time.time()) + 600))

@@ -103,6 +103,7 @@ class _CredentialExpiry:
     websocket: Any
     connection_acknowledged: bool
     _expiry_task: asyncio.Task[None] | None = None
+    _expires_at: float | None = None
 
     async def handle_connection_init(self, message: Any) -> None:
         await super().handle_connection_init(message)  # type: ignore[misc]
@@ -110,13 +111,16 @@ class _CredentialExpiry:
         expires_at = principal.expires_at if principal is not None else None
         if not self.connection_acknowledged:
             return
-        # The legacy protocol takes another connection_init, whose token replaces the principal: the
-        # timer follows the principal in force.
+        # The legacy protocol takes another connection_init, whose token replaces the principal. The
+        # operations already running keep the principal they started under, so the connection closes
+        # at the earliest expiry of any token it was given: a later token, or a key without expiry,
+        # used to cancel the timer and let an expired token's subscriptions run on for good.
+        if expires_at is None or (self._expires_at is not None and self._expires_at <= expires_at):
+            return
         if self._expiry_task is not None:
             self._expiry_task.cancel()
-            self._expiry_task = None
-        if expires_at is not None:
-            self._expiry_task = asyncio.create_task(self._close_at(expires_at))
+        self._expires_at = expires_at
+        self._expiry_task = asyncio.create_task(self._close_at(expires_at))
 
     async def _refused_as_expired(self) -> bool:
         """Closes the connection when the credential expired before the timer ran (a frame arriving
