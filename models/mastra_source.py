@@ -184,7 +184,12 @@ def parse_json_text(text: str) -> Any:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
         # Integers beyond 64 bits are valid JSON that orjson refuses.
-        return json.loads(text, parse_constant=_no_constants)
+        try:
+            return json.loads(text, parse_constant=_no_constants)
+        except RecursionError:
+            # orjson stops at 1,024 levels; json recursed until Python's limit and the import died with a
+            # traceback instead of skipping the row.
+            raise ValueError("JSON nested too deeply") from None
 
 
 def decode_json_column(value: Any) -> Any:

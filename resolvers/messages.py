@@ -148,7 +148,7 @@ class MessageService:
         # Bounded: a slow embedder must not hold the save; the drain catches up.
         await sync_vectors(self.vectors, messages, self.vector_sync_timeout, stored=stored)
 
-    def _check_batch(self, operation: str, size: int) -> None:
+    def check_batch(self, operation: str, size: int) -> None:
         if self.max_batch is not None and size > self.max_batch:
             raise BadUserInput(
                 f"{operation} accepts at most {self.max_batch} messages per call, got {size}.",
@@ -165,7 +165,7 @@ class MessageService:
         """Upserts the batch. A restricted principal saves only into existing threads of granted
         resources, with granted message resources, and never over a stored message of a resource it
         was not granted (checked here, and again atomically in the write)."""
-        self._check_batch("saveMessages", len(inputs))
+        self.check_batch("saveMessages", len(inputs))
         titles = title_options(deep_merge(self.defaults, memory_config))
         now = now_ms()
         owners = await self.repository.get_threads([m.thread_id for m in inputs if m.thread_id])
@@ -263,7 +263,7 @@ class MessageService:
         A restricted principal may change only messages of granted resources (checked on the locked
         rows, in the write's transaction), move them only to existing threads of granted resources and
         give them only granted resources; anything else is FORBIDDEN and writes nothing."""
-        self._check_batch("updateMessages", len(patches))
+        self.check_batch("updateMessages", len(patches))
         for n, p in enumerate(patches):
             where = f"messages[{n}]"
             if not p.id or not p.id.strip():
@@ -354,7 +354,7 @@ class MessageService:
         updatedAt is bumped and the vectors go through the outbox. Returns the deleted messages.
         A restricted principal naming a message of a resource it was not granted gets FORBIDDEN and
         nothing is deleted (checked on the locked rows, in the delete's transaction)."""
-        self._check_batch("deleteMessages", len(ids))
+        self.check_batch("deleteMessages", len(ids))
         if any(not isinstance(i, str) or not i.strip() for i in ids):
             raise BadUserInput("All message IDs must be non-empty strings")
 

@@ -145,6 +145,8 @@ class Query(MemoryQuery):
     async def messages(
         self, info: Ctx, ids: Annotated[list[strawberry.ID], _arg("Message ids.")]
     ) -> list[Message | None]:
+        # Unbounded, one request of repeated ids naming large messages answered a gigabyte.
+        info.context.services.messages.check_batch("messages", len(ids))
         records = await info.context.messages.load_many([str(i) for i in ids])
         return [Message(_record=r) if r else None for r in records]
 

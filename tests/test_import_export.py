@@ -1012,3 +1012,14 @@ async def test_source_errors(tmp_path: Path) -> None:
     garbage.write_bytes(b"this is not a database file" * 100)
     with pytest.raises(MastraSourceError, match=r"cannot read .* as a SQLite database"):
         await open_mastra_source(str(garbage))
+
+
+def test_json_nested_past_the_parsers_limit_is_unreadable_not_a_crash() -> None:
+    # Valid JSON past orjson's 1,024 levels fell back to json.loads, whose RecursionError killed
+    # `import mastra` with a traceback: a row's content this deep is now unreadable like any non-JSON.
+    from models.mastra_source import decode_json_column, parse_json_text
+
+    deep = "[" * 1500 + "]" * 1500
+    with pytest.raises(ValueError, match="nested too deeply"):
+        parse_json_text(deep)
+    assert decode_json_column(deep) == deep

@@ -347,6 +347,18 @@ async def test_include_items_limit(api: Api, limited: ServerProcess) -> None:
     assert error["message"] == "include accepts at most 3 items, got 4."
 
 
+async def test_message_lookup_limit(api: Api, limited: ServerProcess) -> None:
+    # Unbounded, a lookup of repeated ids of large messages answered a gigabyte from a small request.
+    # (ids of one byte each: the test server takes bodies of 20 kB at most)
+    lookup = "query($ids: [ID!]!) { messages(ids: $ids) { id } }"
+    found = await api.execute(lookup, ids=["x"] * 1000)
+    assert found["messages"] == [None] * 1000
+    error = await only_error(limited.url, lookup, ids=["x"] * 1001)
+    assert error["extensions"]["code"] == "BAD_USER_INPUT"
+    assert error["extensions"]["limit"] == "maxSaveBatch"
+    assert error["message"] == "messages accepts at most 1000 messages per call, got 1001."
+
+
 async def test_search_text_limit(api: Api, limited: ServerProcess) -> None:
     thread, _ = await thread_with(api, 3)
     search = {"semanticRecall": {"options": {"scope": "THREAD", "topK": 1, "messageRange": {"size": 0}}}}
