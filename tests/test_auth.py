@@ -12,6 +12,7 @@ import hmac
 import importlib.util
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -955,3 +956,47 @@ async def test_explorer_asks_for_a_token(auth_server: ServerProcess) -> None:
         finally:
             await browser.close()
     assert len(prompts) == 1 and "token" in prompts[0]
+
+
+# ---------------------------------------------------------------------------------------------- DNS rebinding
+async def test_without_authentication_only_this_machines_names_reach_the_server(tmp_path: Path) -> None:
+    # With authentication off on a loopback bind, a page whose own name was pointed at 127.0.0.1 (DNS
+    # rebinding) was same-origin for the browser: its mutations were served and its WebSocket accepted.
+    with running_server(tmp_path / "data", {"RECALLQL_AUTH": "auto", "RECALLQL_EMBEDDER": "off"}) as server:
+        evil = f"rebind.attacker.example:{server.port}"
+        create = {"query": 'mutation { createThread(input: {id: "t", resourceId: "r"}) { id } }'}
+        async with httpx.AsyncClient(timeout=10) as client:
+            refused = await client.post(
+                f"{server.url}/graphql", json=create, headers={"Host": evil, "Origin": f"http://{evil}"}
+            )
+            assert refused.status_code == 403
+            assert refused.json()["errors"][0]["extensions"]["code"] == "FORBIDDEN"
+            assert "rebind.attacker.example" in refused.json()["errors"][0]["message"]
+            found = await client.post(f"{server.url}/graphql", json={"query": '{ thread(id: "t") { id } }'})
+            assert found.json() == {"data": {"thread": None}}  # nothing was written
+            for host in (f"localhost:{server.port}", f"127.0.0.1:{server.port}"):
+                served = await client.post(
+                    f"{server.url}/graphql", json={"query": "{ __typename }"}, headers={"Host": host}
+                )
+                assert served.json() == {"data": {"__typename": "Query"}}
+            for path in ("/", "/graphql"):  # pages run nothing
+                page = await client.get(f"{server.url}{path}", headers={"Host": evil, "Accept": "text/html"})
+                assert page.status_code == 200
+
+        # The upgrade a rebound page sends: its own name as Host, and as Origin, so same-origin.
+        def upgrade(host: str) -> bytes:
+            with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+                sock.sendall(
+                    f"GET /graphql HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                    f"Sec-WebSocket-Key: {base64.b64encode(os.urandom(16)).decode()}\r\n"
+                    "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: graphql-transport-ws\r\n"
+                    f"Origin: http://{host}\r\n\r\n".encode()
+                )
+                return sock.recv(4096).split(b"\r\n", 1)[0]
+
+        assert upgrade(evil) == b"HTTP/1.1 403 Forbidden"
+        assert upgrade(f"localhost:{server.port}") == b"HTTP/1.1 101 Switching Protocols"
+        ws_url = server.url.replace("http://", "ws://", 1) + "/graphql"
+        async with websockets.connect(ws_url, subprotocols=["graphql-transport-ws"]) as ws:
+            await ws.send(json.dumps({"type": "connection_init"}))
+            assert json.loads(await asyncio.wait_for(ws.recv(), 5))["type"] == "connection_ack"

@@ -666,7 +666,7 @@ async def app_client(services: Services, **settings: Any) -> AsyncIterator[httpx
     app = create_app(Settings(**settings), services=services)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             yield client
 
 

@@ -284,7 +284,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
             # Authentication first (401 before anything parses the request), then the compiled front.
             Route("/graphql", BearerAuth(graphql_endpoint, authenticator), methods=["GET", "POST"]),
             # Subscriptions: graphql-transport-ws (and the legacy graphql-ws) on the same path.
-            WebSocketRoute("/graphql", graphql_app),
+            WebSocketRoute("/graphql", BearerAuth(graphql_app, authenticator)),
             *observability.routes(),
             *frontend_routes(),
         ],

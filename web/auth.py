@@ -101,6 +101,33 @@ class Unauthenticated(Exception):
         return [(b"www-authenticate", challenge.encode())]
 
 
+class ForeignHost(Unauthenticated):
+    """A request to a server without authentication, bound to this machine only, under a name that is
+    not this machine's: what a web page sends after pointing its own name at 127.0.0.1 (DNS
+    rebinding). Its requests are same-origin for the browser, so without this check any site a user
+    opened could read and write every resource."""
+
+    status = 403
+    code = "FORBIDDEN"
+
+    def __init__(self, host: str) -> None:
+        super().__init__(
+            f"Host {host!r} is not this machine: without authentication the server answers only to "
+            "localhost, 127.0.0.1 or [::1] (set RECALLQL_AUTH=required to serve other names)."
+        )
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        return []
+
+
+def host_name(value: str) -> str:
+    """The name in a Host header, without its port."""
+    value = value.strip()
+    if value.startswith("["):
+        return value[1 : value.find("]")] if "]" in value else value
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
 class AuthUnavailable(Unauthenticated):
     """The JWKS endpoint could not be reached: the server's problem, not the token's."""
 
@@ -377,6 +404,8 @@ class Authenticator:
         self.mode = settings.auth
         self.host = settings.host
         self.enabled = auth_required(settings.auth, settings.host)
+        # Off on a loopback bind: only this machine's names may reach it (see ForeignHost).
+        self.loopback_names_only = not self.enabled and is_loopback(settings.host)
         self.keys = parse_api_keys(settings.api_keys)
         self.jwt = JwtVerifier(settings)
 
@@ -447,6 +476,15 @@ class BearerAuth:
         self.authenticator = authenticator
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.authenticator.loopback_names_only and scope["type"] in ("http", "websocket"):
+            host = header(scope, b"host")
+            page = scope["type"] == "http" and _is_ide_page(scope)  # GraphiQL's page runs nothing
+            if host is not None and not is_loopback(host_name(host)) and not page:
+                if scope["type"] == "websocket":  # refused before the upgrade: an HTTP 403
+                    await send({"type": "websocket.close", "code": 4403})
+                else:
+                    await _reject(send, ForeignHost(host))
+                return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
