@@ -9,15 +9,13 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
-import jwt
 import pytest
 import websockets
 
 from tests.support import ServerProcess, embed_server_process, running_server, text_message, uid
+from tests.test_auth import SECRET, bearer, gql, hs256
 from web.auth import key_entry, new_key
 
-SECRET = "review-secret-" + "y" * 40
 ALICE, BOB, ORPHAN = uid("alice"), uid("bob"), uid("orphan")
 KEYS = {"alice": new_key(), "bob": new_key(), "admin": new_key()}
 
@@ -27,26 +25,6 @@ EVENTS = (
     "subscription($t: ID!) { messageSaved(threadId: $t) { kind messageId "
     "message { id resourceId content { parts { ... on TextPart { text } } } } } }"
 )
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-def hs256(**claims: Any) -> str:
-    return jwt.encode(claims, SECRET, algorithm="HS256")
-
-
-async def gql(
-    url: str, query: str, token: str | None = None, headers: dict[str, str] | None = None, **variables: Any
-) -> dict[str, Any]:
-    async with httpx.AsyncClient(timeout=30) as client:
-        response = await client.post(
-            f"{url}/graphql",
-            json={"query": query, "variables": variables},
-            headers={**(bearer(token) if token else {}), **(headers or {})},
-        )
-    return {"status": response.status_code, **response.json()}
 
 
 @pytest.fixture(scope="module")
@@ -86,9 +64,9 @@ async def test_a_legacy_reinit_does_not_keep_an_expired_tokens_subscriptions_ali
     the JWT expired the connection stayed open and delivered alice's messages to a bob connection."""
     url = server.url
     thread = uid("t")
-    assert "errors" not in await gql(url, CREATE, KEYS["alice"], i={"id": thread, "resourceId": ALICE})
+    assert "errors" not in (await gql(url, CREATE, KEYS["alice"], i={"id": thread, "resourceId": ALICE}))[1]
     expires = int(time.time()) + 3
-    token = hs256(sub="u", resources=ALICE, exp=expires)
+    token = hs256({"sub": "u", "resources": ALICE, "exp": expires})
     ws_url = url.replace("http://", "ws://", 1) + "/graphql"
     async with websockets.connect(ws_url, subprotocols=["graphql-ws"]) as ws:
         await ws.send(json.dumps({"type": "connection_init", "payload": bearer(token)}))
@@ -127,10 +105,10 @@ async def test_a_thread_scoped_search_ranks_only_the_callers_own_messages(server
     to the query than alice's own."""
     url, admin = server.url, KEYS["admin"]
     thread = uid("t")
-    assert "errors" not in await gql(url, CREATE, KEYS["alice"], i={"id": thread, "resourceId": ALICE})
+    assert "errors" not in (await gql(url, CREATE, KEYS["alice"], i={"id": thread, "resourceId": ALICE}))[1]
     mine, foreign = uid("m"), uid("o")
     await gql(url, SAVE, KEYS["alice"], m=[text_message(thread_id=thread, id=mine, text="apple kiwi")])
-    saved = await gql(
+    _, saved, _ = await gql(
         url, SAVE, admin, m=[text_message(thread_id=thread, id=foreign, text="zebra", resource_id=ORPHAN)]
     )
     assert "errors" not in saved, saved
@@ -140,7 +118,7 @@ async def test_a_thread_scoped_search_ranks_only_the_callers_own_messages(server
       { messages { id } } }"""
 
     async def hits(q: str, k: int = 1) -> list[str]:
-        body = await gql(url, recall, KEYS["alice"], t=thread, q=q, k=k)
+        _, body, _ = await gql(url, recall, KEYS["alice"], t=thread, q=q, k=k)
         assert "errors" not in body, body
         return [m["id"] for m in body["data"]["recall"]["messages"]]
 

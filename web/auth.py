@@ -468,23 +468,23 @@ def header(scope: Scope, name: bytes) -> str | None:
 
 
 class BearerAuth:
-    """ASGI middleware in front of the HTTP /graphql endpoint: authenticates every request that can
-    run an operation and puts the principal in the scope; 401 (or 503) before anything else runs."""
+    """ASGI middleware in front of /graphql: authenticates every HTTP request that can run an operation
+    and puts the principal in the scope, 401 (or 503) before anything else runs; refuses foreign Host
+    names over HTTP and WebSocket while authentication is off (ForeignHost). A WebSocket's credential
+    is checked by the GraphQL app itself (websocket_principal, on_connect)."""
 
     def __init__(self, app: ASGIApp, authenticator: Authenticator) -> None:
         self.app = app
         self.authenticator = authenticator
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.authenticator.loopback_names_only and scope["type"] in ("http", "websocket"):
-            host = header(scope, b"host")
-            page = scope["type"] == "http" and _is_ide_page(scope)  # GraphiQL's page runs nothing
-            if host is not None and not is_loopback(host_name(host)) and not page:
-                if scope["type"] == "websocket":  # refused before the upgrade: an HTTP 403
-                    await send({"type": "websocket.close", "code": 4403})
-                else:
-                    await _reject(send, ForeignHost(host))
-                return
+        foreign = self._foreign_host(scope)
+        if foreign is not None:
+            if scope["type"] == "websocket":  # refused before the upgrade: an HTTP 403
+                await send({"type": "websocket.close", "code": 4403})
+            else:
+                await _reject(send, ForeignHost(foreign))
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -498,6 +498,16 @@ class BearerAuth:
             principal = self.authenticator.default_principal
         scope[PRINCIPAL_KEY] = principal
         await self.app(scope, receive, send)
+
+    def _foreign_host(self, scope: Scope) -> str | None:
+        """The Host of a request that may not reach this server (see ForeignHost), else None. The
+        GraphiQL page runs nothing, so it loads under any name."""
+        if not self.authenticator.loopback_names_only or scope["type"] not in ("http", "websocket"):
+            return None
+        host = header(scope, b"host")
+        if host is None or is_loopback(host_name(host)):
+            return None
+        return None if scope["type"] == "http" and _is_ide_page(scope) else host
 
 
 def _is_ide_page(scope: Scope) -> bool:
