@@ -14,7 +14,6 @@ from graphql import (
     GraphQLError,
     OperationDefinitionNode,
     StringValueNode,
-    ValidationContext,
     ValidationRule,
     parse,
 )
@@ -25,8 +24,6 @@ from strawberry.extensions import (
     MaxTokensLimiter,
     SchemaExtension,
 )
-from strawberry.extensions.max_aliases import create_validator as alias_validator
-from strawberry.extensions.query_depth_limiter import create_validator as depth_validator
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types.execution import ExecutionContext
 
@@ -34,6 +31,7 @@ from resolvers.errors import RecallQLError, outage, unstorable_text, value_fault
 from schema.caches import MISSING, TextBudgetCache
 from schema.fastpath import FastPath
 from schema.federation import FEDERATION_VERSION, FederatedSchema, public_sdl, subgraph_sdl
+from schema.limits import shape_limits
 from schema.memory import Subscription
 from schema.root import Mutation, Query
 from schema.scalars import SCALAR_MAP
@@ -59,12 +57,8 @@ def _is_internal(error: GraphQLError) -> bool:
     return original is not None and error.path is not None and not isinstance(original, RecallQLError)
 
 
-# The query limits' errors (depth, aliases: validation rules; tokens: the parser), by their wording.
-_LIMIT_MARKERS = (
-    ("exceeds maximum operation depth of", "maxQueryDepth"),
-    ("aliases found. Allowed:", "maxAliases"),
-    ("Document contains more than", "maxQueryTokens"),
-)
+# The token limit's error (the parser's), by its wording; the depth and alias rules set their codes.
+_LIMIT_MARKERS = (("Document contains more than", "maxQueryTokens"),)
 
 
 def _limit(error: GraphQLError) -> str | None:
@@ -226,22 +220,6 @@ class RecallQLSchema(FederatedSchema):
             error.extensions = extensions
 
 
-def _depth_rule(max_depth: int) -> type[ValidationRule]:
-    """Strawberry's depth rule looks fragments up unchecked and raises KeyError on a spread of an
-    unknown fragment (an internal error for `{ ...Missing }`); then it stands aside and graphql-core's
-    KnownFragmentNamesRule reports the spread."""
-    rule = depth_validator(max_depth, None)
-
-    class SafeDepthLimit(rule):  # type: ignore[misc, valid-type]
-        def __init__(self, context: ValidationContext) -> None:
-            try:
-                super().__init__(context)
-            except KeyError:
-                ValidationRule.__init__(self, context)
-
-    return SafeDepthLimit
-
-
 class DocumentCache(SchemaExtension):
     """Parses and validates each document text once (Strawberry's ParserCache and ValidationCache,
     keyed by text in a TextBudgetCache: bounded by characters as well as entries)."""
@@ -322,8 +300,7 @@ def build_schema(
     (GRAPHQL_VALIDATION_FAILED); `__typename` stays allowed."""
     parsed, validated = TextBudgetCache(), TextBudgetCache()  # this schema's, shared by its requests
     limit_rules: list[type[ASTValidationRule]] = [
-        _depth_rule(max_depth),
-        alias_validator(max_aliases),
+        shape_limits(max_depth, max_aliases),
         LiteralValues,
     ]
     schema = RecallQLSchema(

@@ -159,7 +159,12 @@ class FastPath:
         selection_set: SelectionSetNode,
         parent: GraphQLObjectType,
         fragments: dict[str, FragmentDefinitionNode],
+        visited: set[str] | None = None,
     ) -> OrderedDict[str, list[FieldNode]]:
+        """The fields of a selection set by response key (the spec's CollectFields). `visited`: the
+        fragments already spread in this collection, which adds nothing when spread again (without it,
+        fragments that each spread the next twice expand exponentially)."""
+        visited = set() if visited is None else visited
         fields: OrderedDict[str, list[FieldNode]] = OrderedDict()
         for selection in selection_set.selections:
             if selection.directives:
@@ -170,16 +175,23 @@ class FastPath:
             elif isinstance(selection, InlineFragmentNode):
                 condition = selection.type_condition
                 if condition is None or condition.name.value == parent.name:
-                    for key, nodes in self._collect(selection.selection_set, parent, fragments).items():
+                    for key, nodes in self._collect(
+                        selection.selection_set, parent, fragments, visited
+                    ).items():
                         fields.setdefault(key, []).extend(nodes)
                 elif not self._applies(condition.name.value, parent):
                     continue
                 else:
                     raise _Unsupported
             elif isinstance(selection, FragmentSpreadNode):
+                if selection.name.value in visited:
+                    continue
                 fragment = fragments[selection.name.value]
                 if fragment.type_condition.name.value == parent.name:
-                    for key, nodes in self._collect(fragment.selection_set, parent, fragments).items():
+                    visited.add(selection.name.value)
+                    for key, nodes in self._collect(
+                        fragment.selection_set, parent, fragments, visited
+                    ).items():
                         fields.setdefault(key, []).extend(nodes)
                 elif self._applies(fragment.type_condition.name.value, parent):
                     raise _Unsupported
@@ -199,10 +211,11 @@ class FastPath:
         self, parent: GraphQLObjectType, nodes: list[FieldNode], fragments: dict[str, FragmentDefinitionNode]
     ) -> _Serializer:
         merged: OrderedDict[str, list[FieldNode]] = OrderedDict()
+        visited: set[str] = set()  # one collection over all the nodes (the spec's CollectSubfields)
         for node in nodes:
             if node.selection_set is None:
                 raise _Unsupported
-            for key, sub in self._collect(node.selection_set, parent, fragments).items():
+            for key, sub in self._collect(node.selection_set, parent, fragments, visited).items():
                 merged.setdefault(key, []).extend(sub)
         plan: list[_Field] = []
         for key, sub_nodes in merged.items():

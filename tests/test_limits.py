@@ -163,6 +163,37 @@ async def test_alias_limit(limited: ServerProcess) -> None:
     assert error["message"] == "4 aliases found. Allowed: 3"
 
 
+def doubling_fragments(on: str, last: str, count: int = 25) -> str:
+    """F0 spreads F1 twice, F1 spreads F2 twice, ...: 2^count spreads of the last fragment, `last`."""
+    chain = [f"fragment F{n} on {on} {{ ...F{n + 1} ...F{n + 1} }}" for n in range(count)]
+    return " ".join([*chain, f"fragment F{count} on {on} {{ {last} }}"])
+
+
+async def test_fragments_count_as_expanded_but_are_walked_once(api: Api, limited: ServerProcess) -> None:
+    """The limits apply to the document as its spreads expand, and each fragment is walked once: the
+    depth and alias rules used to walk a fragment again at every spread, and twenty fragments like these
+    (826 characters) held the event loop for 8.5 s; these 25 would take minutes."""
+    thread, _ = await thread_with(api, 1)
+    # A thread field, so the compiled read path collects the fields (the spec's CollectFields: a
+    # fragment spread twice in one selection set adds its fields once).
+    query = "query($t: ID!) { thread(id: $t) { ...F0 } } " + doubling_fragments("Thread", "id")
+    assert await post(limited.url, query, t=thread) == {"data": {"thread": {"id": thread}}}
+    aliases = await only_error(limited.url, "{ ...F0 } " + doubling_fragments("Query", "a: __typename"))
+    assert aliases["message"] == f"{2**25} aliases found. Allowed: 3"
+    assert (aliases["extensions"]["code"], aliases["extensions"]["limit"]) == (
+        "QUERY_TOO_COMPLEX",
+        "maxAliases",
+    )
+    # Depth 4 at the bottom of every expansion: one error for the operation, not one per spread.
+    deep = 'recall(threadId: "t") { messages { content { parts { ... on TextPart { text } } } } }'
+    depth = await only_error(limited.url, "query Deep { ...F0 } " + doubling_fragments("Query", deep))
+    assert depth["message"] == "'Deep' exceeds maximum operation depth of 3"
+    assert (depth["extensions"]["code"], depth["extensions"]["limit"]) == (
+        "QUERY_TOO_COMPLEX",
+        "maxQueryDepth",
+    )
+
+
 # ---------------------------------------------------------------------------------------------- page sizes
 async def test_per_page_limit(api: Api, limited: ServerProcess) -> None:
     thread, resource = await thread_with(api, 3)
