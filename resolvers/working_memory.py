@@ -91,9 +91,13 @@ def working_memory_config(merged: dict[str, Any]) -> WorkingMemoryConfig:
 
 
 # The schema is the caller's: its $refs resolve within it only (retrieval would let a request read the
-# server's files or call any host), and its patterns run on a backtracking engine with a bound, so a
-# catastrophic pattern fails in milliseconds instead of holding the event loop (Python's re has none).
-_PATTERNS = jsonschema_rs.FancyRegexOptions(backtrack_limit=1_000_000)
+# server's files or call any host), and its patterns run on a linear-time engine (Rust's regex). A
+# backtracking engine with a limit per match still let one document hold the event loop for seconds: a
+# pattern that backtracks just under the limit, tried on every string of a large array (under `not`
+# nothing fails early), 30 KB took 11.9 s. The linear engine has neither lookaround nor backreferences,
+# which JSON Schema's recommended subset of ECMA 262 leaves out too.
+_PATTERNS = jsonschema_rs.RegexOptions()
+_BACKTRACKING = jsonschema_rs.FancyRegexOptions()  # only to tell such a pattern from a malformed one
 
 
 def _compile(schema: dict[str, Any]) -> jsonschema_rs.Validator:
@@ -104,11 +108,26 @@ def _compile(schema: dict[str, Any]) -> jsonschema_rs.Validator:
             raise BadUserInput(
                 f"workingMemory.schema has a $ref that cannot be resolved within the schema: {exc.message}"
             ) from None
+        if _needs_backtracking(schema):
+            raise BadUserInput(
+                f"workingMemory.schema has a pattern{_at(exc.instance_path)} with lookaround or a "
+                "backreference: patterns run on a linear-time engine, which has neither (nor does JSON "
+                "Schema's recommended subset of regular expressions)."
+            ) from None
         raise BadUserInput(
             f"workingMemory.schema is not a valid JSON Schema{_at(exc.instance_path)}: {exc.message}"
         ) from None
     except ValueError as exc:  # the compiler's own recursion bound
         raise BadUserInput(f"workingMemory.schema is not a valid JSON Schema: {exc}") from None
+
+
+def _needs_backtracking(schema: dict[str, Any]) -> bool:
+    """Whether the schema, refused by the linear engine, compiles with a backtracking one."""
+    try:
+        jsonschema_rs.validator_for(schema, offline=True, pattern_options=_BACKTRACKING)
+    except (jsonschema_rs.ValidationError, ValueError):
+        return False
+    return True
 
 
 def _at(path: list[str | int]) -> str:
@@ -321,11 +340,6 @@ class WorkingMemoryService:
         error = next(cfg.validator.iter_errors(document), None)
         if error is None:
             return
-        if isinstance(error.kind, jsonschema_rs.ValidationErrorKind.BacktrackLimitExceeded):
-            raise BadUserInput(
-                f"workingMemory could not be checked{_at(error.instance_path)}: a pattern of "
-                "workingMemory.schema backtracked beyond its limit; write it without nested repetition."
-            )
         raise BadUserInput(
             f"workingMemory does not match workingMemory.schema{_at(error.instance_path)}: {error.message}"
         )
