@@ -1022,9 +1022,9 @@ class Repository:
     ) -> PageRead:
         """Everything one recall reads, in one round trip to the reading thread: the thread (for the
         ownership check), the count and the page (limit None: every row; 0: neither) and the include
-        windows. With `max_rows`, an every-row read that counts more rows than that reads none (the
-        caller refuses it on the total). With `max_window_rows`, windows that would read more rows than
-        that stop there and raise WindowRowsExceeded."""
+        windows. With `max_rows`, a page that would hold more rows than that (counted first) reads none
+        (the caller refuses it on the total). With `max_window_rows`, windows that would read more rows
+        than that stop there and raise WindowRowsExceeded."""
 
         shape, params = self._filter_params(q)
         inline = self._inline_page(
@@ -1054,7 +1054,7 @@ class Repository:
                     "limit": min(limit if limit is not None else total, _SQL_INT_MAX),
                     "offset": min(offset, _SQL_INT_MAX),
                 }
-                if limit is not None or max_rows is None or total <= max_rows:
+                if max_rows is None or page_rows(total, limit, offset) <= max_rows:
                     rows = [
                         _message(row) for row in conn.execute(self._page_template(shape, descending), page)
                     ]
@@ -1741,6 +1741,11 @@ class Repository:
         )
         async with self.engine.connect() as conn:
             return [_message(r) for r in await conn.execute(stmt)]
+
+
+def page_rows(total: int, limit: int | None, offset: int) -> int:
+    """The rows a page holds, of `total` matching (limit None: every row)."""
+    return total if limit is None else max(0, min(limit, total - offset))
 
 
 class WindowRowsExceeded(Exception):

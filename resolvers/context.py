@@ -10,6 +10,7 @@ from typing import Any
 from models.records import MessageRecord, ResourceRecord, ThreadRecord
 from models.repository import Repository
 from resolvers.auth import Principal
+from resolvers.budget import RowBudget
 from resolvers.events import EventBroker, InProcessBroker
 from resolvers.loaders import DataLoader
 from resolvers.messages import MessageService
@@ -30,6 +31,8 @@ class Services:
     working_memory: WorkingMemoryService = field(default=None)  # type: ignore[assignment]
     events: EventBroker = field(default_factory=InProcessBroker)
     titles: TitleGenerator = field(default=None)  # type: ignore[assignment]
+    # Messages and threads one request may read across its fields (resolvers.budget; None: unlimited).
+    max_request_rows: int | None = None
 
     def __post_init__(self) -> None:
         # Services built by hand (tests) get the memory-API collaborators with their defaults.
@@ -56,6 +59,7 @@ class Services:
         max_per_page: int | None = None,
         max_all_rows: int | None = None,
         max_search_chars: int | None = None,
+        max_request_rows: int | None = None,
     ) -> Services:
         broker: EventBroker = events if events is not None else InProcessBroker()
         titles = TitleGenerator(repository, chat=chat, events=broker, timeout=title_timeout)
@@ -92,6 +96,7 @@ class Services:
             working_memory=WorkingMemoryService(repository, defaults=memory_defaults, events=broker),
             events=broker,
             titles=titles,
+            max_request_rows=max_request_rows,
         )
 
     async def aclose(self) -> None:
@@ -113,9 +118,11 @@ class RequestContext:
     threads: DataLoader[str, ThreadRecord | None] = field(init=False)
     messages: DataLoader[str, MessageRecord | None] = field(init=False)
     resources: DataLoader[str, ResourceRecord | None] = field(init=False)
+    rows: RowBudget = field(init=False)  # what the request's fields may still read
 
     def __post_init__(self) -> None:
         repo = self.services.repository
+        self.rows = RowBudget(self.services.max_request_rows)
 
         async def load_threads(ids: Sequence[str]) -> list[ThreadRecord | None]:
             found = await repo.get_threads(ids)

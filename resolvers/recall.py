@@ -13,8 +13,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from models.records import DateRange, IncludeWindow, MessageQuery, MessageRecord, PageRead, ThreadRecord
-from models.repository import WINDOW_OVERLAP, Repository, WindowRowsExceeded
+from models.repository import WINDOW_OVERLAP, Repository, WindowRowsExceeded, page_rows
 from resolvers.auth import Principal
+from resolvers.budget import RowBudget
 from resolvers.config import deep_merge
 from resolvers.errors import BadUserInput, Forbidden, NotFound
 
@@ -127,7 +128,11 @@ class RecallEngine:
     def merged_config(self, thread_config: dict[str, Any] | None) -> dict[str, Any]:
         return deep_merge(self.defaults, thread_config)
 
-    async def recall(self, args: RecallArgs, *, principal: Principal) -> RecallResult:
+    async def recall(
+        self, args: RecallArgs, *, principal: Principal, budget: RowBudget | None = None
+    ) -> RecallResult:
+        """`budget`: the rows the request may still read (resolvers.budget); None: this call's limits
+        only."""
         # 0: who asks. A restricted credential always reads as one of its resources (see _scoped).
         if principal.restricted:
             args = await self._scoped(args, principal)
@@ -209,31 +214,45 @@ class RecallEngine:
             spec_error = exc
         check_owner = bool(args.resource_id) and not search_runs
         read: PageRead | None = None
+        over_budget: BadUserInput | None = None
         if spec is not None:
-            try:
-                read = await self.repository.read_page(
-                    spec.query,
-                    descending=spec.descending,
-                    limit=spec.limit,
-                    offset=spec.offset,
-                    windows=_merged(windows),
-                    window_resource_id=args.resource_id or None,
-                    with_thread=check_owner,
-                    # perPage false: counted first, and not read at all over the limit.
-                    max_rows=self.max_all_rows if spec.limit is None else None,
-                    # Windows are bounded like perPage false: reading stops past the limit.
-                    max_window_rows=self.max_all_rows,
-                )
-            except WindowRowsExceeded:
-                assert self.max_all_rows is not None
-                raise BadUserInput(
-                    f"include and semantic recall windows may return at most {self.max_all_rows} "
-                    f"messages, and read at most {self.max_all_rows * WINDOW_OVERLAP} rows (a message in "
-                    "several windows is read once for each); this read goes past that. Ask for fewer "
-                    "neighbours (withPreviousMessages, withNextMessages, messageRange) or fewer items.",
-                    limit="maxAllRows",
-                    max=self.max_all_rows,
-                ) from None
+            budget = budget if budget is not None else RowBudget(None)
+            async with budget.turn():
+                all_rows = self.max_all_rows if spec.limit is None else None
+                try:
+                    read = await self.repository.read_page(
+                        spec.query,
+                        descending=spec.descending,
+                        limit=spec.limit,
+                        offset=spec.offset,
+                        windows=_merged(windows),
+                        window_resource_id=args.resource_id or None,
+                        with_thread=check_owner,
+                        # Counted first, and not read at all over the limit (perPage false) or over
+                        # what is left of the request's rows.
+                        max_rows=budget.cap(all_rows),
+                        # Windows are bounded like perPage false: reading stops past the limit.
+                        max_window_rows=budget.cap(self.max_all_rows),
+                    )
+                except WindowRowsExceeded:
+                    if budget.binds(self.max_all_rows):
+                        over_budget = budget.refusal(None, "this recall's include and semantic windows")
+                    else:
+                        assert self.max_all_rows is not None
+                        raise BadUserInput(
+                            f"include and semantic recall windows may return at most {self.max_all_rows} "
+                            f"messages, and read at most {self.max_all_rows * WINDOW_OVERLAP} rows (a "
+                            "message in several windows is read once for each); this read goes past "
+                            "that. Ask for fewer neighbours (withPreviousMessages, withNextMessages, "
+                            "messageRange) or fewer items.",
+                            limit="maxAllRows",
+                            max=self.max_all_rows,
+                        ) from None
+                # Over perPage false's own limit nothing was read (refused below, on the total).
+                if read is not None and (all_rows is None or read.total <= all_rows):
+                    rows = page_rows(read.total, spec.limit, spec.offset) + len(read.included)
+                    if not budget.take(rows):
+                        over_budget = budget.refusal(rows, "this recall")
         if check_owner:
             thread = read.thread if read is not None else await self.repository.get_thread(args.thread_id)
             self._check_owner(args, thread, resource_scope, principal)
@@ -241,6 +260,8 @@ class RecallEngine:
             raise scope_error
         if spec_error is not None:
             raise spec_error
+        if over_budget is not None:
+            raise over_budget
         assert spec is not None and read is not None
         if spec.limit is None and self.max_all_rows is not None and read.total > self.max_all_rows:
             raise BadUserInput(

@@ -13,6 +13,7 @@ import orjson
 from models.records import MessageRecord, ThreadRecord
 from models.repository import Repository, RowConflict
 from resolvers.auth import Principal
+from resolvers.budget import RowBudget
 from resolvers.clock import now_ms, to_iso
 from resolvers.config import deep_merge
 from resolvers.errors import BadUserInput, Conflict, Forbidden, NotFound, check_id_size
@@ -159,7 +160,9 @@ class ThreadService:
         descending: bool = True,
         metadata: Any = None,
         principal: Principal,
+        budget: RowBudget | None = None,
     ) -> ThreadPage:
+        """`budget`: the rows the request may still read (resolvers.budget)."""
         principal.require(resource_id)
         if page < 0:
             raise BadUserInput("page must be >= 0")
@@ -176,23 +179,29 @@ class ThreadService:
         filters = validate_metadata_filter(metadata)
         offset = 0 if per_page is False else page * per_page
         limit = None if per_page is False else per_page
-        threads, total = await self.repository.list_threads(
-            resource_id,
-            offset=offset,
-            limit=limit,
-            order_field=order_field,
-            descending=descending,
-            metadata=filters,
-            max_rows=self.max_all_rows if limit is None else None,
-        )
-        if limit is None and self.max_all_rows is not None and total > self.max_all_rows:
-            raise BadUserInput(
-                f"perPage: false may return at most {self.max_all_rows} threads; this resource has "
-                f"{total}. Page through them with a numeric perPage.",
-                limit="maxAllRows",
-                max=self.max_all_rows,
-                total=total,
+        budget = budget if budget is not None else RowBudget(None)
+        all_rows = self.max_all_rows if limit is None else None
+        async with budget.turn():
+            threads, total = await self.repository.list_threads(
+                resource_id,
+                offset=offset,
+                limit=limit,
+                order_field=order_field,
+                descending=descending,
+                metadata=filters,
+                max_rows=budget.cap(all_rows),  # counted first: over it, nothing is read
             )
+            if all_rows is not None and total > all_rows:
+                raise BadUserInput(
+                    f"perPage: false may return at most {all_rows} threads; this resource has "
+                    f"{total}. Page through them with a numeric perPage.",
+                    limit="maxAllRows",
+                    max=all_rows,
+                    total=total,
+                )
+            # A page is one statement with its count: its rows are read before they can be counted.
+            rows = total if limit is None else len(threads)
+            budget.spend(rows, "this threads listing")
         has_more = per_page is not False and offset + per_page < total
         return ThreadPage(threads, total, page, per_page, has_more)
 

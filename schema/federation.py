@@ -133,6 +133,7 @@ class FederatedSchema(strawberry.federation.Schema):
                 limit="maxEntities",
                 max=self.max_entities,
             )
+        info.context.rows.spend(len(representations), "this _entities call")
         entities = self._entity_types()
         results: list[Any] = []
         for index, representation in enumerate(representations):

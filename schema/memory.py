@@ -59,6 +59,7 @@ async def thread_page(
         descending=order.direction.value == "DESC" if order else True,
         metadata=given(metadata),
         principal=info.context.principal,
+        budget=info.context.rows,
     )
     return ThreadPage(
         threads=[Thread(_record=t) for t in result.threads],

@@ -107,6 +107,7 @@ class Query(MemoryQuery):
                 vector_search_string=given(vector_search_string),
             ),
             principal=info.context.principal,
+            budget=info.context.rows,
         )
         return RecallResult(
             messages=[Message(_record=m) for m in result.messages],
@@ -147,6 +148,7 @@ class Query(MemoryQuery):
     ) -> list[Message | None]:
         # Unbounded, one request of repeated ids naming large messages answered a gigabyte.
         info.context.services.messages.check_batch("messages", len(ids))
+        info.context.rows.spend(len(ids), "this messages lookup")
         records = await info.context.messages.load_many([str(i) for i in ids])
         return [Message(_record=r) if r else None for r in records]
 

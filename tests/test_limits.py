@@ -5,6 +5,7 @@ and is checked here over real HTTP (and WebSocket) against a `recallql serve` pr
     document length               QUERY_TOO_COMPLEX, limit maxQueryChars (before anything lexes it)
     perPage (recall, threads)     BAD_USER_INPUT, limit maxPerPage
     perPage: false over many rows BAD_USER_INPUT, limit maxAllRows (counted, never read; recall, threads)
+    rows of all a request's fields BAD_USER_INPUT, limit maxRequestRows (aliases repeat a field)
     _entities representations     BAD_USER_INPUT, limit maxEntities
     request body                  413 PAYLOAD_TOO_LARGE
     include items                 BAD_USER_INPUT, limit maxIncludeItems
@@ -52,6 +53,7 @@ LIMITS = {
     "RECALLQL_MAX_ALIASES": "3",
     "RECALLQL_MAX_PER_PAGE": "50",
     "RECALLQL_MAX_ALL_ROWS": "30",
+    "RECALLQL_MAX_REQUEST_ROWS": "60",
     "RECALLQL_MAX_INCLUDE_ITEMS": "3",
     "RECALLQL_MAX_SEARCH_CHARS": "100",
     "RECALLQL_MAX_BODY_BYTES": "20000",
@@ -282,6 +284,52 @@ async def test_include_and_semantic_windows_are_bounded_by_all_rows(api: Api, li
     )
 
 
+async def test_a_request_reads_at_most_max_request_rows(api: Api, limited: ServerProcess) -> None:
+    """Aliases repeat a field: thirty aliases of one perPage: false recall of 10,000 large messages
+    answered 1.2 GB. A request's fields share one budget of rows (here 60), counted before anything
+    is read where they can be, and each field's read sees what the fields before it took."""
+    thread, resource = await thread_with(api, 30)
+    everything = (
+        "query($t: ID!) { "
+        + " ".join(
+            f"{alias}: recall(threadId: $t, perPage: false) {{ total messages {{ id }} }}" for alias in "abc"
+        )
+        + " }"
+    )
+    body = await post(limited.url, everything, t=thread)
+    assert body["data"] is None and len(body["errors"]) == 1, body  # recall is non-null: c nulls data
+    error = body["errors"][0]
+    assert error["path"] == ["c"], error
+    assert error["extensions"]["code"] == "BAD_USER_INPUT"
+    assert (error["extensions"]["limit"], error["extensions"]["max"]) == ("maxRequestRows", 60)
+    assert "this recall would read 30 with 0 left" in error["message"], error
+    # Rows that exist count, not page sizes: a page of 50 on a thread of 30 takes 30, so these fit.
+    two = """query($t: ID!) { a: recall(threadId: $t, perPage: false) { messages { id } }
+                            b: recall(threadId: $t, perPage: 50) { messages { id } } }"""
+    data = (await post(limited.url, two, t=thread))["data"]
+    assert len(data["a"]["messages"]) == len(data["b"]["messages"]) == 30
+    # Every field that reads messages or threads draws on the same budget (30 + 1 + 29 ids).
+    mixed = """query($t: ID!, $r: String!, $i: [ID!]!) {
+      a: recall(threadId: $t, perPage: false) { total }
+      threads(resourceId: $r, perPage: false) { total }
+      messages(ids: $i) { id }
+      b: recall(threadId: $t, perPage: 29) { total } }"""
+    ids = [f"{thread}-m{n}" for n in range(29)]
+    body = await post(limited.url, mixed, t=thread, r=resource, i=ids)
+    assert body["data"] is None and [e.get("path") for e in body["errors"]] == [["b"]], body
+    assert "would read 29 with 0 left" in body["errors"][0]["message"], body
+    # Federation's _entities too (a gateway's batch of references).
+    entities = """query($t: ID!, $reps: [_Any!]!) {
+      a: recall(threadId: $t, perPage: false) { total }
+      b: recall(threadId: $t, perPage: false) { total }
+      _entities(representations: $reps) { ... on Thread { id } } }"""
+    body = await post(limited.url, entities, t=thread, reps=[{"__typename": "Thread", "id": thread}])
+    # (_entities resolves at once, before the recalls' turns: it is b that finds too little left.)
+    assert [e["extensions"]["limit"] for e in body["errors"]] == ["maxRequestRows"], body
+    # The next request has its own budget.
+    assert (await post(limited.url, two, t=thread))["data"]["a"]["messages"][0] == {"id": f"{thread}-m0"}
+
+
 async def test_all_threads_limit(api: Api, limited: ServerProcess) -> None:
     resource = uid("r")
     for _ in range(30):
@@ -340,9 +388,13 @@ async def test_read_page_counts_but_does_not_read_over_max_rows(repository: Repo
     assert (over.total, over.rows) == (12, [])
     within = await repository.read_page(query, descending=False, limit=None, offset=0, max_rows=12)
     assert within.total == 12 and len(within.rows) == 12
-    # A numeric page is never affected.
-    page = await repository.read_page(query, descending=False, limit=5, offset=0, max_rows=1)
+    # A numeric page is bounded by the rows it holds, not by its size (what a request's budget needs).
+    page = await repository.read_page(query, descending=False, limit=5, offset=0, max_rows=4)
+    assert (page.total, page.rows) == (12, [])
+    page = await repository.read_page(query, descending=False, limit=5, offset=0, max_rows=5)
     assert page.total == 12 and len(page.rows) == 5
+    last = await repository.read_page(query, descending=False, limit=5, offset=10, max_rows=2)
+    assert last.total == 12 and len(last.rows) == 2
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -382,8 +434,11 @@ async def test_message_lookup_limit(api: Api, limited: ServerProcess) -> None:
     # Unbounded, a lookup of repeated ids of large messages answered a gigabyte from a small request.
     # (ids of one byte each: the test server takes bodies of 20 kB at most)
     lookup = "query($ids: [ID!]!) { messages(ids: $ids) { id } }"
-    found = await api.execute(lookup, ids=["x"] * 1000)
-    assert found["messages"] == [None] * 1000
+    found = await api.execute(lookup, ids=["x"] * 60)
+    assert found["messages"] == [None] * 60
+    # Ids count against the request's rows (60 here) as they are asked for, found or not, repeated or not.
+    error = await only_error(limited.url, lookup, ids=["x"] * 61)
+    assert (error["extensions"]["limit"], error["extensions"]["max"]) == ("maxRequestRows", 60)
     error = await only_error(limited.url, lookup, ids=["x"] * 1001)
     assert error["extensions"]["code"] == "BAD_USER_INPUT"
     assert error["extensions"]["limit"] == "maxSaveBatch"

@@ -200,6 +200,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
                 max_per_page=settings.max_per_page,
                 max_all_rows=settings.max_all_rows,
                 max_search_chars=settings.max_search_chars,
+                max_request_rows=settings.max_request_rows,
             )
         app.state.services = built
         observability.instrument(built)

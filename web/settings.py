@@ -140,6 +140,9 @@ class Settings(BaseSettings):
     max_all_rows: int = Field(
         default=10_000, ge=1
     )  # rows a `perPage: false` recall (or threads listing) may return
+    max_request_rows: int = Field(
+        default=20_000, ge=1
+    )  # messages and threads one request may read across its fields (aliases repeat a field)
     max_entities: int = Field(default=1000, ge=1)  # representations per federation `_entities` call
     max_search_chars: int = Field(default=16_384 * 4, ge=1)  # vectorSearchString length
     max_subscriptions_per_connection: int = Field(default=16, ge=1)  # operations at once on one WebSocket
