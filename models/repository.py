@@ -467,6 +467,7 @@ class Repository:
         now: int,
         track_vectors: bool = False,
         owned_by: Collection[str] | None = None,
+        thread_owners: Mapping[str, str] | None = None,
     ) -> tuple[dict[str, MessageRecord], list[MessageRecord]]:
         """Upserts the batch in one transaction, in the given order.
 
@@ -476,6 +477,10 @@ class Repository:
         resource (or of none), even one another writer inserted a moment ago, is left alone by the
         upsert and raises RowForbidden(id), and nothing is written; and every thread of the batch must
         exist as one of those resources' (ThreadForbidden(thread id) otherwise).
+        With thread_owners (thread id -> resource the caller read as its owner, and gave messages
+        without a resource), each of those threads must still exist with that owner, as the write locks
+        it: ThreadChanged(thread id) otherwise (a deleteThread that committed in between would leave
+        the messages in a thread that no longer exists), and nothing is written.
         Returns the rows these ids had before (by id: the ones that existed) and the stored rows, in the
         order given.
         """
@@ -520,14 +525,18 @@ class Repository:
             return previous, written
 
         def checked_write(conn: Connection) -> tuple[dict[str, MessageRecord], dict[str, MessageRecord]]:
-            if owned_by is not None:
-                # The threads as this transaction locks them: one deleted and created again by another
-                # resource since the caller checked it is refused here.
+            if owned_by is not None or thread_owners:
+                # The threads as this transaction locks them: one deleted (and perhaps created again by
+                # another resource) since the caller read it is refused here.
                 stmt = self._lock(select(T.c.id, T.c.resource_id).where(T.c.id.in_(sorted(thread_ids))))
                 found = {row[0]: row[1] for row in conn.execute(stmt)}
-                for thread_id in sorted(thread_ids):
-                    if found.get(thread_id) not in owned_by:
-                        raise ThreadForbidden(thread_id)
+                if owned_by is not None:
+                    for thread_id in sorted(thread_ids):
+                        if found.get(thread_id) not in owned_by:
+                            raise ThreadForbidden(thread_id)
+                for thread_id, resource_id in sorted((thread_owners or {}).items()):
+                    if found.get(thread_id) != resource_id:
+                        raise ThreadChanged(thread_id)
             return write(conn)
 
         previous, stored = await self._write_transaction(checked_write, lock_keys=thread_ids)
@@ -1758,6 +1767,10 @@ class RowConflict(Exception):
 
 class RowForbidden(Exception):
     """A write met a row its caller may not change (the id is in args[0]); nothing was written."""
+
+
+class ThreadChanged(Exception):
+    """A save's thread (args[0]) no longer exists with the owner its caller read; nothing was written."""
 
 
 class ThreadForbidden(RowForbidden):

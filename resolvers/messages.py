@@ -16,12 +16,12 @@ from typing import Any, Protocol
 import orjson
 
 from models.records import MessageRecord, ThreadRecord
-from models.repository import Repository, RowForbidden, ThreadForbidden
+from models.repository import Repository, RowForbidden, ThreadChanged, ThreadForbidden
 from models.signals import is_legacy_reminder, is_transient_signal, signal_type
 from resolvers.auth import Principal
 from resolvers.clock import now_ms
 from resolvers.config import BUILTIN_DEFAULTS, deep_merge
-from resolvers.errors import BadUserInput, check_id_size
+from resolvers.errors import BadUserInput, Conflict, check_id_size
 from resolvers.events import (
     MESSAGE_DELETED,
     MESSAGE_SAVED,
@@ -35,7 +35,7 @@ from resolvers.events import (
     received_message_event,
     thread_event,
 )
-from resolvers.titles import TitleGenerator, title_options
+from resolvers.titles import TitleGenerator, TitleOptions, title_options
 
 log = logging.getLogger("recallql.messages")
 # A JSON \u0000 escape that is not itself an escaped backslash followed by "u0000".
@@ -69,6 +69,10 @@ class MessagePatch:
 class SaveResult:
     messages: list[MessageRecord]
     acknowledged: int  # transient signals: accepted, not stored
+
+
+# A save whose threads change hands under it starts again; this many times at most.
+_SAVE_ATTEMPTS = 3
 
 
 class VectorSync(Protocol):
@@ -167,8 +171,24 @@ class MessageService:
         was not granted (checked here, and again atomically in the write)."""
         self.check_batch("saveMessages", len(inputs))
         titles = title_options(deep_merge(self.defaults, memory_config))
+        for attempt in range(_SAVE_ATTEMPTS):
+            try:
+                return await self._save(inputs, titles, principal)
+            except ThreadChanged as exc:
+                # A thread whose owner gave a message its resource was deleted or given to another
+                # resource before the write: the save starts again from what is stored now.
+                if attempt == _SAVE_ATTEMPTS - 1:
+                    raise Conflict(
+                        f"Thread {exc.args[0]} kept changing while these messages were saved; retry."
+                    ) from None
+        raise AssertionError("unreachable")
+
+    async def _save(
+        self, inputs: Sequence[MessageInput], titles: TitleOptions | None, principal: Principal
+    ) -> SaveResult:
         now = now_ms()
         owners = await self.repository.get_threads([m.thread_id for m in inputs if m.thread_id])
+        derived: dict[str, str] = {}  # thread id -> the owner's resource, given to messages without one
         if principal.restricted:
             existing = await self.repository.get_messages([m.id for m in inputs if m.id])
             principal.require_messages(existing.values())
@@ -205,7 +225,7 @@ class MessageService:
                     raise BadUserInput(
                         f"{where}.resourceId is required when thread {m.thread_id} does not exist."
                     )
-                resource_id = owner.resource_id
+                resource_id = derived[m.thread_id] = owner.resource_id
             created_at = m.created_at
             if created_at is None:
                 # Messages without a time keep their batch order: each is at least 1 ms after the last.
@@ -230,6 +250,7 @@ class MessageService:
                 now=now,
                 track_vectors=self.vectors is not None,
                 owned_by=principal.resources,
+                thread_owners=derived,
             )
         except ThreadForbidden as exc:  # the thread changed hands since the check above
             raise principal.thread_forbidden(exc.args[0]) from None

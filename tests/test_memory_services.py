@@ -32,7 +32,7 @@ from resolvers.working_memory import (
     working_memory_config,
 )
 from tests.factories import BASE_MS, msg, seed, t
-from tests.support import loop_ticks
+from tests.support import loop_ticks, uid
 
 
 class RecordingVectors:
@@ -147,6 +147,45 @@ async def test_events_follow_commits(memory: Services) -> None:
     assert (await pending)["kind"] == "DELETED"
     await messages.aclose()
     await threads.aclose()
+
+
+async def test_a_save_meets_a_thread_deleted_after_it_read_the_owner(
+    memory: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A message without a resourceId takes its thread's owner, read before the write. A deleteThread
+    that commits in between used to leave the new messages in the deleted thread (36 of 40 tries on
+    PostgreSQL); now the write finds the thread gone, and the save starts again from what is stored:
+    as if it came after the delete."""
+    repo = memory.repository
+    thread = await memory.threads.create(resource_id="r-race", thread_id=uid("t"), principal=OPEN)
+    read_owners = repo.get_threads
+    deleted: list[bool] = []
+
+    async def owners_then_delete(ids: Sequence[str]) -> dict[str, ThreadRecord]:
+        found = await read_owners(ids)
+        if not deleted:
+            deleted.append(await memory.threads.delete(thread.id, principal=OPEN))
+        return found
+
+    monkeypatch.setattr(repo, "get_threads", owners_then_delete)
+    with pytest.raises(BadUserInput, match=f"resourceId is required when thread {thread.id} does not exist"):
+        await memory.messages.save([msg("m1", thread=thread.id, resource=None)], principal=OPEN)
+    assert deleted == [True]
+    assert await repo.get_messages(["m1"]) == {}
+    # A thread given to another resource in between: the messages take the new owner.
+    await memory.threads.create(resource_id="r-first", thread_id=thread.id, principal=OPEN)
+    deleted.clear()
+
+    async def owners_then_recreate(ids: Sequence[str]) -> dict[str, ThreadRecord]:
+        found = await read_owners(ids)
+        if not deleted:
+            deleted.append(await memory.threads.delete(thread.id, principal=OPEN))
+            await memory.threads.create(resource_id="r-second", thread_id=thread.id, principal=OPEN)
+        return found
+
+    monkeypatch.setattr(repo, "get_threads", owners_then_recreate)
+    saved = await memory.messages.save([msg("m2", thread=thread.id, resource=None)], principal=OPEN)
+    assert [m.resource_id for m in saved.messages] == ["r-second"]
 
 
 async def test_clone_selection_keeps_the_tie_order(memory: Services) -> None:
