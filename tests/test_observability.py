@@ -367,6 +367,32 @@ def test_workers_start_while_the_database_is_unreachable(tmp_path: Path) -> None
         server.stop()
 
 
+def test_no_value_logged_can_forge_a_text_log_line() -> None:
+    """Thread ids, error texts and other values reach log messages and fields (title generation's and
+    the event broker's warnings name threads and channels): a newline in one started a line of the
+    sender's choosing. The text format writes every record on one line; a traceback keeps its lines."""
+    forged = "2026-12-04 21:00:00,000 ERROR recallql: forged"
+    for separator in ("\n", "\r", "\u2028", "\x85"):
+        record = logging.LogRecord(
+            "recallql.titles",
+            logging.WARNING,
+            __file__,
+            1,
+            "no title for thread %s",
+            (f"t{separator}{forged}",),
+            None,
+        )
+        record.thread_id = f"t{separator}{forged}"
+        line = TextFormatter().format(record)
+        assert line.splitlines() == [line] and forged in line, repr(line)
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        failing = logging.LogRecord("x", logging.ERROR, __file__, 1, "failed\nagain", None, sys.exc_info())
+    lines = TextFormatter().format(failing).splitlines()
+    assert lines[0].endswith("failed\\x0aagain") and lines[-1] == "ValueError: boom", lines
+
+
 def test_a_path_cannot_forge_a_text_log_line(tmp_path: Path) -> None:
     """The default text access log wrote the decoded path: %0a in a URL started a line of the
     requester's choosing."""

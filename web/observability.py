@@ -90,7 +90,12 @@ _VALID_REQUEST_ID = re.compile(r"[A-Za-z0-9._:@/+=-]{1,128}")
 _request_id: ContextVar[str | None] = ContextVar("recallql_request_id", default=None)
 # Probes and scrapes are logged at debug level, not once every few seconds at info.
 _QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# Control characters, and the separators Python's splitlines (and some log viewers) break lines at.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _escaped(text: str) -> str:
+    return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 256 else f"\\u{ord(m[0]):04x}", text)
 
 
 def current_request_id() -> str | None:
@@ -203,6 +208,11 @@ class TextFormatter(logging.Formatter):
             "" if record.name == access_log.name else "".join(f" {k}={v}" for k, v in extras.items())
         )
         return super().format(record)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        # One record, one line: a thread id, a path or an error text holding a newline started a log
+        # line of the sender's choosing. (A traceback, added after this, keeps its lines.)
+        return _escaped(super().formatMessage(record))
 
 
 def make_formatter(fmt: str) -> logging.Formatter:
@@ -415,8 +425,7 @@ class RequestMiddleware:
                     logging.DEBUG if path in _QUIET_PATHS else logging.INFO,
                     "%s %s %s %.1fms",
                     method,
-                    # Escaped: a decoded path may hold a newline (%0a), which forged a log line of its own.
-                    _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", path),
+                    path,  # a decoded path may hold a newline (%0a): the text format escapes it
                     status,
                     elapsed * 1000,
                     extra={
