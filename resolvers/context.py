@@ -115,6 +115,9 @@ class RequestContext:
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     # graphql-transport-ws connection_init payload (set by Strawberry; web.auth reads the token in it).
     connection_params: dict[str, Any] | None = None
+    # The HTTP front (web.compiled) found nothing unstorable in the request's variables: the schema
+    # need not walk them again.
+    variables_checked: bool = False
     threads: DataLoader[str, ThreadRecord | None] = field(init=False)
     messages: DataLoader[str, MessageRecord | None] = field(init=False)
     resources: DataLoader[str, ResourceRecord | None] = field(init=False)

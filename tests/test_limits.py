@@ -21,18 +21,24 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 import websockets
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from models.records import MessageQuery
 from models.repository import Repository
 from resolvers.auth import OPEN
 from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import Services
+from resolvers.errors import NUL_MESSAGE, scalar_fault, value_fault
+from schema import build as schema_build
 from tests.support import (
     Api,
     ServerProcess,
@@ -43,7 +49,9 @@ from tests.support import (
     text_message,
     uid,
 )
+from web import compiled
 from web.app import create_app
+from web.compiled import MAX_JSON_DEPTH, _body_fault, _fault, decode_json
 from web.settings import Settings
 
 LIMITS = {
@@ -691,13 +699,23 @@ async def test_a_websocket_query_over_the_token_limit_is_an_error(
 async def test_a_websocket_frame_nested_too_deep_closes_with_4400(limited: ServerProcess) -> None:
     # The json module ran out of stack: the connection dropped without a close frame.
     async with ws_session(limited.url, "graphql-transport-ws") as ws:
-        deep = "[" * 50_000 + "]" * 50_000
+        deep = "[" * 5_000 + "]" * 5_000  # within the frame limit, past orjson's 1,024 levels
         await ws.send(
             '{"id": "1", "type": "subscribe", "payload": ' + raw_request("{ __typename }", deep) + "}"
         )
         with pytest.raises(websockets.ConnectionClosed) as closed:
             await next_message(ws)
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 4400
+
+
+async def test_a_websocket_frame_is_bounded_like_a_body(limited: ServerProcess) -> None:
+    # uvicorn's default took frames of up to 16 MiB, whatever RECALLQL_MAX_BODY_BYTES said (20,000 here).
+    async with ws_session(limited.url, "graphql-transport-ws") as ws:
+        padding = "#" + "x" * 20_000 + "\n"
+        await ws.send(json.dumps({"id": "1", "type": "subscribe", "payload": {"query": padding + "{ a }"}}))
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await next_message(ws)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009, closed.value
 
 
 async def test_a_float_literal_beyond_a_double_is_bad_input(limited: ServerProcess, api: Api) -> None:
@@ -738,6 +756,117 @@ async def test_typename_stays_and_reads_still_work_without_introspection(limited
 async def test_introspection_is_on_by_default(server: ServerProcess) -> None:
     body = await post(server.url, "{ __schema { queryType { name } } }")
     assert body == {"data": {"__schema": {"queryType": {"name": "Query"}}}}
+
+
+# ------------------------------------------------------------------------------------------ request bodies
+_JSON_LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(alphabet=st.sampled_from(["a", "\\", "u", "0", "\x00", '"', "[", "{", "é"]), max_size=12),
+)
+
+
+def _json_values(leaves: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.recursive(
+        leaves,
+        lambda inner: (
+            st.lists(inner, max_size=3) | st.dictionaries(leaves.filter(_is_str), inner, max_size=3)
+        ),
+        max_leaves=40,
+    )
+
+
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _nested(value: Any, depth: int) -> Any:
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=_json_values(_JSON_LEAVES), depth=st.integers(min_value=0, max_value=70))
+def test_a_body_is_screened_as_a_walk_of_its_values_would(value: Any, depth: int) -> None:
+    """The front tells from a body's bytes what a walk of its decoded values would find (U+0000 in a
+    string or key, nesting over 64 levels): the walk, in Python, took seconds for 8 MB of tiny
+    values. Strings here mix backslashes, "u0000" and brackets, which the bytes must not be fooled by."""
+    value = _nested(value, depth)
+    walked = _fault(value, MAX_JSON_DEPTH)
+    assert _body_fault(orjson.dumps(value), value) in _faults_of(value), walked
+    assert (_body_fault(orjson.dumps(value), value) is None) == (walked is None)
+    # What only the json module reads (lone surrogates, NaN, infinities) is screened through its encoder.
+    assert (_body_fault(None, value) is None) == (walked is None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    value=_json_values(
+        st.one_of(_JSON_LEAVES, st.sampled_from(["\ud800", "x\udfff", math.nan, math.inf, -math.inf]))
+    )
+)
+def test_what_only_the_json_module_reads_is_screened_too(value: Any) -> None:
+    assert (_body_fault(None, value) is None) == (_fault(value, MAX_JSON_DEPTH) is None)
+    assert _body_fault(None, value) in _faults_of(value)
+
+
+def _faults_of(value: Any) -> set[str | None]:
+    """Every fault a value holds (the walk reports whichever it meets first), or {None}."""
+    found: set[str | None] = set()
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > MAX_JSON_DEPTH:
+                found.add(_fault([[item]], 1))  # the walk's _DEEP marker
+            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+        elif (fault := scalar_fault(item)) is not None:
+            found.add(fault)
+    return found or {None}
+
+
+async def test_variables_may_spell_u0000_and_http_bodies_are_not_walked(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a query text's \\u0000 is GraphQL's escape for U+0000: a message text quoting those six
+    characters (source code, say) was refused as holding U+0000. And an HTTP body checked by the front
+    is not walked again by the schema (StorableVariables), nor by the front itself, nor parsed twice."""
+    walks: list[str] = []
+    monkeypatch.setattr(
+        schema_build, "value_fault", lambda value: walks.append("schema") or value_fault(value)
+    )
+    monkeypatch.setattr(compiled, "_fault", lambda *args: walks.append("front") or _fault(*args))
+    # Nor is it parsed again by the view (most of a large body's time).
+    monkeypatch.setattr(compiled, "decode_json", lambda data: walks.append("parse") or decode_json(data))
+    quoted = 'printf("\\u0000");'
+    async with app_client(services) as client:
+        create = "mutation($i: CreateThreadInput!) { createThread(input: $i) { id title } }"
+        body = (
+            await client.post(
+                "/graphql", json={"query": create, "variables": {"i": {"resourceId": "r", "title": quoted}}}
+            )
+        ).json()
+        assert body["data"]["createThread"]["title"] == quoted, body
+        assert walks == []
+        nul = (
+            await client.post(
+                "/graphql", json={"query": create, "variables": {"i": {"resourceId": "r", "title": "a\x00"}}}
+            )
+        ).json()
+        assert nul["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT", nul
+        escaped = (await client.post("/graphql", json={"query": '{ thread(id: "\\u0000") { id } }'})).json()
+        assert escaped["errors"][0]["message"] == NUL_MESSAGE, escaped
+        # A GET's variables are one URL parameter the front does not decode: the schema walks them.
+        got = await client.get(
+            "/graphql",
+            params={"query": "query($t: ID!) { thread(id: $t) { id } }", "variables": '{"t": "a\\u0000"}'},
+        )
+        assert got.json()["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT", got.text
+        assert "schema" in walks
 
 
 # ------------------------------------------------------------------------------------------ internal errors

@@ -33,7 +33,7 @@ from web.auth import (
     on_connect,
     websocket_principal,
 )
-from web.compiled import GraphQLFront, decode_json, refused
+from web.compiled import SCREENED_KEY, GraphQLFront, decode_request_json, refused
 from web.frontend import frontend_routes, graphiql_response
 from web.health import SchemaCheck, readiness
 from web.limits import LegacyWSHandler, TransportWSHandler
@@ -76,7 +76,9 @@ class RecallQLGraphQL(GraphQL[RequestContext, None]):
         await response(scope, receive, send)
 
     def decode_json(self, data: str | bytes) -> object:
-        return decode_json(data)  # web/compiled.py: bounded depth; a deep frame closes with 4400
+        # web/compiled.py: bounded depth (a deep frame closes with 4400); a body the front decoded
+        # is not parsed again.
+        return decode_request_json(data)
 
     async def get_context(self, request: Any, response: Any = None) -> RequestContext:
         # Who asks: BearerAuth put the principal of an HTTP request in its scope (the compiled read
@@ -87,7 +89,11 @@ class RecallQLGraphQL(GraphQL[RequestContext, None]):
                 principal = await websocket_principal(self.authenticator, request.scope)
             else:
                 principal = self.authenticator.default_principal
-        context = RequestContext(services=request.app.state.services, principal=principal)
+        context = RequestContext(
+            services=request.app.state.services,
+            principal=principal,
+            variables_checked=request.scope.get(SCREENED_KEY, False),
+        )
         # The X-Request-ID of this request (web.observability), so errors' requestId matches it.
         context.request_id = request_id_of(request) or context.request_id
         return context

@@ -255,6 +255,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level=settings.log_level,
         log_config=None,
         timeout_graceful_shutdown=30,
+        # A WebSocket frame is bounded like a request body (uvicorn's default: 16 MiB).
+        ws_max_size=settings.max_body_bytes,
     )
     if workers > 1:
         return _supervise(config)

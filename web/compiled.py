@@ -8,11 +8,13 @@ its body replayed. Requests carrying U+0000 in any string are refused first: no 
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -22,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from resolvers.errors import NUL_MESSAGE, scalar_fault
+from resolvers.errors import NON_FINITE_MESSAGE, NUL_MESSAGE, SURROGATE_MESSAGE, scalar_fault
 from schema.build import query_too_long
 from schema.fastpath import FastPath, Plan
 from web.observability import current_request_id
@@ -55,7 +57,7 @@ class GraphQLFront:
             return
         if scope["method"] != "POST":
             params = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-            fault = _fault(list(params.values()))
+            fault = _fault(list(params.values())) or _query_fault({"query": params.get("query", [None])[-1]})
             if fault is not None:
                 await _respond(send, _bad_input(fault))
                 return
@@ -73,10 +75,16 @@ class GraphQLFront:
             return
         body = await _read_body(receive)
         payload: Any = None
+        fault = None
         if _is_json(scope):
             # Strawberry's own parsing answered these with a bare 500 (an object is all it expects).
+            strict = True  # read by orjson
             try:
-                payload = decode_json(body)
+                payload = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                strict = False
+            try:
+                payload = payload if strict else decode_json(body)
             except TooDeep:
                 await refused(400, _TOO_DEEP)(scope, receive, send)
                 return
@@ -86,19 +94,28 @@ class GraphQLFront:
             if not isinstance(payload, dict | list):
                 await refused(400, "The request body must be a JSON object.")(scope, receive, send)
                 return
-        fault = _fault(payload, MAX_JSON_DEPTH)
+            fault = _body_fault(body if strict else None, payload)
+        fault = fault or _query_fault(payload)
         if fault == _DEEP:
             await refused(400, _TOO_DEEP)(scope, receive, send)
             return
         if fault is not None:
             await _respond(send, _bad_input(fault))
             return
+        # Checked (a JSON body): the GraphQL layer need not walk the variables again (StorableVariables).
+        scope[SCREENED_KEY] = _is_json(scope)
         if isinstance(payload, dict) and _subscription(payload, self.max_tokens, self.max_chars):
             await refused(400, _OVER_WEBSOCKET)(scope, receive, send)
             return
         answer = await self._answer(scope, payload) if self.fast_path is not None else None
         if answer is None:
-            await self.app(scope, _replay(body, receive), send)
+            # The view reads the same bytes (decode_request_json): it need not parse them again.
+            token = _DECODED.set((body, payload)) if payload is not None else None
+            try:
+                await self.app(scope, _replay(body, receive), send)
+            finally:
+                if token is not None:
+                    _DECODED.reset(token)
             return
         await _respond(send, answer)
 
@@ -130,6 +147,8 @@ class GraphQLFront:
         return orjson.dumps(result)
 
 
+# Set in an HTTP request's scope once its variables are checked here (StorableVariables then skips them).
+SCREENED_KEY = "recallql.screened"
 # Deeper than any message content needs, and below orjson's limit of 254 when content is stored.
 MAX_JSON_DEPTH = 64
 _OVER_WEBSOCKET = (
@@ -140,17 +159,15 @@ _DEEP = "deep"
 
 
 def _fault(value: Any, depth_limit: int | None = None) -> str | None:
-    """What a decoded request holds that no operation may: a string (keys included) or number no
+    """What a decoded value holds that no operation may: a string (keys included) or number no
     database can store, anywhere in it (resolvers.errors.scalar_fault; a lone surrogate in an
-    operationName, echoed in an error, was a bare 500), or a query text spelling U+0000, as that
-    fault's message; or _DEEP for arrays and objects nested over `depth_limit`. One walk, every
-    request, without recursion: a deep value must not exhaust the stack that checks it."""
+    operationName, echoed in an error, was a bare 500), as that fault's message; or _DEEP for arrays
+    and objects nested over `depth_limit`. Without recursion: a deep value must not exhaust the stack
+    that checks it. A walk in Python: for request bodies, _body_fault."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, str):
-            if "\\u0000" in item and _GRAPHQL_NUL.search(item) is not None:
-                return NUL_MESSAGE
             # Only the rare string that may fail is handed over: the call per string cost a third more.
             if "\x00" in item or not item.isascii():
                 fault = scalar_fault(item)
@@ -171,6 +188,49 @@ def _fault(value: Any, depth_limit: int | None = None) -> str | None:
             return _DEEP
         stack.extend((child, depth + 1) for child in children)
     return None
+
+
+def _query_fault(payload: Any) -> str | None:
+    """NUL_MESSAGE for a query text (of a request, or of a batch's) that spells U+0000 with GraphQL's
+    escape; other strings may hold those six characters as they are."""
+    items = payload if isinstance(payload, list) else [payload]
+    for item in items:
+        query = item.get("query") if isinstance(item, dict) else None
+        if isinstance(query, str) and "\\u0000" in query and _GRAPHQL_NUL.search(query) is not None:
+            return NUL_MESSAGE
+    return None
+
+
+# A body's faults without a walk of its decoded values (a walk took seconds for millions of tiny
+# ones): orjson's bytes escape U+0000 as \u0000 after an even run of backslashes, and arrays and
+# objects nest as the brackets outside strings do.
+_JSON_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
+_NESTING = tuple(1 if c in b"[{" else -1 if c in b"]}" else 0 for c in range(256))
+
+
+def _body_fault(body: bytes | None, payload: Any) -> str | None:
+    """_fault(payload, MAX_JSON_DEPTH) for a request body, given when orjson read it (orjson refuses
+    lone surrogates, NaN and infinities), and the payload decoded from it."""
+    clean = body
+    if clean is None:
+        # What only the json module takes: its C encoder finds those (and writes U+0000 as \u0000).
+        try:
+            clean = json.dumps(payload, ensure_ascii=False, allow_nan=False).encode()
+        except UnicodeEncodeError:
+            return SURROGATE_MESSAGE
+        except ValueError:
+            return NON_FINITE_MESSAGE
+        except RecursionError:
+            return _DEEP
+    if b"\\u0000" in clean and _JSON_NUL.search(clean) is not None:
+        return NUL_MESSAGE
+    if clean.count(b"[") + clean.count(b"{") <= MAX_JSON_DEPTH:
+        return None
+    brackets = _JSON_STRING.sub(b"", clean).translate(None, _NOT_BRACKETS)
+    deepest = max(itertools.accumulate(map(_NESTING.__getitem__, brackets)), default=0)
+    return _DEEP if deepest > MAX_JSON_DEPTH else None
 
 
 _JSON_PARAMS = ("variables", "extensions")
@@ -199,6 +259,19 @@ def decode_json(data: str | bytes) -> Any:
         return json.loads(data)
     except RecursionError:
         raise TooDeep from None
+
+
+# The body the front decoded, and what it decoded it to, while the view handles the request.
+_DECODED: ContextVar[tuple[bytes, Any] | None] = ContextVar("recallql_decoded_body", default=None)
+
+
+def decode_request_json(data: str | bytes) -> Any:
+    """decode_json for the view: the body the front decoded already is not parsed twice (parsing was
+    most of a large request's time; comparing the bytes costs a millisecond for 8 MB)."""
+    decoded = _DECODED.get()
+    if decoded is not None and decoded[0] == data:
+        return decoded[1]
+    return decode_json(data)
 
 
 def _too_deep(text: str) -> bool:
