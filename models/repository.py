@@ -509,7 +509,9 @@ class Repository:
             replaced = self._claim_new(conn, rows, previous)
             for start in range(0, len(replaced), 500):
                 conn.execute(stmt, replaced[start : start + 500])
-            conn.execute(update(T).where(T.c.id.in_(thread_ids)).values(updated_at=now))
+            # A re-save that moves a message changes the thread it leaves too (as updateMessages does).
+            touched = thread_ids | {m.thread_id for m in previous.values()}
+            conn.execute(update(T).where(T.c.id.in_(touched)).values(updated_at=now))
             self._write_stats(
                 conn,
                 removed=[(m.thread_id, m.resource_id) for m in previous.values()],

@@ -260,7 +260,15 @@ class MessageService:
         # vectors in the old one to remove, and searches of the old one wait for that (background mode).
         await self._sync_vectors([*stored, *previous.values()], stored)
         events = [message_event(MESSAGE_SAVED, m.thread_id, m) for m in stored]
-        await publish_quietly(self.events, events + await self._thread_events({m.thread_id for m in stored}))
+        # A message re-saved into another thread left its old one: that thread's subscribers hear of it.
+        moved_from = {m.id: previous[m.id].thread_id for m in stored if m.id in previous}
+        events += [
+            message_event(MESSAGE_SAVED, moved_from[m.id], m)
+            for m in stored
+            if moved_from.get(m.id, m.thread_id) != m.thread_id
+        ]
+        threads = {m.thread_id for m in stored} | set(moved_from.values())
+        await publish_quietly(self.events, events + await self._thread_events(threads))
         if titles is not None and self.titles is not None:
             # Threads without a title before this save; the generator checks the rest (a user message,
             # minMessages) on what the thread holds once the save has committed.

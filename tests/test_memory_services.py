@@ -149,6 +149,34 @@ async def test_events_follow_commits(memory: Services) -> None:
     await threads.aclose()
 
 
+async def test_a_re_save_into_another_thread_changes_the_thread_it_leaves(memory: Services) -> None:
+    """As updateMessages does for a move: the old thread's updatedAt is bumped and its subscribers hear
+    of the message leaving (a re-save left the old thread looking unchanged)."""
+    broker = memory.events
+    assert isinstance(broker, InProcessBroker)
+    old, new = uid("t-old"), uid("t-new")
+    for thread_id in (old, new):
+        await memory.threads.create(resource_id="r1", thread_id=thread_id, principal=OPEN)
+    await memory.messages.save([msg("m-moving", thread=old)], principal=OPEN)
+    before = (await memory.repository.get_threads([old]))[old].updated_at
+    messages, threads = broker.subscribe(message_channel(old)), broker.subscribe(thread_channel("r1"))
+    pending = [asyncio.ensure_future(anext(messages)), asyncio.ensure_future(anext(threads))]
+    await asyncio.sleep(0)
+    await asyncio.sleep(0.002)  # updatedAt has millisecond resolution
+    await memory.messages.save([msg("m-moving", thread=new)], principal=OPEN)
+    left = await asyncio.wait_for(pending[0], 5)
+    assert (left["kind"], left["threadId"], left["message"]["thread_id"]) == ("SAVED", old, new), left
+    updated = {
+        (await asyncio.wait_for(pending[1], 5))["thread"]["id"],
+        (await anext(threads))["thread"]["id"],
+    }
+    assert updated == {old, new}
+    stored = await memory.repository.get_threads([old, new])
+    assert stored[old].updated_at > before and stored[old].updated_at == stored[new].updated_at
+    await messages.aclose()
+    await threads.aclose()
+
+
 async def test_a_save_meets_a_thread_deleted_after_it_read_the_owner(
     memory: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
