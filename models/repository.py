@@ -1535,15 +1535,16 @@ class Repository:
         copy_resource_working_memory: bool = False,
         now: int,
         track_vectors: bool = False,
+        resources: Collection[str] | None = None,
     ) -> tuple[ThreadRecord, list[MessageRecord]] | None:
         """Copies a thread and a selection of its messages in one transaction.
 
         The messages are those of the source thread within [start, end], restricted to `message_ids`
-        when given, and the newest `limit` of those; `build` turns the source thread and that selection
-        (chronological) into the new thread and the copies (it may run again if the transaction is
-        retried). Returns None when the source is missing; raises RowConflict when the new id is
-        taken. With `copy_resource_working_memory`, the source resource's working memory (when set) is
-        copied to the new thread's resource."""
+        and to messages of `resources` when given, and the newest `limit` of those; `build` turns the
+        source thread and that selection (chronological) into the new thread and the copies (it may
+        run again if the transaction is retried). Returns None when the source is missing; raises
+        RowConflict when the new id is taken. With `copy_resource_working_memory`, the source
+        resource's working memory (when set) is copied to the new thread's resource."""
 
         def body(conn: Connection) -> tuple[ThreadRecord, list[MessageRecord]] | None:
             row = conn.execute(select(T).where(T.c.id == source_id)).first()
@@ -1555,6 +1556,10 @@ class Repository:
                 where.append(M.c.created_at >= start)
             if end is not None:
                 where.append(M.c.created_at <= end)
+            if resources is not None:
+                # Before the limit: the newest `limit` messages a caller may see, not those of the newest
+                # `limit` it may see (which told it when others' messages were written).
+                where.append(M.c.resource_id.in_(sorted(resources)))
             wanted = list(dict.fromkeys(message_ids or ()))
             # A long id list is matched here, not bound: the engines cap a statement's parameters
             # (SQLite 32,766, asyncpg 32,767), and the thread's rows are read for the copy anyway.

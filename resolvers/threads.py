@@ -327,6 +327,7 @@ class ThreadService:
                 copy_resource_working_memory=copy_wm,
                 now=now,
                 track_vectors=self.vectors is not None,
+                resources=principal.resources,
             )
         except RowConflict as exc:
             raise Conflict(f"Thread with id {exc.args[0]} already exists") from exc

@@ -125,3 +125,34 @@ async def test_a_thread_scoped_search_ranks_only_the_callers_own_messages(server
     results = {q: await hits(q) for q in ("apple lemon", "apple zebra", "apple tiger")}
     # Expected: the foreign message is out of alice's search, so every query finds alice's message.
     assert results == {q: [mine] for q in results}, results
+
+
+# ------------------------------------------------------------------------------------------------ 3
+async def test_a_limited_clone_copies_the_newest_messages_the_caller_may_see(server: ServerProcess) -> None:
+    """cloneThread's messageLimit took the newest messages of the thread, then dropped those of other
+    resources: whether alice's clone of one message came back empty told whether a foreign message was
+    newer than hers. The limit now applies to the messages she may see."""
+    url, admin = server.url, KEYS["admin"]
+    thread = uid("t")
+    assert "errors" not in (await gql(url, CREATE, KEYS["alice"], i={"id": thread, "resourceId": ALICE}))[1]
+    mine, foreign = uid("m"), uid("o")
+    own = text_message(thread_id=thread, id=mine, text="mine", created_at="2026-01-01T00:00:00.000Z")
+    await gql(url, SAVE, KEYS["alice"], m=[own])
+    later = text_message(
+        thread_id=thread,
+        id=foreign,
+        text="not hers",
+        created_at="2026-01-02T00:00:00.000Z",
+        resource_id=ORPHAN,
+    )
+    assert "errors" not in (await gql(url, SAVE, admin, m=[later]))[1]
+    clone = """mutation($i: CloneThreadInput!) { cloneThread(input: $i) {
+      thread { resourceId } messageIdMap { sourceId } } }"""
+    _, body, _ = await gql(
+        url, clone, KEYS["alice"], i={"sourceThreadId": thread, "options": {"messageLimit": 1}}
+    )
+    assert "errors" not in body, body
+    assert body["data"]["cloneThread"]["messageIdMap"] == [{"sourceId": mine}], body
+    # An unrestricted caller's limit still counts every message of the thread.
+    _, body, _ = await gql(url, clone, admin, i={"sourceThreadId": thread, "options": {"messageLimit": 1}})
+    assert body["data"]["cloneThread"]["messageIdMap"] == [{"sourceId": foreign}], body
