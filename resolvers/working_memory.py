@@ -266,6 +266,9 @@ class WorkingMemoryService:
         if cfg.scope == "resource" and not resource_id:
             raise BadUserInput(RESOURCE_SCOPE_ERROR)
         check_id_size(resource_id, "resourceId")
+        if resource_id and not resource_id.strip():
+            # As for saveMessages: a resource nobody could name again (recall trims nothing either).
+            raise BadUserInput("resourceId must be a non-empty string when given.")
         if mode not in MODES:
             raise BadUserInput(f"mode must be one of {', '.join(MODES)}.")
         if mode == APPEND and cfg.schema is not None:

@@ -497,6 +497,13 @@ async def test_working_memory_disabled_and_scope_errors(api: Api) -> None:
     got = await error(api, WM_UPDATE, t=thread_id, r="intruder", w="x", c=THREAD_SCOPE)
     assert got["extensions"]["code"] == "FORBIDDEN"
     assert (await api.execute(WM_GET, t="ghost", c=THREAD_SCOPE))["workingMemory"] is None
+    # A blank resource is one nobody could name again: refused, and nothing is written.
+    got = await error(api, WM_UPDATE, t=thread_id, r="  ", w="x", c=ON)
+    assert (got["extensions"]["code"], got["message"]) == (
+        "BAD_USER_INPUT",
+        "resourceId must be a non-empty string when given.",
+    )
+    assert (await api.execute(WM_GET, t=thread_id, r="  ", c=ON))["workingMemory"] is None
 
 
 async def test_resource_scoped_working_memory(api: Api) -> None:
