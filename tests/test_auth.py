@@ -323,6 +323,8 @@ async def test_jwt_hs256() -> None:
         (hs256(claims(sub="alice", nbf=now + 3600)), "not yet valid"),
         (hs256(claims()), "'sub' claim"),  # no resource claim
         (hs256(claims(sub=""), secret=SECRET), "'sub' claim"),
+        # RFC 7519's sub is one string (the README says: name another claim to grant several).
+        (hs256(claims(sub=["alice", "bob"])), "Subject must be a string"),
         (jwt.encode(claims(sub="alice"), None, algorithm="none"), "algorithm 'none'"),
         (rs256(claims(sub="alice"), rsa_key()), "algorithm 'RS256'"),  # no JWKS configured
         ("aaa.bbb.ccc", "Invalid token"),
