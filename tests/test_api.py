@@ -501,6 +501,20 @@ async def test_several_operations_need_an_operation_name(server: ServerProcess) 
             "BAD_REQUEST",
             "The GraphQL operation's `extensions` must be an object or null",
         ),
+        # Strawberry took a number as the name of an unknown operation ("5").
+        *(
+            (
+                "POST",
+                {"json": body},
+                400,
+                "BAD_REQUEST",
+                "The GraphQL operation's `operationName` must be a string or null",
+            )
+            for body in (
+                {"query": "query A { __typename }", "operationName": 5},
+                [{"query": "{ __typename }"}, {"query": '{ thread(id: "t1") { id } }', "operationName": []}],
+            )
+        ),
         # Starlette's own plain-text "Method Not Allowed" before.
         *(
             (method, {}, 405, "METHOD_NOT_ALLOWED", f"{method} is not served here")

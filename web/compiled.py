@@ -94,6 +94,11 @@ class GraphQLFront:
             if not isinstance(payload, dict | list):
                 await refused(400, "The request body must be a JSON object.")(scope, receive, send)
                 return
+            if any(not isinstance(item.get("operationName"), str | None) for item in _requests(payload)):
+                # Strawberry took 5 as the name "5" (an unknown operation), unlike a query or variables
+                # of the wrong type.
+                await refused(400, _NAME_TYPE)(scope, receive, send)
+                return
             fault = _body_fault(body if strict else None, payload)
         fault = fault or _query_fault(payload)
         if fault == _DEEP:
@@ -190,12 +195,20 @@ def _fault(value: Any, depth_limit: int | None = None) -> str | None:
     return None
 
 
+_NAME_TYPE = "The GraphQL operation's `operationName` must be a string or null, if provided."
+
+
+def _requests(payload: Any) -> list[dict[str, Any]]:
+    """The GraphQL requests of a body: itself, or a batch's objects."""
+    items = payload if isinstance(payload, list) else [payload]
+    return [item for item in items if isinstance(item, dict)]
+
+
 def _query_fault(payload: Any) -> str | None:
     """NUL_MESSAGE for a query text (of a request, or of a batch's) that spells U+0000 with GraphQL's
     escape; other strings may hold those six characters as they are."""
-    items = payload if isinstance(payload, list) else [payload]
-    for item in items:
-        query = item.get("query") if isinstance(item, dict) else None
+    for item in _requests(payload):
+        query = item.get("query")
         if isinstance(query, str) and "\\u0000" in query and _GRAPHQL_NUL.search(query) is not None:
             return NUL_MESSAGE
     return None
