@@ -25,6 +25,7 @@ from strawberry.extensions import (
     SchemaExtension,
 )
 from strawberry.schema.config import StrawberryConfig
+from strawberry.schema.exceptions import InvalidOperationTypeError
 from strawberry.types.execution import ExecutionContext
 
 from resolvers.errors import RecallQLError, outage, unstorable_text, value_fault
@@ -213,7 +214,15 @@ class RecallQLSchema(FederatedSchema):
                     error.extensions = {**extensions, "requestId": request_id}
                 continue
             original = error.original_error
-            if original is not None and not error.nodes and not isinstance(original, GraphQLError):
+            if isinstance(original, InvalidOperationTypeError):
+                # The legacy graphql-ws protocol, as Strawberry serves it, runs subscriptions only.
+                kind = original.as_http_error_reason("graphql-ws").split(" ")[0]
+                error = errors[n] = GraphQLError(
+                    f"The graphql-ws (legacy) protocol serves subscriptions here: send {kind} over HTTP "
+                    "or graphql-transport-ws."
+                )
+                extensions = {"code": "BAD_REQUEST"}
+            elif original is not None and not error.nodes and not isinstance(original, GraphQLError):
                 log.error("internal error (request %s)", request_id, exc_info=original)
                 error = errors[n] = GraphQLError(MASKED_MESSAGE)
                 extensions = {"code": "INTERNAL_SERVER_ERROR"}

@@ -708,6 +708,26 @@ async def test_a_websocket_frame_nested_too_deep_closes_with_4400(limited: Serve
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 4400
 
 
+async def test_queries_and_mutations_over_legacy_graphql_ws_are_bad_requests(
+    api: Api, limited: ServerProcess
+) -> None:
+    """Strawberry's graphql-ws (legacy) handler runs subscriptions only; anything else was an
+    INTERNAL_SERVER_ERROR. The mutation is refused before it runs."""
+    resource = uid("r")
+    async with ws_session(limited.url, "graphql-ws") as ws:
+        for n, (query, kind) in enumerate(
+            (
+                ("{ __typename }", "queries"),
+                (f'mutation {{ createThread(input: {{resourceId: "{resource}"}}) {{ id }} }}', "mutations"),
+            )
+        ):
+            await ws.send(json.dumps({"id": str(n), "type": "start", "payload": {"query": query}}))
+            error = await next_message(ws)
+            assert (error["type"], error["payload"]["extensions"]["code"]) == ("error", "BAD_REQUEST"), error
+            assert f"send {kind} over HTTP or graphql-transport-ws" in error["payload"]["message"], error
+    assert (await api.execute(THREADS, r=resource, p=10))["threads"]["total"] == 0
+
+
 async def test_a_websocket_frame_is_bounded_like_a_body(limited: ServerProcess) -> None:
     # uvicorn's default took frames of up to 16 MiB, whatever RECALLQL_MAX_BODY_BYTES said (20,000 here).
     async with ws_session(limited.url, "graphql-transport-ws") as ws:
