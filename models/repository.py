@@ -1536,6 +1536,7 @@ class Repository:
         now: int,
         track_vectors: bool = False,
         resources: Collection[str] | None = None,
+        max_rows: int | None = None,
     ) -> tuple[ThreadRecord, list[MessageRecord]] | None:
         """Copies a thread and a selection of its messages in one transaction.
 
@@ -1544,7 +1545,8 @@ class Repository:
         source thread and that selection (chronological) into the new thread and the copies (it may
         run again if the transaction is retried). Returns None when the source is missing; raises
         RowConflict when the new id is taken. With `copy_resource_working_memory`, the source
-        resource's working memory (when set) is copied to the new thread's resource."""
+        resource's working memory (when set) is copied to the new thread's resource. With `max_rows`,
+        a selection of more messages than that (counted first) is read not at all: CloneTooLarge."""
 
         def body(conn: Connection) -> tuple[ThreadRecord, list[MessageRecord]] | None:
             row = conn.execute(select(T).where(T.c.id == source_id)).first()
@@ -1566,6 +1568,12 @@ class Repository:
             in_python = len(wanted) > _IN_LIST_MAX
             if wanted and not in_python:
                 where.append(M.c.id.in_(wanted))
+            if max_rows is not None:
+                # A long id list is matched in Python, after the thread's rows are read: those count.
+                count = conn.execute(select(func.count()).select_from(M).where(*where)).scalar_one()
+                copied = min(count, limit) if limit and not in_python else count
+                if copied > max_rows:
+                    raise CloneTooLarge(copied)
             stmt = select(*_MESSAGE_COLUMNS).where(*where)
             if limit and not in_python:
                 stmt = stmt.order_by(M.c.created_at.desc(), M.c.seq.desc()).limit(limit)
@@ -1774,6 +1782,10 @@ class RowConflict(Exception):
 
 class RowForbidden(Exception):
     """A write met a row its caller may not change (the id is in args[0]); nothing was written."""
+
+
+class CloneTooLarge(Exception):
+    """A clone would copy more messages (args[0]) than its caller allowed; nothing was read."""
 
 
 class ThreadChanged(Exception):

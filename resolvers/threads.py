@@ -11,7 +11,7 @@ from typing import Any, Literal
 import orjson
 
 from models.records import MessageRecord, ThreadRecord
-from models.repository import Repository, RowConflict
+from models.repository import CloneTooLarge, Repository, RowConflict
 from resolvers.auth import Principal
 from resolvers.budget import RowBudget
 from resolvers.clock import now_ms, to_iso
@@ -328,9 +328,20 @@ class ThreadService:
                 now=now,
                 track_vectors=self.vectors is not None,
                 resources=principal.resources,
+                max_rows=self.max_all_rows,
             )
         except RowConflict as exc:
             raise Conflict(f"Thread with id {exc.args[0]} already exists") from exc
+        except CloneTooLarge as exc:
+            # One transaction holds every copy: bounded like a perPage: false read.
+            assert self.max_all_rows is not None
+            raise BadUserInput(
+                f"cloneThread may copy at most {self.max_all_rows} messages; this clone would copy "
+                f"{exc.args[0]}. Narrow it with options.messageLimit, a date range or message ids.",
+                limit="maxAllRows",
+                max=self.max_all_rows,
+                total=exc.args[0],
+            ) from None
         if result is None:
             raise NotFound(f"Source thread with id {source_thread_id} not found")
         thread, copies = result

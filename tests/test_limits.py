@@ -338,6 +338,26 @@ async def test_a_request_reads_at_most_max_request_rows(api: Api, limited: Serve
     assert (await post(limited.url, two, t=thread))["data"]["a"]["messages"][0] == {"id": f"{thread}-m0"}
 
 
+async def test_a_clone_copies_at_most_max_all_rows(api: Api, limited: ServerProcess) -> None:
+    """A clone copies its messages in one transaction: without messageLimit a thread of any size was
+    read and copied whole. Over the limit nothing is read or written."""
+    clone = "mutation($i: CloneThreadInput!) { cloneThread(input: $i) { clonedMessages { id } } }"
+    small, _ = await thread_with(api, 30)
+    assert len((await api.execute(clone, i={"sourceThreadId": small}))["cloneThread"]["clonedMessages"]) == 30
+    big, resource = await thread_with(api, 31)
+    before = (await api.execute(THREADS, r=resource, p=50))["threads"]["total"]
+    error = await only_error(limited.url, clone, i={"sourceThreadId": big, "newThreadId": uid("c")})
+    assert error["extensions"]["code"] == "BAD_USER_INPUT"
+    assert (error["extensions"]["limit"], error["extensions"]["max"], error["extensions"]["total"]) == (
+        "maxAllRows",
+        30,
+        31,
+    )
+    assert (await api.execute(THREADS, r=resource, p=50))["threads"]["total"] == before
+    limited_clone = {"sourceThreadId": big, "options": {"messageLimit": 30}}
+    assert len((await api.execute(clone, i=limited_clone))["cloneThread"]["clonedMessages"]) == 30
+
+
 async def test_all_threads_limit(api: Api, limited: ServerProcess) -> None:
     resource = uid("r")
     for _ in range(30):
