@@ -100,6 +100,23 @@ def scalar_fault(item: Any) -> str | None:
     return None
 
 
+# Deeper than any message content needs, and below orjson's limit of 254 when content is stored and
+# answered: the HTTP front refuses bodies nested deeper, and the imports refuse such values.
+MAX_JSON_DEPTH = 64
+
+
+def json_depth(value: Any) -> int:
+    """How many levels of arrays and objects a JSON-like value nests ([] is one). Iterative: a value may
+    nest deeper than Python recurses."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
 def value_fault(value: Any) -> BadUserInput | None:
     """The BadUserInput for the first string (keys included) or number in a JSON-like value that no
     database can store (scalar_fault), or None. Iterative: a value may nest deeper than Python

@@ -30,7 +30,7 @@ from models.records import MessageRecord, ResourceRecord, ThreadRecord
 from models.repository import Repository
 from models.signals import is_legacy_reminder, signal_type
 from resolvers.clock import now_ms, parse_iso, to_iso
-from resolvers.errors import BadUserInput, id_size_fault, value_fault
+from resolvers.errors import MAX_JSON_DEPTH, BadUserInput, id_size_fault, json_depth, value_fault
 
 KINDS = ("resource", "thread", "message")
 _MAX_WARNINGS = 20
@@ -275,6 +275,14 @@ class ImportSink:
         self.report.stats[kind].updated += updated
 
 
+def _deep_fault(value: Any, what: str) -> str | None:
+    """Why a JSON value cannot be imported: nested deeper than the API takes (recall answered HTTP 500
+    for a message orjson could not write back), or None."""
+    if json_depth(value) > MAX_JSON_DEPTH:
+        return f"{what} nests deeper than {MAX_JSON_DEPTH} levels"
+    return None
+
+
 def message_record(
     *,
     id: str,
@@ -285,8 +293,13 @@ def message_record(
     created_at: int,
     content: Any,
     report: ImportReport,
+    where: str,
 ) -> MessageRecord:
+    """The message to store; raises TransferError (starting with `where`) for content nested too deep
+    once converted (a legacy tool call's arguments nest two levels deeper in format 2)."""
     role, content, converted = to_format2(role, content)
+    if (fault := _deep_fault(content, "content")) is not None:
+        raise TransferError(f"{where}: {fault}")
     if converted:
         report.converted += 1
         type = "v2"
@@ -324,15 +337,19 @@ async def _orphans(repository: Repository, homeless: Counter[str]) -> int:
     return sum(n for thread_id, n in homeless.items() if thread_id not in stored)
 
 
-def _unstorable(report: ImportReport, kind: str, id: str, values: tuple[Any, ...], ids: int) -> bool:
+def _unstorable(
+    report: ImportReport, kind: str, id: str, values: tuple[Any, ...], ids: int, metadata: Any = None
+) -> bool:
     """Skips (with a warning) a row holding a string or number no database can store, as the API
     refuses it (resolvers.errors.scalar_fault): U+0000, which LibSQL keeps and PostgreSQL refuses, a
-    lone surrogate, NaN; or an id (the first `ids` values) longer than any the API stores."""
+    lone surrogate, NaN; an id (the first `ids` values) longer than any the API stores; or metadata
+    nested deeper than the API takes."""
     fault = value_fault(values) or _oversized(values[:ids])
-    if fault is None:
+    reason = str(fault).rstrip(".") if fault is not None else _deep_fault(metadata, "metadata")
+    if reason is None:
         return False
     report.stats[kind].skipped += 1
-    report.warn(f"{kind} {id!r}: {str(fault).rstrip('.')}; skipped")
+    report.warn(f"{kind} {id!r}: {reason}; skipped")
     return True
 
 
@@ -365,7 +382,9 @@ async def import_mastra(
                 report.stats["resource"].skipped += 1
                 report.warn(f"resource {r.id!r}: no id or no readable createdAt; skipped")
                 continue
-            if _unstorable(report, "resource", r.id, (r.id, r.working_memory, r.metadata), ids=1):
+            if _unstorable(
+                report, "resource", r.id, (r.id, r.working_memory, r.metadata), ids=1, metadata=r.metadata
+            ):
                 continue
             resources.append(
                 ResourceRecord(
@@ -391,7 +410,9 @@ async def import_mastra(
                 report.stats["thread"].skipped += 1
                 report.warn(f"thread {t.id!r}: no id, resourceId or readable createdAt; skipped")
                 continue
-            if _unstorable(report, "thread", t.id, (t.id, t.resource_id, t.title, t.metadata), ids=2):
+            if _unstorable(
+                report, "thread", t.id, (t.id, t.resource_id, t.title, t.metadata), ids=2, metadata=t.metadata
+            ):
                 continue
             thread_ids.add(t.id)
             threads.append(
@@ -420,10 +441,8 @@ async def import_mastra(
                 report, "message", m.id, (m.id, m.thread_id, m.resource_id, m.role, m.type, m.content), ids=3
             ):
                 continue
-            if m.thread_id not in thread_ids:
-                homeless[m.thread_id] += 1
-            messages.append(
-                message_record(
+            try:
+                record = message_record(
                     id=m.id,
                     thread_id=m.thread_id,
                     resource_id=m.resource_id,
@@ -432,8 +451,15 @@ async def import_mastra(
                     created_at=m.created_at,
                     content=m.content,
                     report=report,
+                    where=f"message {m.id!r}",
                 )
-            )
+            except TransferError as exc:
+                report.stats["message"].skipped += 1
+                report.warn(f"{exc}; skipped")
+                continue
+            if m.thread_id not in thread_ids:
+                homeless[m.thread_id] += 1
+            messages.append(record)
         await sink.messages(messages)
         progress.advance("messages", len(message_rows))
     report.orphans = await _orphans(repository, homeless)
@@ -556,6 +582,8 @@ def _metadata(obj: dict[str, Any], where: str) -> dict[str, Any] | None:
     value = obj.get("metadata")
     if value is not None and not isinstance(value, dict):
         raise TransferError(f"{where}: metadata must be an object or null")
+    if (fault := _deep_fault(value, "metadata")) is not None:
+        raise TransferError(f"{where}: {fault}")
     return value
 
 
@@ -596,6 +624,7 @@ def parse_line(obj: Any, where: str, report: ImportReport) -> tuple[str, Any]:
             created_at=_time(obj, "createdAt", where),
             content=content,
             report=report,
+            where=where,
         )
     raise TransferError(f'{where}: unknown kind {kind!r} (expected "resource", "thread" or "message")')
 

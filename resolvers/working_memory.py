@@ -23,7 +23,7 @@ from models.repository import Repository
 from resolvers.auth import Principal
 from resolvers.clock import now_ms
 from resolvers.config import DEFAULT_WORKING_MEMORY_TEMPLATE, deep_merge
-from resolvers.errors import BadUserInput, Forbidden, NotFound, check_id_size
+from resolvers.errors import BadUserInput, Forbidden, NotFound, check_id_size, json_depth
 from resolvers.events import THREAD_UPDATED, EventBroker, publish_quietly, thread_event
 
 DISABLED_ERROR = "Working memory is not enabled for this memory instance"
@@ -132,16 +132,6 @@ def _needs_backtracking(schema: dict[str, Any]) -> bool:
 
 def _at(path: list[str | int]) -> str:
     return f" at /{'/'.join(str(p) for p in path)}" if path else ""
-
-
-def _depth(document: Any) -> int:
-    deepest, stack = 0, [(document, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if isinstance(value, dict | list):
-            deepest = max(deepest, depth)
-            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
-    return deepest
 
 
 def deep_merge_working_memory(existing: Any, update: Any) -> dict[str, Any]:
@@ -293,7 +283,7 @@ class WorkingMemoryService:
                     existing = orjson.loads(current) if current else None
                 except orjson.JSONDecodeError:
                     existing = None
-                if _depth(existing) > MAX_DOCUMENT_DEPTH:  # stored as text, before a schema was set
+                if json_depth(existing) > MAX_DOCUMENT_DEPTH:  # stored as text, before a schema was set
                     raise BadUserInput(
                         f"The stored working memory nests deeper than {MAX_DOCUMENT_DEPTH} levels; "
                         "REPLACE it instead of merging into it."
@@ -333,7 +323,7 @@ class WorkingMemoryService:
                 "workingMemory must be a JSON document when workingMemory.schema is set: "
                 f"{exc.args[0] if exc.args else exc}"
             ) from exc
-        if _depth(document) > MAX_DOCUMENT_DEPTH:
+        if json_depth(document) > MAX_DOCUMENT_DEPTH:
             raise BadUserInput(f"workingMemory nests deeper than {MAX_DOCUMENT_DEPTH} levels.")
         return document
 

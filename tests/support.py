@@ -164,6 +164,19 @@ def engines() -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------- server
+@contextlib.asynccontextmanager
+async def app_client(services: Any, **settings: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """The real ASGI app (middleware, request ids, error policy, compiled path) on given services."""
+    from web.app import create_app
+    from web.settings import Settings
+
+    app = create_app(Settings(**settings), services=services)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            yield client
+
+
 async def vector_backlog(base_url: str) -> float:
     """A running server's queue of vector writes not yet applied (its /metrics gauge)."""
     async with httpx.AsyncClient(timeout=30) as client:

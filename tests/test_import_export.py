@@ -18,7 +18,7 @@ import stat
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,16 @@ from resolvers.context import Services
 from resolvers.messages import MessageInput
 from resolvers.recall import RecallArgs
 from resolvers.transfer import TransferError, export_jsonl, import_jsonl, import_mastra, to_format2
-from tests.support import EMBED_SERVER, SHARED, at, database, embed_server_process, free_port, require
+from tests.support import (
+    EMBED_SERVER,
+    SHARED,
+    app_client,
+    at,
+    database,
+    embed_server_process,
+    free_port,
+    require,
+)
 
 CONFORMANCE = SHARED / "conformance"
 FIXTURE_SCRIPT = Path(__file__).with_name("mastra_fixture.mjs")
@@ -921,6 +930,148 @@ async def test_jsonl_errors_name_the_line(repository: Repository) -> None:
     assert result.stats["thread"].read == 1
     thread = await repository.get_thread("e1")
     assert thread is not None and thread.updated_at == thread.created_at == T0
+
+
+def nested(levels: int) -> Any:
+    """Arrays nested `levels` deep: [] is one level."""
+    value: Any = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+def content_of_depth(levels: int) -> dict[str, Any]:
+    return {"format": 2, "parts": [], "deep": nested(levels - 1)}
+
+
+async def test_jsonl_refuses_json_nested_deeper_than_the_api_takes(
+    repository: Repository, services: Services
+) -> None:
+    """The API refuses JSON nested over 64 levels; an import took up to 1,024, and recall then answered
+    HTTP 500 for such a message (orjson writes at most 254 levels). An import refuses what the API does,
+    content counted as stored (a legacy content converted to format 2 nests two levels deeper)."""
+    thread = {"kind": "thread", "id": "deep-t", "resourceId": "r", "createdAt": "2026-01-01T00:00:00.000Z"}
+    good = orjson.dumps(thread)
+
+    def message(id: str, content: Any) -> bytes:
+        line = {"kind": "message", "id": id, "threadId": "deep-t", "resourceId": "r", "role": "user"}
+        return orjson.dumps({**line, "createdAt": "2026-01-01T00:00:01.000Z", "content": content})
+
+    tool_call = [{"type": "tool-call", "toolCallId": "c", "toolName": "x", "args": nested(62)}]
+    cases = {
+        message("m65", content_of_depth(65)): "line 2: content nests deeper than 64 levels",
+        message("legacy", tool_call): "line 2: content nests deeper than 64 levels",
+        orjson.dumps({**thread, "id": "t65", "metadata": {"k": nested(64)}}): (
+            "line 2: metadata nests deeper than 64 levels"
+        ),
+        orjson.dumps(
+            {"kind": "resource", "id": "r65", "metadata": {"k": nested(64)}, "createdAt": thread["createdAt"]}
+        ): "line 2: metadata nests deeper than 64 levels",
+    }
+    for line, error in cases.items():
+        with pytest.raises(TransferError, match=re.escape(error)):
+            await import_jsonl(repository, [good, line])
+    assert await repository.get_messages(["m65", "legacy"]) == {}
+    assert await repository.get_thread("t65") is None and await repository.get_resource("r65") is None
+
+    deepest = content_of_depth(64)
+    result = await import_jsonl(repository, [good, message("m64", deepest)])
+    assert result.stats["message"].inserted == 1
+    async with app_client(services) as client:
+        response = await client.post(
+            "/graphql",
+            json={
+                "query": '{ recall(threadId: "deep-t", resourceId: "r") { messages { id content { raw } } } }'
+            },
+        )
+    assert response.status_code == 200, response.text
+    assert response.json()["data"]["recall"]["messages"] == [{"id": "m64", "content": {"raw": deepest}}]
+
+
+# ------------------------------------------------------------------------------- Mastra (rows it must refuse)
+LIBSQL_DDL = """
+CREATE TABLE mastra_threads (id TEXT PRIMARY KEY, resourceId TEXT NOT NULL, title TEXT NOT NULL,
+  metadata TEXT, createdAt TEXT NOT NULL, updatedAt TEXT NOT NULL);
+CREATE TABLE mastra_messages (id TEXT PRIMARY KEY, thread_id TEXT NOT NULL, content TEXT NOT NULL,
+  role TEXT NOT NULL, type TEXT NOT NULL, createdAt TEXT NOT NULL, resourceId TEXT);
+CREATE TABLE mastra_resources (id TEXT PRIMARY KEY, workingMemory TEXT, metadata TEXT,
+  createdAt TEXT NOT NULL, updatedAt TEXT NOT NULL);
+"""
+ISO_T0 = "2026-01-01T00:00:00.000Z"
+
+
+def write_libsql_mastra(
+    path: Path,
+    *,
+    threads: Sequence[tuple[Any, ...]] = (),
+    messages: Sequence[tuple[Any, ...]] = (),
+    resources: Sequence[tuple[Any, ...]] = (),
+) -> None:
+    """A Mastra LibSQL store with these rows, as @mastra/libsql lays it out (every column TEXT, which
+    SQLite lets hold a BLOB). Threads: (id, resourceId, title, metadata, createdAt, updatedAt);
+    messages: (id, thread_id, content, role, createdAt, resourceId); resources: (id, workingMemory,
+    metadata, createdAt, updatedAt)."""
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.executescript(LIBSQL_DDL)
+        conn.executemany("INSERT INTO mastra_threads VALUES (?, ?, ?, ?, ?, ?)", threads)
+        conn.executemany(
+            "INSERT INTO mastra_messages (id, thread_id, content, role, type, createdAt, resourceId) "
+            "VALUES (?, ?, ?, ?, 'v2', ?, ?)",
+            messages,
+        )
+        conn.executemany("INSERT INTO mastra_resources VALUES (?, ?, ?, ?, ?)", resources)
+
+
+async def import_mastra_file(repository: Repository, url: str) -> Any:
+    source = await open_mastra_source(url)
+    try:
+        return await import_mastra(repository, source)
+    finally:
+        await source.aclose()
+
+
+async def test_import_mastra_refuses_json_nested_deeper_than_the_api_takes(
+    repository: Repository, services: Services, tmp_path: Path
+) -> None:
+    """Mastra's JSON up to 1,024 levels was imported, and recall then answered HTTP 500 for it: rows
+    nesting deeper than the API takes (64 levels, content counted as stored) are skipped."""
+    db = tmp_path / "mastra.db"
+    tool_call = [{"type": "tool-call", "toolCallId": "c", "toolName": "x", "args": nested(62)}]
+    write_libsql_mastra(
+        db,
+        threads=[
+            ("t", "r", "", json.dumps({"k": nested(63)}), ISO_T0, ISO_T0),
+            ("deep-t", "r", "", json.dumps({"k": nested(64)}), ISO_T0, ISO_T0),
+        ],
+        resources=[("deep-r", None, json.dumps({"k": nested(64)}), ISO_T0, ISO_T0)],
+        messages=[
+            ("m64", "t", json.dumps(content_of_depth(64)), "user", ISO_T0, "r"),
+            ("m65", "t", json.dumps(content_of_depth(65)), "user", ISO_T0, "r"),
+            ("legacy", "t", json.dumps(tool_call), "assistant", ISO_T0, "r"),  # 66 levels once converted
+        ],
+    )
+    result = await import_mastra_file(repository, str(db))
+    assert [result.stats[k].skipped for k in ("resource", "thread", "message")] == [1, 1, 2]
+    assert result.warnings == [
+        "resource 'deep-r': metadata nests deeper than 64 levels; skipped",
+        "thread 'deep-t': metadata nests deeper than 64 levels; skipped",
+        "message 'm65': content nests deeper than 64 levels; skipped",
+        "message 'legacy': content nests deeper than 64 levels; skipped",
+    ]
+    assert result.converted == 0
+    assert await repository.get_messages(["m65", "legacy"]) == {}
+    assert await repository.get_thread("deep-t") is None and await repository.get_resource("deep-r") is None
+    async with app_client(services) as client:
+        response = await client.post(
+            "/graphql",
+            json={"query": '{ recall(threadId: "t", resourceId: "r") { messages { id content { raw } } } }'},
+        )
+    assert response.status_code == 200, response.text
+    assert response.json()["data"]["recall"]["messages"] == [
+        {"id": "m64", "content": {"raw": content_of_depth(64)}}
+    ]
 
 
 # ---------------------------------------------------------------------------------------------- units

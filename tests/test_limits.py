@@ -42,6 +42,7 @@ from schema import build as schema_build
 from tests.support import (
     Api,
     ServerProcess,
+    app_client,
     at,
     database,
     embed_server_process,
@@ -50,9 +51,7 @@ from tests.support import (
     uid,
 )
 from web import compiled
-from web.app import create_app
 from web.compiled import MAX_JSON_DEPTH, _body_fault, _fault, decode_json
-from web.settings import Settings
 
 LIMITS = {
     "RECALLQL_MAX_QUERY_DEPTH": "3",
@@ -913,16 +912,6 @@ async def test_variables_may_spell_u0000_and_http_bodies_are_not_walked(
 class _Broken:
     async def read_page(self, *_args: Any, **_kwargs: Any) -> None:
         raise RuntimeError("database password is hunter2")
-
-
-@contextlib.asynccontextmanager
-async def app_client(services: Services, **settings: Any) -> AsyncIterator[httpx.AsyncClient]:
-    """The real ASGI app (middleware, request ids, error policy, compiled path) on given services."""
-    app = create_app(Settings(**settings), services=services)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            yield client
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from resolvers.errors import NON_FINITE_MESSAGE, NUL_MESSAGE, SURROGATE_MESSAGE, scalar_fault
+from resolvers.errors import MAX_JSON_DEPTH, NON_FINITE_MESSAGE, NUL_MESSAGE, SURROGATE_MESSAGE, scalar_fault
 from schema.build import query_too_long
 from schema.fastpath import FastPath, Plan
 from web.observability import current_request_id
@@ -154,8 +154,6 @@ class GraphQLFront:
 
 # Set in an HTTP request's scope once its variables are checked here (StorableVariables then skips them).
 SCREENED_KEY = "recallql.screened"
-# Deeper than any message content needs, and below orjson's limit of 254 when content is stored.
-MAX_JSON_DEPTH = 64
 _OVER_WEBSOCKET = (
     "Subscriptions are served over WebSocket at this path (graphql-transport-ws or graphql-ws), "
     "not over HTTP."
