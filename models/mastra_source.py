@@ -492,11 +492,15 @@ class _PostgresSource(_SqlSource):
         return f'"{self._schema}"."{table}"'
 
     def _time(self, table: str, name: str) -> str:
-        """Mastra reads the TIMESTAMPTZ twin first, then the naive column (taken as UTC here)."""
+        """Mastra reads the TIMESTAMPTZ twin first, then the naive column (taken as UTC here).
+
+        A time outside the years 1 to 9999 (UTC) is read as NULL, unreadable as on a LibSQL file:
+        asyncpg cannot return it as a datetime (the import died with a traceback), and it returns
+        infinity as 9999-12-31, a time that was never stored."""
         plain = f"(\"{name}\" AT TIME ZONE 'UTC')" if name in self._columns[table] else "NULL::timestamptz"
-        if f"{name}Z" in self._columns[table]:
-            return f'COALESCE("{name}Z", {plain})'
-        return plain
+        time = f'COALESCE("{name}Z", {plain})' if f"{name}Z" in self._columns[table] else plain
+        within = f"{time} >= '0001-01-01 00:00:00+00' AND {time} < '10000-01-01 00:00:00+00'"
+        return f"CASE WHEN {within} THEN {time} END"
 
     async def counts(self) -> dict[str, int]:
         out = {}

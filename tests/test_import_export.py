@@ -1074,6 +1074,100 @@ async def test_import_mastra_refuses_json_nested_deeper_than_the_api_takes(
     ]
 
 
+# Times beyond Python's datetime (years 1 to 9999) and the infinities, and t0 (2026), as each store
+# writes them: (LibSQL, JavaScript's toISOString, where 100 BC is year -99; PostgreSQL).
+TIMES = {
+    "t0": (ISO_T0, "2026-01-01 00:00:00"),
+    "far": ("+012026-01-01T00:00:00.000Z", "12026-01-01 00:00:00"),
+    "bc": ("-000099-01-01T00:00:00.000Z", "0100-01-01 00:00:00 BC"),
+    "inf": ("infinity", "infinity"),
+    "-inf": ("-infinity", "-infinity"),
+}
+BEYOND = ("far", "bc", "inf", "-inf")
+FORMAT2_EMPTY = '{"format":2,"parts":[]}'
+
+
+@contextlib.asynccontextmanager
+async def beyond_source(kind: str, tmp_path: Path) -> AsyncIterator[str]:
+    """The same Mastra rows in a store of either kind, with the BEYOND times; yields its URL."""
+    threads = [("t", "t0"), ("t-far", "far"), ("t-inf", "inf")]  # (id, createdAt and updatedAt)
+    messages = [("ok", "t0"), *((k, k) for k in BEYOND)]  # (id, createdAt), all in thread t
+    resources = [("r-bc", "bc")]
+    if kind == "sqlite":
+        db = tmp_path / "mastra.db"
+        write_libsql_mastra(
+            db,
+            threads=[(i, "r", "", None, TIMES[c][0], TIMES[c][0]) for i, c in threads],
+            messages=[(i, "t", FORMAT2_EMPTY, "user", TIMES[c][0], "r") for i, c in messages],
+            resources=[(i, None, None, TIMES[c][0], TIMES[c][0]) for i, c in resources],
+        )
+        yield str(db)
+        return
+    async with database("postgres", tmp_path / "source") as url:
+        dsn = url.replace("postgresql+asyncpg://", "postgresql://")
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute(PG_DDL.format(s="public"))
+            # Mastra writes both columns; the TIMESTAMPTZ twin, which it reads first, as UTC here.
+            at = "$2::text::timestamp"
+            times = f"{at}, {at}, {at} AT TIME ZONE 'UTC', {at} AT TIME ZONE 'UTC'"
+            columns = '"createdAt", "updatedAt", "createdAtZ", "updatedAtZ"'
+            await conn.executemany(
+                f'INSERT INTO mastra_threads (id, {columns}, "resourceId", title) '
+                f"VALUES ($1, {times}, 'r', '')",
+                [(i, TIMES[c][1]) for i, c in threads],
+            )
+            await conn.executemany(
+                f"INSERT INTO mastra_resources (id, {columns}) VALUES ($1, {times})",
+                [(i, TIMES[c][1]) for i, c in resources],
+            )
+            await conn.executemany(
+                'INSERT INTO mastra_messages (id, "createdAt", "createdAtZ", content, thread_id, role, type, '
+                f"\"resourceId\") VALUES ($1, {at}, {at} AT TIME ZONE 'UTC', $3, 't', 'user', 'v2', 'r')",
+                [(i, TIMES[c][1], FORMAT2_EMPTY) for i, c in messages],
+            )
+        finally:
+            await conn.close()
+        yield dsn
+
+
+@pytest.mark.parametrize("source_kind", ["sqlite", "postgres"])
+async def test_import_mastra_skips_times_beyond_the_years_1_to_9999(
+    repository: Repository, database_url: str, source_kind: str, tmp_path: Path
+) -> None:
+    """asyncpg cannot return a PostgreSQL time beyond Python's datetime (the import died with a
+    traceback) and returns infinity as 9999-12-31 (imported as such): such rows are skipped, as from a
+    LibSQL file, and the import goes on."""
+    async with beyond_source(source_kind, tmp_path) as source_url:
+        proc = cli(
+            "import",
+            "mastra",
+            "--from",
+            source_url,
+            "--no-embed",
+            url=database_url,
+            data_dir=tmp_path / "data",
+        )
+    out = proc.stdout.decode()
+    assert report(proc.stdout) == {
+        "resource": (1, 0, 0, 0),
+        "thread": (3, 1, 0, 0),
+        "message": (5, 1, 0, 0),
+    }, out
+    unreadable = "no id, thread_id, role or readable createdAt; skipped"
+    for line in (
+        "resource 'r-bc': no id or no readable createdAt; skipped",
+        "thread 't-far': no id, resourceId or readable createdAt; skipped",
+        "thread 't-inf': no id, resourceId or readable createdAt; skipped",
+        *(f"message {k!r}: {unreadable}" for k in BEYOND),
+    ):
+        assert f"  {line}\n" in out, out
+    assert sum(line.endswith("; skipped") for line in out.splitlines()) == 7
+    assert list(await repository.get_messages(["ok", *BEYOND])) == ["ok"]
+    exported = cli("export", url=database_url, data_dir=tmp_path / "data").stdout
+    assert exported.count(b'"kind":"message"') == 1
+
+
 # ---------------------------------------------------------------------------------------------- units
 def jsonb(kind: int, payload: bytes) -> bytes:
     size = len(payload)
