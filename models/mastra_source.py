@@ -18,7 +18,9 @@ How each store writes them (checked against @mastra/libsql 1.23.1 and @mastra/pg
   read by (``createdAt``, ``id``).
 
 This module returns rows with times in epoch milliseconds and JSON decoded; it does not interpret the
-content (resolvers.transfer does). All reads run in one read-only transaction: one consistent snapshot.
+content (resolvers.transfer does). SQLite lets a TEXT column hold a BLOB: one of UTF-8 is read as its
+text, any other stays bytes (the import skips its row). All reads run in one read-only transaction: one
+consistent snapshot.
 """
 
 from __future__ import annotations
@@ -221,11 +223,21 @@ def decode_json_column(value: Any) -> Any:
     return decoded
 
 
+def read_text(value: Any) -> Any:
+    """A TEXT column's value, with a BLOB of UTF-8 as its text; any other BLOB as bytes (replacing its
+    bytes would import text that was never stored)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return bytes(value)
+    return value
+
+
 def decode_content(value: Any) -> Any:
     """The message content column: decoded JSON, or the text as is when it is not JSON (Mastra's
     `try { JSON.parse(content) } catch { keep the string }`)."""
-    if isinstance(value, bytes | bytearray | memoryview):
-        value = bytes(value).decode("utf-8", "replace")
+    value = read_text(value)
     if not isinstance(value, str):
         return value
     try:
@@ -349,7 +361,13 @@ class _SqlSource:
             return
         async for rows in self._rows(self._select(RESOURCES), batch):
             yield [
-                MastraResource(r[0], r[1], decode_json_column(r[2]), parse_time(r[3]), parse_time(r[4]))
+                MastraResource(
+                    read_text(r[0]),
+                    read_text(r[1]),
+                    decode_json_column(r[2]),
+                    parse_time(r[3]),
+                    parse_time(r[4]),
+                )
                 for r in rows
             ]
 
@@ -357,7 +375,12 @@ class _SqlSource:
         async for rows in self._rows(self._select(THREADS), batch):
             yield [
                 MastraThread(
-                    r[0], r[1], r[2] or "", decode_json_column(r[3]), parse_time(r[4]), parse_time(r[5])
+                    read_text(r[0]),
+                    read_text(r[1]),
+                    read_text(r[2]) or "",
+                    decode_json_column(r[3]),
+                    parse_time(r[4]),
+                    parse_time(r[5]),
                 )
                 for r in rows
             ]
@@ -365,7 +388,15 @@ class _SqlSource:
     async def messages(self, batch: int) -> AsyncIterator[list[MastraMessage]]:
         async for rows in self._rows(self._select(MESSAGES), batch):
             yield [
-                MastraMessage(r[0], r[1], r[2], r[3], r[4], parse_time(r[5]), decode_content(r[6]))
+                MastraMessage(
+                    read_text(r[0]),
+                    read_text(r[1]),
+                    read_text(r[2]),
+                    read_text(r[3]),
+                    read_text(r[4]),
+                    parse_time(r[5]),
+                    decode_content(r[6]),
+                )
                 for r in rows
             ]
 

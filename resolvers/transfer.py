@@ -345,7 +345,22 @@ def _unstorable(
     lone surrogate, NaN; an id (the first `ids` values) longer than any the API stores; or metadata
     nested deeper than the API takes."""
     fault = value_fault(values) or _oversized(values[:ids])
-    reason = str(fault).rstrip(".") if fault is not None else _deep_fault(metadata, "metadata")
+    return _skipped(
+        report, kind, id, str(fault).rstrip(".") if fault is not None else _deep_fault(metadata, "metadata")
+    )
+
+
+def _unreadable(report: ImportReport, kind: str, columns: dict[str, Any]) -> bool:
+    """Skips (with a warning) a row whose text column holds a BLOB that is not UTF-8 (models.mastra_source
+    reads the others as text): stored as bytes, an export could not write it, and PostgreSQL refused the
+    batch."""
+    name = next((name for name, value in columns.items() if isinstance(value, bytes)), None)
+    reason = None if name is None else f"{name} is a BLOB that is not UTF-8 text"
+    return _skipped(report, kind, columns["id"], reason)
+
+
+def _skipped(report: ImportReport, kind: str, id: Any, reason: str | None) -> bool:
+    """Whether there is a reason to skip a row; if so, it is counted and warned of."""
     if reason is None:
         return False
     report.stats[kind].skipped += 1
@@ -377,6 +392,8 @@ async def import_mastra(
         resources: list[ResourceRecord] = []
         for r in resource_rows:
             report.stats["resource"].read += 1
+            if _unreadable(report, "resource", {"id": r.id, "workingMemory": r.working_memory}):
+                continue
             created = r.created_at if r.created_at is not None else r.updated_at
             if not _nonempty(r.id) or created is None:
                 report.stats["resource"].skipped += 1
@@ -405,6 +422,8 @@ async def import_mastra(
         threads: list[ThreadRecord] = []
         for t in thread_rows:
             report.stats["thread"].read += 1
+            if _unreadable(report, "thread", {"id": t.id, "resourceId": t.resource_id, "title": t.title}):
+                continue
             created = t.created_at if t.created_at is not None else t.updated_at
             if not _nonempty(t.id) or not _nonempty(t.resource_id) or created is None:
                 report.stats["thread"].skipped += 1
@@ -433,6 +452,9 @@ async def import_mastra(
         messages: list[MessageRecord] = []
         for m in message_rows:
             report.stats["message"].read += 1
+            columns = {"id": m.id, "thread_id": m.thread_id, "resourceId": m.resource_id, "role": m.role}
+            if _unreadable(report, "message", {**columns, "type": m.type, "content": m.content}):
+                continue
             if not (_nonempty(m.id) and _nonempty(m.thread_id) and _nonempty(m.role)) or m.created_at is None:
                 report.stats["message"].skipped += 1
                 report.warn(f"message {m.id!r}: no id, thread_id, role or readable createdAt; skipped")

@@ -1168,6 +1168,55 @@ async def test_import_mastra_skips_times_beyond_the_years_1_to_9999(
     assert exported.count(b'"kind":"message"') == 1
 
 
+async def test_import_mastra_reads_blobs_in_text_columns(
+    repository: Repository, database_url: str, tmp_path: Path
+) -> None:
+    """SQLite lets a TEXT column hold a BLOB: it was imported as bytes (SQLite stored them and the
+    next export died; PostgreSQL refused the batch). A BLOB of UTF-8 is read as its text; any other
+    BLOB makes its row unreadable, and the import goes on."""
+    db = tmp_path / "mastra.db"
+    content = json.dumps({"format": 2, "parts": [{"type": "text", "text": "blob é"}]})
+    write_libsql_mastra(
+        db,
+        resources=[
+            ("r", "# notes é".encode(), None, ISO_T0, ISO_T0),
+            ("r-bad", b"\xff\xfe", None, ISO_T0, ISO_T0),
+        ],
+        threads=[
+            (b"t", "r", "Café".encode(), None, ISO_T0, ISO_T0),
+            ("t-bad", "r", b"caf\xe9", None, ISO_T0, ISO_T0),
+        ],
+        messages=[
+            (b"m", b"t", content.encode(), b"user", ISO_T0, b"r"),
+            ("m-bad", "t", b"\x80{}", "user", ISO_T0, "r"),
+            ("m-bad-role", "t", content, b"\xc3", ISO_T0, "r"),
+        ],
+    )
+    data_dir = tmp_path / "data"
+    proc = cli("import", "mastra", "--from", str(db), "--no-embed", url=database_url, data_dir=data_dir)
+    out = proc.stdout.decode()
+    assert report(proc.stdout) == {
+        "resource": (2, 1, 0, 0),
+        "thread": (2, 1, 0, 0),
+        "message": (3, 1, 0, 0),
+    }, out
+    for line in (
+        "resource 'r-bad': workingMemory is a BLOB that is not UTF-8 text; skipped",
+        "thread 't-bad': title is a BLOB that is not UTF-8 text; skipped",
+        "message 'm-bad': content is a BLOB that is not UTF-8 text; skipped",
+        "message 'm-bad-role': role is a BLOB that is not UTF-8 text; skipped",
+    ):
+        assert f"  {line}\n" in out, out
+    exported = [
+        json.loads(line) for line in cli("export", url=database_url, data_dir=data_dir).stdout.splitlines()
+    ]
+    by_id = {line["id"]: line for line in exported}
+    assert set(by_id) == {"r", "t", "m"}
+    assert by_id["r"]["workingMemory"] == "# notes é" and by_id["t"]["title"] == "Café"
+    assert (by_id["m"]["threadId"], by_id["m"]["resourceId"], by_id["m"]["role"]) == ("t", "r", "user")
+    assert by_id["m"]["content"] == json.loads(content)
+
+
 # ---------------------------------------------------------------------------------------------- units
 def jsonb(kind: int, payload: bytes) -> bytes:
     size = len(payload)
@@ -1237,6 +1286,8 @@ def test_content_conversion_rules() -> None:
     assert decode_content("[1, 2]") == [1, 2]
     assert decode_content("not json") == "not json"
     assert decode_content('"a json string"') == "a json string"
+    assert decode_content(b"[1]") == [1] and decode_content(b"caf\xc3\xa9") == "café"  # a BLOB of UTF-8
+    assert decode_content(b"caf\xe9") == b"caf\xe9"  # any other BLOB: its row is skipped
 
 
 async def test_source_errors(tmp_path: Path) -> None:
