@@ -297,6 +297,8 @@ def message_record(
 ) -> MessageRecord:
     """The message to store; raises TransferError (starting with `where`) for content nested too deep
     once converted (a legacy tool call's arguments nest two levels deeper in format 2)."""
+    if resource_id is not None and resource_id and not resource_id.strip():
+        raise TransferError(f"{where}: resourceId must be a non-empty string or null")
     role, content, converted = to_format2(role, content)
     if (fault := _deep_fault(content, "content")) is not None:
         raise TransferError(f"{where}: {fault}")
@@ -306,7 +308,9 @@ def message_record(
     return MessageRecord(
         id=id,
         thread_id=thread_id,
-        resource_id=resource_id,
+        # "" is no resource, as in recall: its vectors went to a collection of "" that a thread's
+        # search (which reads the thread's resources, "" as none) never looked in.
+        resource_id=resource_id or None,
         role=role,
         type=type or "v2",
         created_at=created_at,

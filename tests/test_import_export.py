@@ -327,14 +327,23 @@ async def test_import_mastra_skips_rows_it_cannot_store(
     assert exported.count(b'"kind":"message"') == mastra_fixture[1]["counts"]["messages"]
 
 
-async def test_import_mastra_embeds_the_messages(
-    repository: Repository, database_url: str, mastra_fixture: tuple[Path, dict[str, Any]], tmp_path: Path
-) -> None:
-    require(EMBED_SERVER.is_file(), f"the conformance embeddings server is not at {EMBED_SERVER}")
+def hash_semantic(repository: Repository, url: str, data_dir: Path) -> Any:
+    """Semantic memory over the conformance embeddings server (hash-64) and the import's Chroma."""
     from models.embedders import HttpEmbedder
     from models.vector_index import ChromaIndex
     from resolvers.semantic import SemanticMemory
 
+    return SemanticMemory(
+        repository,
+        HttpEmbedder(url, "hash-64"),
+        lambda model, dim: ChromaIndex(path=data_dir / "chroma", model_name=model, dimension=dim),
+    )
+
+
+async def test_import_mastra_embeds_the_messages(
+    repository: Repository, database_url: str, mastra_fixture: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    require(EMBED_SERVER.is_file(), f"the conformance embeddings server is not at {EMBED_SERVER}")
     db, expected = mastra_fixture
     data_dir = tmp_path / "data"
     with embed_server_process() as url:
@@ -346,11 +355,7 @@ async def test_import_mastra_embeds_the_messages(
         cli("import", "mastra", "--from", f"file:{db}", url=database_url, data_dir=data_dir, env=env)
         assert await repository.outbox_backlog() == 0
 
-        semantic = SemanticMemory(
-            repository,
-            HttpEmbedder(url, "hash-64"),
-            lambda model, dim: ChromaIndex(path=data_dir / "chroma", model_name=model, dimension=dim),
-        )
+        semantic = hash_semantic(repository, url, data_dir)
         try:
             found = await semantic.search(
                 "Find me a train to Lyon, please",
@@ -367,6 +372,41 @@ async def test_import_mastra_embeds_the_messages(
         finally:
             await semantic.aclose()
     assert expected["counts"]["messages"] == await repository.count_all_messages()
+
+
+async def test_a_message_of_no_resource_is_found_by_its_threads_search(
+    repository: Repository, database_url: str, tmp_path: Path
+) -> None:
+    """A message's resourceId "" is no resource (as in recall): its vectors went to a collection of ""
+    that the thread's search, which reads "" as none, never looked in. Whitespace is no resource
+    anyone could name: refused, as by the API."""
+    require(EMBED_SERVER.is_file(), f"the conformance embeddings server is not at {EMBED_SERVER}")
+    created = '"createdAt":"2026-01-01T00:00:00.000Z"'
+    lines = [
+        '{"kind":"thread","id":"nr-t","resourceId":"nr-owner","title":"",' + created + "}",
+        '{"kind":"message","id":"nr-m","threadId":"nr-t","resourceId":"","role":"user",'
+        + created
+        + ',"content":{"format":2,"parts":[{"type":"text","text":"a train to Lyon"}]}}',
+    ]
+    source = tmp_path / "no-resource.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    data_dir = tmp_path / "data"
+    with embed_server_process() as url:
+        env = {"RECALLQL_EMBEDDINGS_URL": url, "RECALLQL_EMBEDDINGS_MODEL": "hash-64"}
+        cli("import", "jsonl", "--from", str(source), url=database_url, data_dir=data_dir, env=env)
+        stored = (await repository.get_messages(["nr-m"]))["nr-m"]
+        assert stored.resource_id is None
+        semantic = hash_semantic(repository, url, data_dir)
+        try:
+            found = await semantic.search(
+                "a train to Lyon", thread_id="nr-t", resource_id=None, resource_scope=False, top_k=1
+            )
+            assert [h.message_id for h in found.hits] == ["nr-m"]
+        finally:
+            await semantic.aclose()
+    blank = lines[1].replace('"resourceId":""', '"resourceId":"  "').replace("nr-m", "nr-blank")
+    with pytest.raises(TransferError, match=r"line 1: .*resourceId must be a non-empty string or null"):
+        await import_jsonl(repository, [blank.encode()])
 
 
 # ---------------------------------------------------------------------------------- Mastra (PostgreSQL)
