@@ -7,7 +7,7 @@ and is checked here over real HTTP (and WebSocket) against a `recallql serve` pr
     perPage: false over many rows BAD_USER_INPUT, limit maxAllRows (counted, never read; recall, threads)
     rows of all a request's fields BAD_USER_INPUT, limit maxRequestRows (aliases repeat a field)
     _entities representations     BAD_USER_INPUT, limit maxEntities
-    request body                  413 PAYLOAD_TOO_LARGE
+    request body                  413 PAYLOAD_TOO_LARGE; 408 REQUEST_TIMEOUT when it arrives too slowly
     include items                 BAD_USER_INPUT, limit maxIncludeItems
     vectorSearchString length     BAD_USER_INPUT, limit maxSearchChars
     operations per WebSocket      TOO_MANY_SUBSCRIPTIONS, limit maxSubscriptionsPerConnection
@@ -64,6 +64,7 @@ LIMITS = {
     "RECALLQL_MAX_INCLUDE_ITEMS": "3",
     "RECALLQL_MAX_SEARCH_CHARS": "100",
     "RECALLQL_MAX_BODY_BYTES": "20000",
+    "RECALLQL_BODY_TIMEOUT": "1",
     "RECALLQL_MAX_SUBSCRIPTIONS_PER_CONNECTION": "2",
     "RECALLQL_INTROSPECTION": "false",
     "RECALLQL_MAX_ENTITIES": "5",
@@ -445,6 +446,29 @@ async def test_body_limit(limited: ServerProcess) -> None:
         assert error["extensions"]["code"] == "PAYLOAD_TOO_LARGE"
         assert error["message"] == "Request body exceeds 20000 bytes."
     assert fits.status_code == 200 and fits.json() == {"data": {"__typename": "Query"}}
+
+
+async def test_a_body_that_arrives_too_slowly_is_refused(limited: ServerProcess) -> None:
+    """A client that sent its headers and then a byte now and then held its connection (and a buffer of
+    up to the body limit) for as long as it liked. Here the body must arrive within 1 s."""
+    host, port = limited.url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    body = json.dumps({"query": "{ __typename }"}).encode()
+    head = (
+        "POST /graphql HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    writer.write(head.encode() + body[:5])
+    await writer.drain()
+    answer = await asyncio.wait_for(reader.read(65536), 30)  # a trickle would never get an answer
+    writer.close()
+    status, _, payload = answer.partition(b"\r\n\r\n")
+    assert status.startswith(b"HTTP/1.1 408"), answer
+    error = json.loads(payload)["errors"][0]
+    assert error["extensions"]["code"] == "REQUEST_TIMEOUT"
+    assert error["message"] == "The request body did not arrive within 1 seconds."
+    # A whole body is answered, however long the request then takes.
+    assert (await post(limited.url, "{ __typename }")) == {"data": {"__typename": "Query"}}
 
 
 async def test_include_items_limit(api: Api, limited: ServerProcess) -> None:

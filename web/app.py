@@ -110,11 +110,14 @@ class RecallQLGraphQL(GraphQL[RequestContext, None]):
 
 
 class BodyLimit:
-    """Rejects request bodies over the limit before anything parses them."""
+    """Rejects request bodies over the limit before anything parses them, and bodies that take longer
+    than `timeout` seconds to arrive (a client sending a byte now and then held its connection and a
+    buffer of up to max_bytes for as long as it liked)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout: float | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout = timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -124,13 +127,24 @@ class BodyLimit:
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             await _too_large(self.max_bytes)(scope, receive, send)
             return
-        seen = 0
+        seen, complete = 0, False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout if self.timeout is not None else None
 
         async def limited_receive() -> Any:
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, complete
+            if complete or deadline is None:
+                # Once the body is in, receive() waits for the client to go away: no deadline.
+                message = await receive()
+            else:
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        message = await receive()
+                except TimeoutError:
+                    raise _BodyTooSlow from None
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
+                complete = not message.get("more_body", False)
                 if seen > self.max_bytes:
                     raise _BodyTooLarge
             return message
@@ -139,10 +153,23 @@ class BodyLimit:
             await self.app(scope, limited_receive, send)
         except _BodyTooLarge:
             await _too_large(self.max_bytes)(scope, receive, send)
+        except _BodyTooSlow:
+            await _too_slow(self.timeout or 0)(scope, receive, send)
 
 
 class _BodyTooLarge(Exception):
     pass
+
+
+class _BodyTooSlow(Exception):
+    pass
+
+
+def _too_slow(timeout: float) -> Response:
+    message = f"The request body did not arrive within {timeout:g} seconds."
+    body = {"errors": [{"message": message, "extensions": {"code": "REQUEST_TIMEOUT"}}]}
+    # The connection closes: the rest of the body may still be on its way.
+    return JSONResponse(body, status_code=408, headers={"Connection": "close"})
 
 
 def _too_large(limit: int) -> Response:
@@ -295,6 +322,9 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
             *observability.routes(),
             *frontend_routes(),
         ],
-        middleware=[*observability.middleware(), Middleware(BodyLimit, max_bytes=settings.max_body_bytes)],
+        middleware=[
+            *observability.middleware(),
+            Middleware(BodyLimit, max_bytes=settings.max_body_bytes, timeout=settings.body_timeout),
+        ],
         lifespan=lifespan,
     )

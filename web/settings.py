@@ -134,6 +134,7 @@ class Settings(BaseSettings):
     max_include_items: int = Field(default=100, ge=0)
     max_save_batch: int = Field(default=1000, ge=1)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1)
+    body_timeout: float = Field(default=30.0, gt=0)  # seconds a request body may take to arrive
     max_per_page: int = Field(
         default=1000, ge=1
     )  # recall / threads perPage (and lastMessages as a page size)
