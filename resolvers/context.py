@@ -118,6 +118,9 @@ class RequestContext:
     # The HTTP front (web.compiled) found nothing unstorable in the request's variables: the schema
     # need not walk them again.
     variables_checked: bool = False
+    # The HTTP response being prepared (Strawberry's sub-response; None over WebSocket): a request
+    # error found during validation sets its status.
+    http_response: Any = None
     threads: DataLoader[str, ThreadRecord | None] = field(init=False)
     messages: DataLoader[str, MessageRecord | None] = field(init=False)
     resources: DataLoader[str, ResourceRecord | None] = field(init=False)

@@ -103,6 +103,10 @@ class OperationChoice(SchemaExtension):
         if provided is None and document is not None:
             operations = sum(isinstance(d, OperationDefinitionNode) for d in document.definitions)
             if operations > 1:
+                # A request error, as an unknown operationName is (HTTP 400 there too).
+                response = getattr(context.context, "http_response", None)
+                if response is not None:
+                    response.status_code = 400
                 context.pre_execution_errors = [
                     GraphQLError(
                         "Must provide operation name if query contains multiple operations.",

@@ -554,7 +554,9 @@ async def test_requests_refused_before_execution_are_graphql_errors(
     assert response.status_code == status
     assert response.headers["content-type"].startswith("application/json")
     (error,) = response.json()["errors"]
-    assert error["message"].startswith(message) and error["extensions"] == {"code": code}
+    # With the request's id, as every error has (the same as X-Request-ID).
+    expected = {"code": code, "requestId": response.headers["x-request-id"]}
+    assert error["message"].startswith(message) and error["extensions"] == expected
     assert response.json() == {"errors": [error]}
     if status == 405:  # the methods that would do
         assert response.headers["allow"] == ("POST" if method == "GET" else "GET, POST")
@@ -593,6 +595,23 @@ async def test_internal_errors_are_masked(api: Api) -> None:
         " { total } }"
     )
     assert errors[0]["extensions"]["code"] == "BAD_USER_INPUT"
+
+
+async def test_operation_resolution_failures_are_400_alike(server: ServerProcess) -> None:
+    """Several operations and no operationName was an HTTP 200, an unknown operationName a 400 (and the
+    refusals before execution had no requestId): both are request errors, alike."""
+    two = "query A { __typename } query B { __typename }"
+    async with httpx.AsyncClient() as client:
+        for body in ({"query": two}, {"query": two, "operationName": "C"}):
+            response = await client.post(f"{server.url}/graphql", json=body)
+            assert response.status_code == 400, response.text
+            (error,) = response.json()["errors"]
+            assert error["extensions"] == {
+                "code": "OPERATION_RESOLUTION_FAILURE",
+                "requestId": response.headers["x-request-id"],
+            }
+        chosen = await client.post(f"{server.url}/graphql", json={"query": two, "operationName": "B"})
+    assert (chosen.status_code, chosen.json()) == (200, {"data": {"__typename": "Query"}})
 
 
 def test_the_front_parses_under_the_token_limit() -> None:

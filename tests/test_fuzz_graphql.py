@@ -670,14 +670,19 @@ async def test_graphql_fuzz_over_http(server: ServerProcess) -> None:
             request_id = f"fuzz-http-{n}"
             response = await client.post(
                 "/graphql",
-                json={"query": fuzz.query, "variables": variables},
+                json={"query": fuzz.query, "variables": variables, "operationName": fuzz.operation_name},
                 headers={"X-Request-ID": request_id},
             )
             if response.headers.get("x-request-id") != request_id:
                 tally.fail(fuzz, "X-Request-ID not echoed", dict(response.headers))
-            if response.status_code != 200 or "application/json" not in response.headers.get(
-                "content-type", ""
-            ):
+            # A request error (no operation to run) is HTTP 400; every other response is 200.
+            resolution = response.status_code == 400 and all(
+                e.get("extensions", {}).get("code") == "OPERATION_RESOLUTION_FAILURE"
+                for e in response.json().get("errors", [{}])
+            )
+            if not (
+                response.status_code == 200 or resolution
+            ) or "application/json" not in response.headers.get("content-type", ""):
                 tally.requests += 1
                 tally.fail(
                     fuzz, f"HTTP {response.status_code} {response.headers.get('content-type')}", response.text

@@ -33,7 +33,7 @@ from web.auth import (
     on_connect,
     websocket_principal,
 )
-from web.compiled import SCREENED_KEY, GraphQLFront, decode_request_json, refused
+from web.compiled import SCREENED_KEY, GraphQLFront, decode_request_json, refused, request_extensions
 from web.frontend import frontend_routes, graphiql_response
 from web.health import SchemaCheck, readiness
 from web.limits import LegacyWSHandler, TransportWSHandler
@@ -93,6 +93,7 @@ class RecallQLGraphQL(GraphQL[RequestContext, None]):
             services=request.app.state.services,
             principal=principal,
             variables_checked=request.scope.get(SCREENED_KEY, False),
+            http_response=response,
         )
         # The X-Request-ID of this request (web.observability), so errors' requestId matches it.
         context.request_id = request_id_of(request) or context.request_id
@@ -167,7 +168,7 @@ class _BodyTooSlow(Exception):
 
 def _too_slow(timeout: float) -> Response:
     message = f"The request body did not arrive within {timeout:g} seconds."
-    body = {"errors": [{"message": message, "extensions": {"code": "REQUEST_TIMEOUT"}}]}
+    body = {"errors": [{"message": message, "extensions": request_extensions("REQUEST_TIMEOUT")}]}
     # The connection closes: the rest of the body may still be on its way.
     return JSONResponse(body, status_code=408, headers={"Connection": "close"})
 
@@ -178,7 +179,7 @@ def _too_large(limit: int) -> Response:
             "errors": [
                 {
                     "message": f"Request body exceeds {limit} bytes.",
-                    "extensions": {"code": "PAYLOAD_TOO_LARGE"},
+                    "extensions": request_extensions("PAYLOAD_TOO_LARGE"),
                 }
             ]
         },

@@ -322,16 +322,22 @@ def refused(status: int, reason: str, *, allow: str | None = None) -> Response:
         # GraphQL over HTTP: a mutation over GET is 405, with the method that would do.
         status, code, headers = 405, "METHOD_NOT_ALLOWED", {"Allow": "POST"}
     return JSONResponse(
-        {"errors": [{"message": reason, "extensions": {"code": code}}]}, status_code=status, headers=headers
+        {"errors": [{"message": reason, "extensions": request_extensions(code)}]},
+        status_code=status,
+        headers=headers,
     )
 
 
-def _bad_input(message: str) -> bytes:
-    extensions: dict[str, Any] = {"code": "BAD_USER_INPUT"}
+def request_extensions(code: str) -> dict[str, str]:
+    """An error's code, and the request's id as X-Request-ID has it (as every GraphQL error has)."""
     request_id = current_request_id()
-    if request_id:
-        extensions["requestId"] = request_id
-    return orjson.dumps({"data": None, "errors": [{"message": message, "extensions": extensions}]})
+    return {"code": code, "requestId": request_id} if request_id else {"code": code}
+
+
+def _bad_input(message: str) -> bytes:
+    return orjson.dumps(
+        {"data": None, "errors": [{"message": message, "extensions": request_extensions("BAD_USER_INPUT")}]}
+    )
 
 
 async def _respond(send: Send, body: bytes) -> None:
