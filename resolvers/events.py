@@ -386,18 +386,31 @@ class RedisBroker:
                 self._read(), name="recallql-redis-events", context=contextvars.Context()
             )
 
+    # While Redis is away the reader retries this often: a longer back-off (it grew to 30 s) left
+    # subscribers deaf for as long after Redis was back.
+    RETRY_MAX = 1.0
+    READ_TIMEOUT = 5.0
+
     async def _read(self) -> None:
-        delay = 0.5
+        delay, failed = 0.25, False
         while not self._closed:
             try:
-                message = await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-                delay = 0.5
+                # Under the lock, as subscribe and unsubscribe use the connection: a reconnect by two of
+                # them at once broke its reads. A short wait, so that they seldom wait for it.
+                # Bounded too: a Redis that accepts connections and never answers held the lock.
+                async with self._lock, asyncio.timeout(self.READ_TIMEOUT):
+                    message = await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=0.2)
+                    if failed:
+                        await self._reconcile()
+                delay, failed = 0.25, False
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # Redis restarts: redis-py reconnects and re-subscribes on next read
-                log.warning("Redis pub/sub read failed, retrying in %.1fs: %s", delay, exc)
+                if not failed:
+                    log.warning("Redis pub/sub read failed, retrying every %.0fs: %s", self.RETRY_MAX, exc)
+                failed = True
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
+                delay = min(delay * 2, self.RETRY_MAX)
                 continue
             if message is None or message.get("type") != "message":
                 continue
@@ -410,6 +423,17 @@ class RedisBroker:
                 log.warning("ignoring a malformed event on %s", key)
                 continue
             self._hub.deliver(key[len(self.prefix) :], payload)
+
+    async def _reconcile(self) -> None:
+        """After an outage (under the lock): redis-py subscribed again to every channel it had, those
+        whose UNSUBSCRIBE failed meanwhile included; Redis is made to match the subscribers here."""
+        held = {k.decode() if isinstance(k, bytes) else k for k in self._pubsub.channels}
+        wanted = {self._key(channel) for channel in self._hub.channels}
+        if stale := sorted(held - wanted):
+            await self._pubsub.unsubscribe(*stale)
+        if missing := sorted(wanted - held):
+            await self._pubsub.subscribe(*missing)
+        log.info("Redis pub/sub is back (%d channel(s) dropped, %d added)", len(stale), len(missing))
 
     def subscriber_count(self, channel: str) -> int:
         return self._hub.count(channel)

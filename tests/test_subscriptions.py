@@ -8,6 +8,7 @@ import contextvars
 import logging
 import os
 import uuid
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,18 @@ from resolvers.events import (
     thread_event,
 )
 from tests.subscriptions import MESSAGE_EVENTS, THREAD_EVENTS, subscribed
-from tests.support import Api, ServerProcess, at, database, require, running_server, text_message, uid
+from tests.support import (
+    Api,
+    ServerProcess,
+    at,
+    database,
+    eventually,
+    require,
+    running_server,
+    text_message,
+    uid,
+)
+from tests.tcp_proxy import TcpProxy
 
 REDIS_URL = os.environ.get("RECALLQL_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 CREATE = "mutation($i: CreateThreadInput!) { createThread(input: $i) { id } }"
@@ -212,6 +224,63 @@ async def test_subscribing_during_a_redis_outage_is_service_unavailable() -> Non
         assert broker.subscriber_count(message_channel("t")) == 0
     finally:
         await broker.aclose()
+
+
+async def test_after_a_redis_outage_subscribers_hear_again_and_ended_ones_are_gone() -> None:
+    """Redis behind a proxy, taken away for 8 s and brought back. The reader's back-off had grown to
+    8 s by then (capped at 30 s), so subscribers stayed deaf for seconds after Redis returned; and a
+    subscription that ended during the outage (its UNSUBSCRIBE failed) was subscribed again on Redis by
+    the reconnect, for good."""
+    require(await redis_available(), f"Redis is not reachable at {REDIS_URL}")
+    import redis.asyncio as redis
+
+    parts = REDIS_URL.removeprefix("redis://").split("/")[0].split(":")
+    prefix = f"outage-{uuid.uuid4().hex}:"
+    kept, ended = message_channel("kept"), message_channel("ended")
+    raw = redis.from_url(REDIS_URL)
+
+    async def listeners(channel: str) -> int:
+        return int(dict(await raw.pubsub_numsub(f"{prefix}{channel}"))[f"{prefix}{channel}".encode()])
+
+    with TcpProxy(parts[0], int(parts[1]) if len(parts) > 1 else 6379) as proxy:
+        broker = RedisBroker(f"redis://127.0.0.1:{proxy.port}", prefix=prefix)
+        kept_events, ended_events = broker.subscribe(kept), broker.subscribe(ended)
+        kept_next = asyncio.ensure_future(anext(kept_events))
+        ended_next = asyncio.ensure_future(anext(ended_events))
+        try:
+            await eventually(lambda: _both(listeners(kept), listeners(ended)), timeout=10, what="SUBSCRIBE")
+            proxy.refuse()
+            ended_next.cancel()  # the subscription ends: its UNSUBSCRIBE cannot reach Redis now
+            await asyncio.gather(ended_next, return_exceptions=True)
+            await ended_events.aclose()
+            await asyncio.sleep(8)
+            proxy.forward()
+
+            async def heard() -> bool:
+                await raw.publish(f"{prefix}{kept}", orjson.dumps({"n": 1}))
+                await asyncio.sleep(0.1)
+                return kept_next.done()
+
+            # The reader retries at least every second: heard within a few, not after its back-off
+            # (asleep from 7.5 s to 15.5 s of the outage before).
+            await eventually(heard, timeout=4, what="an event within seconds of Redis returning")
+            assert kept_next.result() == {"n": 1}
+            await eventually(lambda: _zero(listeners(ended)), timeout=10, what="the ended subscription gone")
+            assert await listeners(kept) == 1
+        finally:
+            kept_next.cancel()
+            await asyncio.gather(kept_next, return_exceptions=True)
+            await kept_events.aclose()
+            await broker.aclose()
+            await raw.aclose()
+
+
+async def _both(*counts: Awaitable[int]) -> bool:
+    return all([await c == 1 for c in counts])
+
+
+async def _zero(count: Awaitable[int]) -> bool:
+    return await count == 0
 
 
 async def _thread(api: Api) -> tuple[str, str]:
