@@ -122,7 +122,8 @@ class FastPath:
             plan = self._compile(query, operation_name)
         except Exception:  # unsupported, invalid or anything unexpected: the normal path handles it
             plan = None
-        self._plans.put(key, plan, len(query))
+        # The name is part of the key: charged too (long names of no operation filled memory unseen).
+        self._plans.put(key, plan, len(query) + len(operation_name or ""))
         return cast(Plan | None, plan)
 
     def _compile(self, query: str, operation_name: str | None) -> Plan:
