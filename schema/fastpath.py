@@ -18,6 +18,7 @@ from __future__ import annotations
 import inspect
 from collections import OrderedDict
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any, cast
@@ -312,8 +313,15 @@ class FastPath:
 
     # ------------------------------------------------------------------ execute
     async def execute(
-        self, plan: Plan, variables: dict[str, Any] | None, context: Any
+        self,
+        plan: Plan,
+        variables: dict[str, Any] | None,
+        context: Any,
+        around_field: Callable[[GraphQLResolveInfo, dict[str, Any]], AbstractContextManager[Any]]
+        | None = None,
     ) -> dict[str, Any] | None:
+        """The plan's answer, or None for the normal path to give. `around_field`: entered around each
+        root field's resolver (tracing spans; the schema's extensions do not run here)."""
         coerced = get_variable_values(self.schema, plan.operation.variable_definitions or [], variables or {})
         if isinstance(coerced, list):  # variable errors: the normal path reports them
             return None
@@ -344,9 +352,10 @@ class FastPath:
                     None,  # type: ignore[arg-type]
                 )
                 assert field_def.resolve is not None
-                value = field_def.resolve(None, info, **args)
-                if inspect.isawaitable(value):
-                    value = await value
+                with nullcontext() if around_field is None else around_field(info, args):
+                    value = field_def.resolve(None, info, **args)
+                    if inspect.isawaitable(value):
+                        value = await value
                 if value is None:
                     _check_nullable(root.shape)
                     data[root.key] = None

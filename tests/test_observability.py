@@ -489,8 +489,11 @@ def test_spans_for_http_graphql_and_sql(tmp_path: Path, otlp: OtlpReceiver) -> N
     http_span = next(s for s in ours if s.kind == s.SPAN_KIND_SERVER and s.name.startswith("POST"))
     attributes = {a.key: a.value.string_value for a in http_span.attributes}
     assert attributes["recallql.request_id"] == "trace-rid"
-    operation = next(s for s in ours if s.name == "GraphQL Query: ObsRecall")
-    assert operation.parent_span_id == http_span.span_id
+    # The compiled path tried first (its span marked as given up), then the normal path answered.
+    tried, operation = (s for s in ours if s.name == "GraphQL Query: ObsRecall")
+    assert {a.key: a.value.bool_value for a in tried.attributes}.get("recallql.compiled_fallback") is True
+    assert "recallql.compiled_fallback" not in {a.key for a in operation.attributes}
+    assert operation.parent_span_id == tried.parent_span_id == http_span.span_id
     assert any(n == "GraphQL Resolving: recall" for n in names), names
     selects = [s for s in ours if s.kind == s.SPAN_KIND_CLIENT and s.name.startswith("SELECT")]
     assert selects, names
@@ -516,3 +519,44 @@ def test_scripts_serve_reads_relative_paths_from_where_it_runs(tmp_path: Path) -
         assert not (REPO / "data").exists()
     finally:
         server.stop()
+
+
+def test_compiled_reads_are_traced_as_operations(tmp_path: Path, otlp: OtlpReceiver) -> None:
+    """A hot read answered by the compiled path (web/compiled.py) skips Strawberry's extensions, and
+    with them the OpenTelemetry one: a traced server showed GraphQL spans only for errors and cold
+    queries, and the SQL of every recall hung from the HTTP span. It has the operation's span and each
+    root field's, as the normal path has, the statements under the field that ran them."""
+    env = {
+        "RECALLQL_OTEL_ENDPOINT": otlp.url,
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+        "RECALLQL_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}",
+    }
+    trace_id = "0af7651916cd43dd8448eb211c80319c"
+    query = (
+        "query HotRead($t: ID!) { recall(threadId: $t, perPage: 2) { total } "
+        "again: recall(threadId: $t, perPage: false) { total } }"
+    )
+    with running_server(tmp_path / "data", env) as srv, httpx.Client(timeout=30) as client:
+        created = client.post(
+            f"{srv.url}/graphql", json={"query": CREATE, "variables": {"i": {"resourceId": "r"}}}
+        ).json()
+        thread = created["data"]["createThread"]["id"]
+        response = client.post(
+            f"{srv.url}/graphql",
+            json={"query": query, "variables": {"t": thread}},
+            headers={"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"},
+        )
+        assert response.json() == {"data": {"recall": {"total": 0}, "again": {"total": 0}}}
+    ours = [span for _, span in otlp.spans if span.trace_id.hex() == trace_id]
+    by_id = {span.span_id: span for span in ours}
+    http_span = next(s for s in ours if s.kind == s.SPAN_KIND_SERVER and s.name.startswith("POST"))
+    operation = next(s for s in ours if s.name == "GraphQL Query: HotRead")
+    assert operation.parent_span_id == http_span.span_id
+    attributes = {a.key: a.value.string_value for a in operation.attributes}
+    assert attributes["component"] == "graphql" and attributes["query"] == query
+    fields = [s for s in ours if s.name == "GraphQL Resolving: recall"]
+    assert len(fields) == 2 and all(s.parent_span_id == operation.span_id for s in fields)
+    paths = sorted({a.key: a.value.string_value for a in s.attributes}["graphql.path"] for s in fields)
+    assert paths == ["again", "recall"]
+    selects = [s for s in ours if s.kind == s.SPAN_KIND_CLIENT and s.name.startswith("SELECT")]
+    assert selects and all(by_id[s.parent_span_id].name == "GraphQL Resolving: recall" for s in selects)

@@ -291,6 +291,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         ),
         max_tokens=settings.max_query_tokens,
         max_chars=settings.max_query_chars,
+        tracing=observability.compiled_tracing(),
     )
 
     schema_check = SchemaCheck()

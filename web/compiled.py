@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from resolvers.errors import MAX_JSON_DEPTH, NON_FINITE_MESSAGE, NUL_MESSAGE, SURROGATE_MESSAGE, scalar_fault
 from schema.build import query_too_long
 from schema.fastpath import FastPath, Plan
-from web.observability import current_request_id
+from web.observability import CompiledTracing, current_request_id
 
 # GraphQL's \u0000 escape in a query text (not an escaped backslash followed by "u0000").
 _GRAPHQL_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
@@ -43,8 +43,10 @@ class GraphQLFront:
         *,
         max_tokens: int | None = None,
         max_chars: int | None = None,
+        tracing: CompiledTracing | None = None,
     ) -> None:
         self.app = app
+        self.tracing = tracing
         self.fast_path = fast_path
         self.context_for = context_for
         self.on_answer = on_answer
@@ -144,7 +146,14 @@ class GraphQLFront:
             return None
         started = time.perf_counter()
         context = await self.context_for(Request(scope))
-        result = await self.fast_path.execute(plan, variables, context)
+        if self.tracing is None:
+            result = await self.fast_path.execute(plan, variables, context)
+        else:
+            name = plan.operation.name.value if plan.operation.name else None
+            with self.tracing.operation(query, name) as traced:
+                result = await self.fast_path.execute(plan, variables, context, traced.field)
+                if result is None:
+                    traced.fell_back()
         if result is None:
             return None
         if self.on_answer is not None:

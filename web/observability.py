@@ -814,6 +814,10 @@ class Observability:
             extensions.append(lambda: OpenTelemetryExtension(tracer_provider=provider))
         return extensions
 
+    def compiled_tracing(self) -> CompiledTracing | None:
+        """Spans for queries the compiled read path answers (None when tracing is off)."""
+        return CompiledTracing(self.tracer_provider) if self.tracer_provider is not None else None
+
     def instrument(self, services: Services) -> None:
         """Statement timings on the services' engine; embedder and index timings on semantic memory."""
         if self.metrics or self.tracer is not None:
@@ -832,6 +836,57 @@ class Observability:
 
             with contextlib.suppress(Exception):
                 multiprocess.mark_process_dead(os.getpid())
+
+
+class CompiledTracing:
+    """The spans Strawberry's OpenTelemetryExtension makes, for queries the compiled read path
+    answers (web/compiled.py), which runs no schema extension: without them a traced server showed
+    GraphQL spans only for errors and cold queries, and every hot read's SQL hung from the HTTP span.
+    The same names, kinds and attributes; no parse or validation spans (a compiled plan does neither).
+    An operation the compiled path gives up on keeps its span, marked, beside the normal path's."""
+
+    def __init__(self, provider: Any) -> None:
+        from opentelemetry import trace
+        from strawberry.extensions.tracing import OpenTelemetryExtension
+
+        self._trace = trace
+        self._extension = OpenTelemetryExtension(tracer_provider=provider)  # its tags for field spans
+        self._tracer = trace.get_tracer("strawberry", tracer_provider=provider)
+
+    @contextlib.contextmanager
+    def operation(self, query: str, name: str | None) -> Iterator[CompiledOperation]:
+        from opentelemetry.trace import SpanKind
+
+        span = self._tracer.start_span(
+            f"GraphQL Query: {name}" if name else "GraphQL Query", kind=SpanKind.SERVER
+        )
+        span.set_attribute("component", "graphql")
+        span.set_attribute("query", query)
+        try:
+            yield CompiledOperation(self, span)
+        finally:
+            span.end()
+
+
+class CompiledOperation:
+    """One compiled operation's span; `field` opens a root field's span under it."""
+
+    def __init__(self, tracing: CompiledTracing, span: Any) -> None:
+        self._tracing = tracing
+        self._span = span
+        self._parent = tracing._trace.set_span_in_context(span)
+
+    @contextlib.contextmanager
+    def field(self, info: Any, args: dict[str, Any]) -> Iterator[None]:
+        tracing = self._tracing
+        with tracing._tracer.start_as_current_span(
+            f"GraphQL Resolving: {info.field_name}", context=self._parent
+        ) as span:
+            tracing._extension.add_tags(span, info, args)
+            yield
+
+    def fell_back(self) -> None:
+        self._span.set_attribute("recallql.compiled_fallback", True)
 
 
 def _tag_request_id(span: Any, scope: Scope) -> None:
