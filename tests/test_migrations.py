@@ -352,3 +352,49 @@ async def test_a_database_that_refuses_us_is_one_line() -> None:
     assert done.stderr.strip() == (
         'recallql: the database refused the connection: database "recallql_no_such_database" does not exist'
     )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["migrate"], ["export", "--out", "-"], ["reindex"], ["serve", "--no-migrate", "--port", "9"], ["serve"]],
+)
+def test_a_sqlite_file_that_cannot_be_opened_is_one_line(tmp_path: Path, command: list[str]) -> None:
+    """A SQLite URL into a folder that does not exist, or at a file that is not a database, was a
+    traceback (with --no-migrate, 150 lines in the server's log, exit 3); a data folder that is a file
+    was reported as an unreachable database ("File exists")."""
+
+    def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "web.cli", *command, *args],
+            cwd=tmp_path,
+            env={**os.environ, "RECALLQL_EMBEDDER": "off", **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    missing = tmp_path / "no-such-folder" / "memory.db"
+    done = run("--database-url", f"sqlite+aiosqlite:///{missing}")
+    assert (done.returncode, done.stderr) == (
+        1,
+        f"recallql: the SQLite database cannot be opened: {missing}: its folder {missing.parent} does not "
+        "exist\n",
+    )
+    assert not missing.parent.exists()
+    other = tmp_path / "notes.db"
+    other.write_text("not a database\n")
+    done = run("--database-url", f"sqlite+aiosqlite:///{other}")
+    if "--no-migrate" in command:
+        return  # SQLite opens such a file; the workers' first statement fails (Starlette logs it; exit 3)
+    assert (done.returncode, done.stderr) == (
+        1,
+        f"recallql: the SQLite database cannot be opened: {other}: file is not a database (the file is not "
+        "a SQLite database)\n",
+    )
+    assert other.read_text() == "not a database\n"
+    done = run(RECALLQL_DATA_DIR=str(other))
+    assert (done.returncode, done.stderr) == (
+        2,
+        "recallql: 1 setting(s) not valid:\n"
+        f"  RECALLQL_DATA_DIR: Value error, {other} is a file, not a folder\n",
+    )

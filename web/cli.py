@@ -45,6 +45,7 @@ def _create_engine(settings: Settings) -> AsyncEngine:
     url = settings.resolved_database_url
     if is_sqlite(url):  # a first command on a fresh machine may come before the server ever ran
         settings.data_dir.mkdir(parents=True, exist_ok=True)
+        _check_sqlite_folder(url)
     return create_engine(
         url,
         pool_size=settings.db_pool_size,
@@ -230,6 +231,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "its own worker; set RECALLQL_REDIS_URL for subscriptions across workers",
             workers,
         )
+    from models.db import is_sqlite
+
+    if is_sqlite(settings.resolved_database_url):
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        _check_sqlite_folder(settings.resolved_database_url)  # also when the workers will not migrate
     if settings.auto_migrate and not args.no_migrate:
         from models.migrate import log_state
 
@@ -572,6 +578,10 @@ def main(argv: list[str] | None = None) -> int:
         if _refused(exc):
             print(f"recallql: the database refused the connection: {_root_cause(exc)}", file=sys.stderr)  # noqa: T201
             return 1
+        unopenable = str(exc) if isinstance(exc, SQLiteUnopenable) else _sqlite_unopenable(exc)
+        if unopenable is not None:
+            print(f"recallql: the SQLite database cannot be opened: {unopenable}", file=sys.stderr)  # noqa: T201
+            return 1
         raise
 
 
@@ -581,6 +591,46 @@ def _refused(exc: BaseException) -> bool:
 
     states = (getattr(e, "sqlstate", None) for e in causes(exc))
     return any(isinstance(s, str) and (s == "3D000" or s.startswith("28")) for s in states)
+
+
+def _check_sqlite_folder(url: str) -> None:
+    """Raises SQLiteUnopenable when a SQLite URL's file is in a folder that does not exist: said before
+    aiosqlite tries, whose worker thread, failing to open the file, could outlive the event loop and
+    print a traceback after the message (a server's startup logged one of 150 lines)."""
+    from sqlalchemy.engine import make_url
+
+    path = make_url(url).database
+    if path and path != ":memory:" and not path.startswith("file:") and not Path(path).parent.is_dir():
+        raise SQLiteUnopenable(f"{path}: its folder {Path(path).parent} does not exist")
+
+
+class SQLiteUnopenable(Exception):
+    """The configured SQLite file cannot be used; the message says why, naming the file."""
+
+
+# SQLite's words for a file it cannot use, and what to look at (these were tracebacks).
+_SQLITE_UNOPENABLE = {
+    "unable to open database file": "its folder must exist and be writable",
+    "file is not a database": "the file is not a SQLite database",
+    "readonly database": "the file and its folder must be writable",
+}
+
+
+def _sqlite_unopenable(exc: BaseException) -> str | None:
+    """What main reports when SQLite refused the configured file: its reason, the path, a hint."""
+    import sqlite3
+
+    from sqlalchemy.engine import make_url
+
+    from models.db import causes
+
+    for cause in causes(exc):
+        if isinstance(cause, sqlite3.DatabaseError):
+            hint = next((h for words, h in _SQLITE_UNOPENABLE.items() if words in str(cause)), None)
+            if hint is not None:
+                path = make_url(get_settings().resolved_database_url).database
+                return f"{path}: {cause} ({hint})"
+    return None
 
 
 def _root_cause(exc: BaseException) -> str:

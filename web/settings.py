@@ -176,6 +176,14 @@ class Settings(BaseSettings):
             raise ValueError(f"the driver {driver!r} is not supported; {_URL_FORMS}")
         return value
 
+    @field_validator("data_dir")
+    @classmethod
+    def _data_dir(cls, value: Path) -> Path:
+        # Else every command failed on mkdir, reported as an unreachable database ("File exists").
+        if value.exists() and not value.is_dir():
+            raise ValueError(f"{value} is a file, not a folder")
+        return value
+
     @field_validator("last_messages", mode="before")
     @classmethod
     def _last_messages(cls, value: Any) -> Any:
