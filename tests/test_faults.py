@@ -370,7 +370,7 @@ async def test_chroma_outage_degrades_search_only_and_recovers(tmp_path: Path) -
         ready = await client.get(f"{srv.url}/readyz")
         assert (ready.status_code, ready.json()) == (
             200,
-            {"ready": True, "database": "ok", "schema": "ok", "chroma": "ok"},
+            {"ready": True, "database": "ok", "schema": "ok", "chroma": "ok", "semantic": "ok"},
         )
 
         chroma.stop()
@@ -380,7 +380,7 @@ async def test_chroma_outage_degrades_search_only_and_recovers(tmp_path: Path) -
         # Still ready (the database answers), with Chroma reported unreachable.
         assert (ready.status_code, ready.json()) == (
             200,
-            {"ready": True, "database": "ok", "schema": "ok", "chroma": "unreachable"},
+            {"ready": True, "database": "ok", "schema": "ok", "chroma": "unreachable", "semantic": "ok"},
         )
         body, took = await fault.search_fails(client)
         error = body["errors"][0]
@@ -397,7 +397,13 @@ async def test_chroma_outage_degrades_search_only_and_recovers(tmp_path: Path) -
         finally:
             await index.aclose()
         ready = await client.get(f"{srv.url}/readyz")
-        assert ready.json() == {"ready": True, "database": "ok", "schema": "ok", "chroma": "ok"}
+        assert ready.json() == {
+            "ready": True,
+            "database": "ok",
+            "schema": "ok",
+            "chroma": "ok",
+            "semantic": "ok",
+        }
         # Each text is its own best hit again.
         probe = fault.during[3]["content"]["parts"][0]["text"]
         best = await search(

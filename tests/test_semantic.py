@@ -6,11 +6,13 @@ score = 1 - cosine distance = the dot product of embed() vectors."""
 from __future__ import annotations
 
 import itertools
+import socket
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from models.vector_index import ChromaIndex
@@ -18,8 +20,11 @@ from resolvers.recall import RESOURCE_SCOPE_ERROR
 from tests.support import (
     EMBED_SERVER,
     IN_CI,
+    MODEL_DIR,
     Api,
+    ServerProcess,
     at,
+    chroma_child,
     database,
     embed_reference,
     embed_server_process,
@@ -564,3 +569,41 @@ async def test_include_defaults_to_two_when_a_search_runs(api: Api) -> None:
     ) == ["m4", "m5", "m6"]
     # Semantic recall configured but no search string: no search, default 0.
     assert short(await recall(api, thread_id, perPage=0, include=include, threadConfig=nothing)) == ["m4"]
+
+
+# ------------------------------------------------------------------------------------------ warm-up
+def test_the_model_and_the_index_are_ready_before_the_first_request(tmp_path: Path) -> None:
+    """The first semantic recall after a start loaded the model and started the embedded Chroma
+    (1.4 s, the next ones 25 ms). The server warms both up at start, and /readyz waits for that."""
+    env = {"RECALLQL_EMBEDDING_MODEL_DIR": str(MODEL_DIR)}
+    with running_server(tmp_path / "data", env) as srv:
+        # No GraphQL request yet: the Chroma child runs, the model loaded (the log says so).
+        ready = httpx.get(f"{srv.url}/readyz", timeout=10)
+        assert (ready.status_code, ready.json()["semantic"]) == (200, "ok")
+        assert chroma_child(srv.proc.pid)
+        assert "semantic recall warmed up in" in srv.log_path.read_text()
+
+
+def test_readiness_waits_for_the_warm_up_however_it_ends(tmp_path: Path) -> None:
+    """An embeddings endpoint that never answers: the warm-up (which asks it the model's dimension)
+    keeps the process unready, then gives up within its bound; the process is ready, says so, logs it."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        env = {
+            **http_embedder_env(f"http://127.0.0.1:{silent.getsockname()[1]}/v1"),
+            "RECALLQL_EMBEDDINGS_TIMEOUT": "30",
+        }
+        server = ServerProcess(tmp_path / "data", env)
+        try:
+            server.wait_ready(probe="/healthz")
+            ready = httpx.get(f"{server.url}/readyz", timeout=10)
+            assert (ready.status_code, ready.json()["ready"], ready.json()["semantic"]) == (
+                503,
+                False,
+                "warming",
+            )
+            server.wait_ready(timeout=30)
+            ready = httpx.get(f"{server.url}/readyz", timeout=10)
+            assert (ready.status_code, ready.json()["semantic"]) == (200, "failed")
+            assert "semantic recall not warmed up at start" in server.log_path.read_text()
+        finally:
+            server.stop()

@@ -239,8 +239,10 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         app.state.services = built
         observability.instrument(built)
         # Vectors a crashed process never wrote (and any backlog) are written in the background.
-        drainer = None
+        drainer = warming = None
         if built.semantic is not None:
+            if services is None:  # a served app: /readyz waits for it (see web/health.py)
+                warming = asyncio.create_task(built.semantic.warm())
             drainer = asyncio.create_task(
                 built.semantic.run_drainer(
                     settings.vector_drain_interval, grace=settings.vector_sync_timeout + 5
@@ -249,10 +251,11 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         try:
             yield
         finally:
-            if drainer is not None:
-                drainer.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await drainer
+            for task in (warming, drainer):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             if services is None and built.semantic is not None:
                 await built.semantic.aclose()
             if services is None:

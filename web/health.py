@@ -7,7 +7,8 @@ about to fail on a missing table). A schema migrated by a newer RecallQL is repo
 replicas of the older version keep serving during a rolling upgrade. The Chroma server, when semantic
 recall uses one, is reported but does not make the process unready: while it is down only vector
 searches fail (SERVICE_UNAVAILABLE); saves keep their vector work in the outbox and reads without a
-search go on.
+search go on. At start, semantic recall's warm-up (the model loading, the index opening: seconds)
+makes it unready until it ends, however it ends.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ async def readiness(
     services: Services, settings: Settings, schema: SchemaCheck
 ) -> tuple[int, dict[str, Any]]:
     """(HTTP status, report): {"ready", "database": ok|unreachable, "schema": ok|newer|pending …|unknown
-    [, "chroma": ok|unreachable|embedded]}."""
+    [, "chroma": ok|unreachable|embedded, "semantic": warming|ok|failed]}."""
     checks: dict[str, Any] = {"database": _database(services), "schema": schema(services)}
     if services.semantic is not None:
         if settings.chroma_url:
@@ -84,4 +85,9 @@ async def readiness(
             checks["chroma"] = asyncio.sleep(0, "embedded")
     results = dict(zip(checks, await asyncio.gather(*checks.values()), strict=True))
     ready = results["database"] == "ok" and results["schema"] in ("ok", "newer")
+    if services.semantic is not None and services.semantic.warm_state != "cold":
+        # Not ready while the model loads: a balancer's first requests would wait for it (seconds).
+        # A failed warm-up is logged and leaves readiness to the database, as a Chroma outage does.
+        results["semantic"] = services.semantic.warm_state
+        ready = ready and results["semantic"] != "warming"
     return (200 if ready else 503), {"ready": ready, **results}
