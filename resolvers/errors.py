@@ -117,6 +117,21 @@ def json_depth(value: Any) -> int:
     return deepest
 
 
+def check_json_depth(value: Any, where: str, encoded: bytes) -> None:
+    """Raises BadUserInput when a value to store nests deeper than MAX_JSON_DEPTH (`encoded`: its JSON,
+    which settles most values without a walk). The HTTP front and the imports refused such values, but
+    not a GraphQL literal or a WebSocket frame: stored 250 levels deep, a value made every answer that
+    held it deeper than orjson writes (the compiled read path's HTTP 500)."""
+    if encoded.count(b"[") + encoded.count(b"{") <= MAX_JSON_DEPTH:
+        return
+    if json_depth(value) > MAX_JSON_DEPTH:
+        raise BadUserInput(
+            f"{where} nests JSON deeper than {MAX_JSON_DEPTH} levels.",
+            limit="maxJsonDepth",
+            max=MAX_JSON_DEPTH,
+        )
+
+
 def value_fault(value: Any) -> BadUserInput | None:
     """The BadUserInput for the first string (keys included) or number in a JSON-like value that no
     database can store (scalar_fault), or None. Iterative: a value may nest deeper than Python

@@ -21,7 +21,7 @@ from models.signals import is_legacy_reminder, is_transient_signal, signal_type
 from resolvers.auth import Principal
 from resolvers.clock import now_ms
 from resolvers.config import BUILTIN_DEFAULTS, deep_merge
-from resolvers.errors import BadUserInput, Conflict, check_id_size
+from resolvers.errors import BadUserInput, Conflict, check_id_size, check_json_depth
 from resolvers.events import (
     MESSAGE_DELETED,
     MESSAGE_SAVED,
@@ -435,6 +435,7 @@ def _check_content(content: Any, where: str) -> None:
     # PostgreSQL's jsonb cannot hold U+0000; refuse it on every engine so both behave the same.
     if _NUL_ESCAPE.search(encoded):
         raise BadUserInput(f"{where}.content contains the character U+0000, which cannot be stored.")
+    check_json_depth(content, f"{where}.content", encoded)
     if content.get("format") != 2:
         raise BadUserInput(f"{where}.content.format must be 2.")
     parts = content.get("parts")

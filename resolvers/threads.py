@@ -16,7 +16,7 @@ from resolvers.auth import Principal
 from resolvers.budget import RowBudget
 from resolvers.clock import now_ms, to_iso
 from resolvers.config import deep_merge
-from resolvers.errors import BadUserInput, Conflict, Forbidden, NotFound, check_id_size
+from resolvers.errors import BadUserInput, Conflict, Forbidden, NotFound, check_id_size, check_json_depth
 from resolvers.events import (
     MESSAGE_DELETED,
     MESSAGE_SAVED,
@@ -381,6 +381,7 @@ def _check_metadata(metadata: Any) -> None:
         # stored through a fallback as a float, unlike what the mutation answered, and failed the
         # Redis publication of every event of its write.
         try:
-            orjson.dumps(metadata)
+            encoded = orjson.dumps(metadata)
         except (orjson.JSONEncodeError, TypeError) as exc:
             raise BadUserInput(f"metadata cannot be stored as JSON text: {exc}.") from None
+        check_json_depth(metadata, "metadata", encoded)

@@ -32,7 +32,7 @@ import websockets
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models.records import MessageQuery
+from models.records import MessageQuery, MessageRecord
 from models.repository import Repository
 from resolvers.auth import OPEN
 from resolvers.config import BUILTIN_DEFAULTS
@@ -960,3 +960,61 @@ async def test_internal_errors_are_masked_with_the_request_id(
     assert error["extensions"] == {"code": "INTERNAL_SERVER_ERROR", "requestId": "req-internal-1"}
     assert "hunter2" not in response.text
     assert "hunter2" in error_log.text and "req-internal-1" in error_log.text
+
+
+async def test_json_nested_too_deep_is_refused_on_every_transport(api: Api, limited: ServerProcess) -> None:
+    """Content and metadata over MAX_JSON_DEPTH levels were refused in an HTTP body (and by the
+    imports) but stored from a GraphQL literal or a WebSocket frame: 250 levels made every compiled
+    read of them an HTTP 500 (the answer nests them deeper than orjson writes)."""
+    thread, resource = uid("t"), uid("r")
+    await api.execute(CREATE, i={"id": thread, "resourceId": resource})
+    literal = "[" * MAX_JSON_DEPTH + "1" + "]" * MAX_JSON_DEPTH  # the content around it adds 4 levels
+    save = (
+        f'mutation {{ saveMessages(messages: [{{id: "{uid("m")}", threadId: "{thread}", role: "user", '
+        f'content: {{format: 2, parts: [{{type: "data-x", data: {literal}}}]}}}}]) {{ messages {{ id }} }} }}'
+    )
+    [error] = await api.errors(save)
+    assert error["extensions"]["code"] == "BAD_USER_INPUT", error
+    assert (error["extensions"]["limit"], error["extensions"]["max"]) == ("maxJsonDepth", MAX_JSON_DEPTH)
+    assert error["message"] == f"messages[0].content nests JSON deeper than {MAX_JSON_DEPTH} levels."
+    metadata = (
+        f'mutation {{ updateThread(input: {{id: "{thread}", metadata: {{deep: {literal}}}}}) {{ id }} }}'
+    )
+    [error] = await api.errors(metadata)
+    assert error["message"] == f"metadata nests JSON deeper than {MAX_JSON_DEPTH} levels.", error
+    shallow = "[" * (MAX_JSON_DEPTH - 4) + "1" + "]" * (MAX_JSON_DEPTH - 4)  # 64 levels with the content
+    assert await api.execute(save.replace(literal, shallow))
+    assert (await api.execute(RECALL, t=thread))["recall"]["total"] == 1  # only the shallow one stored
+    # A WebSocket frame is held to a body's limit.
+    for protocol, subscribe in (("graphql-transport-ws", "subscribe"), ("graphql-ws", "start")):
+        async with ws_session(limited.url, protocol) as ws:
+            variables = {"t": thread, "deep": _nested(1, MAX_JSON_DEPTH)}
+            payload = {"query": MESSAGE_EVENTS, "variables": variables}
+            await ws.send(json.dumps({"id": "1", "type": subscribe, "payload": payload}))
+            refused = await next_message(ws)
+            assert (refused["type"], refused["id"]) == ("error", "1"), refused
+            error = refused["payload"][0] if isinstance(refused["payload"], list) else refused["payload"]
+            assert error == {
+                "message": f"The request nests JSON deeper than {MAX_JSON_DEPTH} levels.",
+                "extensions": {"code": "BAD_REQUEST"},
+            }
+
+
+async def test_a_compiled_answer_orjson_cannot_write_is_answered_by_the_normal_path(
+    services: Services,
+) -> None:
+    """A value stored deep before the write limit (254 levels): the compiled path's orjson.dumps
+    raised on the answer, an HTTP 500; the normal path writes it."""
+    await services.threads.create(resource_id="r1", thread_id="t1", principal=OPEN)
+    content = {"format": 2, "parts": [{"type": "data-x", "data": _nested(1, 248)}]}
+    record = MessageRecord("deep", "t1", "r1", "user", "v2", 1_000, content)
+    await services.repository.import_messages([record], now=1_000)
+    query = '{ recall(threadId: "t1") { messages { id content { parts { ... on DataPart { data } } } } } }'
+    async with app_client(services) as client:
+        compiled_answer = await client.post("/graphql", json={"query": query})
+        normal = await client.post(
+            "/graphql", json={"query": query.replace(") {", ") @include(if: true) {", 1)}
+        )
+    assert compiled_answer.status_code == normal.status_code == 200, compiled_answer.text
+    assert compiled_answer.json() == normal.json()
+    assert normal.json()["data"]["recall"]["messages"][0]["content"]["parts"][0]["data"] == _nested(1, 248)

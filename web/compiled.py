@@ -156,9 +156,13 @@ class GraphQLFront:
                     traced.fell_back()
         if result is None:
             return None
+        try:
+            body = orjson.dumps(result)
+        except TypeError:  # nested past orjson's 254 levels (a value stored before the write limit)
+            return None  # the view writes it with the json module
         if self.on_answer is not None:
             self.on_answer(plan, operation, time.perf_counter() - started)
-        return orjson.dumps(result)
+        return body
 
 
 # Set in an HTTP request's scope once its variables are checked here (StorableVariables then skips them).

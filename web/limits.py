@@ -24,7 +24,7 @@ from graphql import GraphQLSyntaxError, parse
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import BaseGraphQLTransportWSHandler
 from strawberry.subscriptions.protocols.graphql_ws.handlers import BaseGraphQLWSHandler
 
-from resolvers.errors import value_fault
+from resolvers.errors import MAX_JSON_DEPTH, json_depth, value_fault
 from schema.build import query_too_long
 
 # Strawberry's wording for an operation refused over the per-connection limit.
@@ -71,6 +71,11 @@ def _frame_error(payload: dict[str, Any], view: Any) -> dict[str, Any] | None:
     fault = value_fault(payload)
     if fault is not None:
         return {"message": fault.message, "extensions": fault.extensions}
+    if json_depth(payload) > MAX_JSON_DEPTH:
+        # As an HTTP body, which the payload stands for, is refused (web/compiled.py): orjson took
+        # frames of up to 1,024 levels, and content 250 deep was stored.
+        message = f"The request nests JSON deeper than {MAX_JSON_DEPTH} levels."
+        return {"message": message, "extensions": {"code": "BAD_REQUEST"}}
     return _parse_error(payload["query"], view)
 
 
