@@ -9,9 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from resolvers.auth import OPEN
+from resolvers.auth import OPEN, Principal
 from resolvers.context import RequestContext, Services
 from schema import build_schema
+from schema.build import RecallQLSchema
 from tests.factories import msg, seed
 
 MESSAGE_FIELDS = "id role type createdAt threadId resourceId signalType isSystemReminder"
@@ -81,16 +82,26 @@ async def populated(services: Services) -> Services:
     return services
 
 
-async def both(services: Services, query: str, variables: dict[str, Any] | None = None) -> tuple[Any, Any]:
-    schema = build_schema()
+async def both(
+    services: Services,
+    query: str,
+    variables: dict[str, Any] | None = None,
+    *,
+    schema: RecallQLSchema | None = None,
+    principal: Principal = OPEN,
+) -> tuple[Any, Any]:
+    """The compiled path's answer (None when it declines) and normal execution's result."""
+    schema = schema or build_schema()
     plan = schema.fast_path.plan(query, None)
     fast = (
-        await schema.fast_path.execute(plan, variables, RequestContext(services=services, principal=OPEN))
+        await schema.fast_path.execute(
+            plan, variables, RequestContext(services=services, principal=principal)
+        )
         if plan
         else None
     )
     normal = await schema.execute(
-        query, variable_values=variables, context_value=RequestContext(services=services, principal=OPEN)
+        query, variable_values=variables, context_value=RequestContext(services=services, principal=principal)
     )
     return fast, normal
 

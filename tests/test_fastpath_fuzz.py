@@ -24,16 +24,25 @@ from hypothesis import strategies as st
 
 from models.records import MessageRecord, ThreadRecord
 from resolvers.auth import NOBODY, OPEN, Principal
-from resolvers.context import RequestContext, Services
+from resolvers.context import Services
 from schema import build_schema
 from tests.factories import msg, seed, t
 from tests.support import app_client
+from tests.test_fastpath import both
 from web.auth import key_entry, new_key
 
 # Generous alias and depth limits: generated documents repeat fields under many aliases (both paths
 # validate with the same limits, so this changes nothing in the comparison).
 SCHEMA = build_schema(max_aliases=100_000, max_depth=40, max_tokens=200_000)
 GQL = SCHEMA._schema
+FUZZ: dict[str, Any] = {
+    "deadline": None,
+    "suppress_health_check": [
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
+}
 # More with FASTPATH_FUZZ_EXAMPLES (a review ran 1,500 per engine: no difference left).
 EXAMPLES = int(os.environ.get("FASTPATH_FUZZ_EXAMPLES", "150"))
 
@@ -322,35 +331,13 @@ def documents(draw: Any) -> tuple[str, dict[str, Any], str]:
     return query, variables, principal
 
 
-async def _both(services: Services, query: str, variables: dict[str, Any], principal: str) -> tuple[Any, Any]:
-    who = PRINCIPALS[principal]
-    plan = SCHEMA.fast_path.plan(query, None)
-    fast = (
-        await SCHEMA.fast_path.execute(plan, variables, RequestContext(services=services, principal=who))
-        if plan
-        else None
-    )
-    normal = await SCHEMA.execute(
-        query, variable_values=variables, context_value=RequestContext(services=services, principal=who)
-    )
-    return fast, normal
-
-
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    suppress_health_check=[
-        HealthCheck.function_scoped_fixture,
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-    ],
-)
+@settings(max_examples=EXAMPLES, **FUZZ)
 @given(case=documents())
 async def test_compiled_path_agrees_with_normal_execution(
     odd: Services, case: tuple[str, dict[str, Any], str]
 ) -> None:
     query, variables, principal = case
-    fast, normal = await _both(odd, query, variables, principal)
+    fast, normal = await both(odd, query, variables, schema=SCHEMA, principal=PRINCIPALS[principal])
     if normal.errors:
         assert fast is None, (query, variables, principal, fast, normal.errors)
         return
@@ -407,15 +394,7 @@ def http_cases(draw: Any) -> tuple[dict[str, Any], str]:
     return payload, principal
 
 
-@settings(
-    max_examples=max(EXAMPLES // 2, 10),
-    deadline=None,
-    suppress_health_check=[
-        HealthCheck.function_scoped_fixture,
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-    ],
-)
+@settings(max_examples=max(EXAMPLES // 2, 10), **FUZZ)
 @given(case=http_cases())
 async def test_http_answers_agree(clients: Any, case: tuple[dict[str, Any], str]) -> None:
     compiled, plain = clients
