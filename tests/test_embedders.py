@@ -801,3 +801,34 @@ def test_embedder_off_turns_semantic_recall_off_where_a_model_is_found(
     assert (
         done.returncode == 1 and "reindex: no embedder is configured (RECALLQL_EMBEDDER=off)" in done.stderr
     )
+
+
+@pytest.mark.parametrize("command", [["serve", "--port", "9"], ["reindex"]])
+def test_a_model_folder_without_the_model_is_a_setting_error(tmp_path: Path, command: list[str]) -> None:
+    """RECALLQL_EMBEDDING_MODEL_DIR naming a folder without onnx/model.onnx: every worker failed as it
+    started, a traceback each (exit 3), and `reindex` died with one. It is a bad setting, said once."""
+    (tmp_path / "model").mkdir()
+    env = {
+        **os.environ,
+        "RECALLQL_EMBEDDING_MODEL_DIR": str(tmp_path / "model"),
+        "RECALLQL_DATA_DIR": str(tmp_path),
+    }
+    env.pop("RECALLQL_EMBEDDINGS_URL", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "web.cli", *command], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stderr) == (
+        2,
+        "recallql: 1 setting(s) not valid:\n"
+        f"  Value error, RECALLQL_EMBEDDING_MODEL_DIR: {tmp_path / 'model'} holds no onnx/model.onnx "
+        "(it must be the folder that contains onnx/, as in all-MiniLM-L6-v2's download)\n",
+    )
+    # Not read when embedding is off.
+    off = subprocess.run(
+        [sys.executable, "-m", "web.cli", "migrate"],
+        env={**env, "RECALLQL_EMBEDDER": "off"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert off.returncode == 0, off.stderr

@@ -156,6 +156,15 @@ class Settings(BaseSettings):
         for url, model in (("chat_url", "chat_model"), ("embeddings_url", "embeddings_model")):
             if getattr(self, url) and not getattr(self, model):
                 raise ValueError(f"RECALLQL_{model.upper()} is required with RECALLQL_{url.upper()}")
+        if self.embedder != "off" and not self.embeddings_url and self.embedding_model_dir is not None:
+            # The folder the ONNX embedder will read (web/wiring.py): a wrong one was a traceback from
+            # every worker as it started (exit 3), and from `reindex` and the imports.
+            for required in ("model.onnx", "tokenizer.json"):
+                if not (self.embedding_model_dir / "onnx" / required).is_file():
+                    raise ValueError(
+                        f"RECALLQL_EMBEDDING_MODEL_DIR: {self.embedding_model_dir} holds no onnx/{required} "
+                        "(it must be the folder that contains onnx/, as in all-MiniLM-L6-v2's download)"
+                    )
         return self
 
     @field_validator("database_url")
