@@ -885,6 +885,22 @@ def test_auto_mode_on_loopback_is_open_and_warns(tmp_path: Path) -> None:
             {"RECALLQL_CHAT_URL": "http://127.0.0.1:1"},
             ["RECALLQL_CHAT_MODEL is required with RECALLQL_CHAT_URL"],
         ),
+        # Accepted, and failed only on use (a server with a Chroma "URL" without a scheme reported itself
+        # ready); a Redis URL of no scheme failed every worker as it started, a traceback each.
+        (
+            {"RECALLQL_CHROMA_URL": "chroma.s3cr3t.internal:8000"},
+            ["RECALLQL_CHROMA_URL: Value error, not an http:// or https:// URL"],
+        ),
+        (
+            {"RECALLQL_EMBEDDINGS_URL": "http://embed:s3cr3t/v1", "RECALLQL_EMBEDDINGS_MODEL": "m"},
+            ["RECALLQL_EMBEDDINGS_URL", "numeric port"],
+        ),
+        ({"RECALLQL_JWT_JWKS_URL": "jwks.json"}, ["RECALLQL_JWT_JWKS_URL"]),
+        ({"RECALLQL_OTEL_ENDPOINT": "collector:4318"}, ["RECALLQL_OTEL_ENDPOINT"]),
+        (
+            {"RECALLQL_REDIS_URL": "user:s3cr3t@redis:6379"},
+            ["RECALLQL_REDIS_URL: Value error, not a redis://, rediss:// or unix:// URL"],
+        ),
     ],
 )
 def test_a_bad_setting_is_named_without_a_traceback_or_its_value(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -167,6 +168,23 @@ class Settings(BaseSettings):
                     )
         return self
 
+    @field_validator("embeddings_url", "chroma_url", "chat_url", "jwt_jwks_url", "otel_endpoint")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        # Else accepted, and every embedding, search, title or token check failed on it later (a server
+        # with a Chroma "URL" without a scheme started and reported itself ready).
+        if value is not None and not _is_http_url(value):
+            raise ValueError("not an http:// or https:// URL with a host (and a numeric port, if any)")
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str | None) -> str | None:
+        # Else every worker failed as it started, a traceback each (exit 3).
+        if value is not None and urlsplit(value).scheme not in ("redis", "rediss", "unix"):
+            raise ValueError("not a redis://, rediss:// or unix:// URL")
+        return value
+
     @field_validator("database_url")
     @classmethod
     def _database_url(cls, value: str | None) -> str | None:
@@ -239,3 +257,12 @@ class Settings(BaseSettings):
 @lru_cache
 def get_settings() -> Settings:
     return Settings()
+
+
+def _is_http_url(value: str) -> bool:
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises for a port that is not a number
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
