@@ -80,6 +80,11 @@ async def tab(browser: Any) -> AsyncIterator[Tab]:
     page.set_default_timeout(TIMEOUT_MS)
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    # What the pages' Content-Security-Policy refused (Chromium says so on the console only).
+    page.on(
+        "console",
+        lambda message: errors.append(message.text) if "Content Security Policy" in message.text else None,
+    )
     try:
         yield Tab(page, offline, errors)
     finally:

@@ -46,12 +46,18 @@ def test_explorer_page(client: TestClient) -> None:
     # Every form control has a label; the results are announced.
     assert 'aria-live="polite"' in page
     assert client.head("/").status_code == 200
-    # Neither page may be framed by another site (GraphiQL runs mutations where auth is off).
+    # Neither page may be framed by another site (GraphiQL runs mutations where auth is off), and each
+    # runs only what this server serves (tests/test_browser.py fails on anything the policy refuses).
     for page_response in (response, client.get("/graphql", headers=HTML)):
         headers = page_response.headers
         assert headers["x-frame-options"] == "DENY", headers
-        assert headers["content-security-policy"] == "frame-ancestors 'none'", headers
+        policy = dict(d.strip().split(" ", 1) for d in headers["content-security-policy"].split(";"))
+        assert policy["frame-ancestors"] == "'none'", policy
+        if page_response is response or BUILT:  # without the build, GraphiQL's CDN page
+            assert policy["default-src"] == "'none'", policy
+            assert policy["script-src"] == policy["connect-src"] == "'self'", policy
         assert headers["x-content-type-options"] == "nosniff" and headers["referrer-policy"] == "no-referrer"
+    assert response.headers["content-security-policy"] == frontend.EXPLORER_CSP
 
 
 def test_static_assets(client: TestClient) -> None:
@@ -101,6 +107,8 @@ def test_graphiql_falls_back_to_the_cdn_page_with_a_warning(
         again = client.get("/graphql", headers=HTML)
     assert response.status_code == again.status_code == 200
     assert "Strawberry GraphiQL" in response.text
+    # Its scripts come from a CDN: only framing is restricted.
+    assert response.headers["content-security-policy"] == "frame-ancestors 'none'"
     warnings = [r for r in caplog.records if r.name == "recallql.frontend" and r.levelno == logging.WARNING]
     assert len(warnings) == 1, "the warning is logged once, not on every request"
     message = warnings[0].getMessage()

@@ -26,8 +26,7 @@ EXPLORER_PAGE = STATIC_DIR / "index.html"
 
 _warned: set[Path] = set()
 # The pages may not be framed: GraphiQL on a server without authentication (loopback) runs mutations,
-# and a page of another site framing it could lead a user into clicking them. Only frame-ancestors:
-# the CDN fallback page loads scripts from elsewhere, and GraphiQL's editor needs inline styles.
+# and a page of another site framing it could lead a user into clicking them.
 PAGE_HEADERS = {
     "Cache-Control": "no-cache",
     "Content-Security-Policy": "frame-ancestors 'none'",
@@ -35,6 +34,17 @@ PAGE_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
 }
+# The pages show stored messages, which anyone allowed to write may have written: with only what each
+# page loads from this server allowed, a way to inject markup would still run no script and send
+# nothing elsewhere. 'self' covers the same origin's WebSockets (CSP 3). GraphiQL's editor (Monaco) sets
+# inline styles, runs its language services in workers of its own files and loads its icon font; the
+# CDN fallback page loads everything from elsewhere, and keeps frame-ancestors alone.
+_LOCAL_ONLY = (
+    "default-src 'none'; script-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; "
+    "form-action 'none'; frame-ancestors 'none'"
+)
+EXPLORER_CSP = f"{_LOCAL_ONLY}; style-src 'self'"
+GRAPHIQL_CSP = f"{_LOCAL_ONLY}; style-src 'self' 'unsafe-inline'; font-src 'self' data:; worker-src 'self'"
 
 
 def graphiql_page_path(build_dir: Path | None = None) -> Path:
@@ -60,7 +70,10 @@ def graphiql_html(fallback_html: str, build_dir: Path | None = None) -> str:
 
 def graphiql_response(fallback_html: str) -> Response:
     """The answer to a browser's GET /graphql."""
-    return HTMLResponse(graphiql_html(fallback_html), headers=PAGE_HEADERS)
+    html = graphiql_html(fallback_html)
+    local = html is not fallback_html
+    headers = {**PAGE_HEADERS, "Content-Security-Policy": GRAPHIQL_CSP} if local else PAGE_HEADERS
+    return HTMLResponse(html, headers=headers)
 
 
 class _Static(StaticFiles):
@@ -84,7 +97,8 @@ class _Static(StaticFiles):
 
 
 async def explorer(_request: Request) -> Response:
-    return FileResponse(EXPLORER_PAGE, media_type="text/html", headers=PAGE_HEADERS)
+    headers = {**PAGE_HEADERS, "Content-Security-Policy": EXPLORER_CSP}
+    return FileResponse(EXPLORER_PAGE, media_type="text/html", headers=headers)
 
 
 def frontend_routes() -> list[BaseRoute]:
