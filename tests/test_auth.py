@@ -1018,3 +1018,113 @@ async def test_without_authentication_only_this_machines_names_reach_the_server(
         async with websockets.connect(ws_url, subprotocols=["graphql-transport-ws"]) as ws:
             await ws.send(json.dumps({"type": "connection_init"}))
             assert json.loads(await asyncio.wait_for(ws.recv(), 5))["type"] == "connection_ack"
+
+
+# ------------------------------------------------------------------------------------------------ CORS
+APP_ORIGIN, EVIL_ORIGIN = "http://app.example:3000", "https://evil.example"
+
+
+def _preflight(url: str, origin: str) -> httpx.Response:
+    return httpx.options(
+        f"{url}/graphql",
+        headers={
+            "Origin": origin,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type",
+        },
+        timeout=10,
+    )
+
+
+async def _ws_refused(url: str, origin: str) -> int:
+    """The HTTP status that refused a WebSocket handshake from this origin (0: it was accepted)."""
+    try:
+        async with websockets.connect(
+            url.replace("http://", "ws://", 1) + "/graphql",
+            subprotocols=["graphql-transport-ws"],
+            origin=origin,
+        ):
+            return 0
+    except websockets.InvalidStatus as exc:
+        return exc.response.status_code
+
+
+async def test_browser_apps_of_listed_origins_may_call_graphql(tmp_path: Path) -> None:
+    """RECALLQL_CORS_ORIGINS: a frontend served from another origin may call /graphql (it had no CORS at
+    all: such apps needed a proxy) and open its WebSocket; other origins still may not."""
+    key = new_key()
+    env = {
+        "RECALLQL_AUTH": "required",
+        "RECALLQL_API_KEYS": json.dumps([key_entry("web", key, resources=["r-cors"])]),
+        "RECALLQL_CORS_ORIGINS": json.dumps([APP_ORIGIN]),
+        "RECALLQL_EMBEDDER": "off",
+    }
+    with running_server(tmp_path / "data", env) as server:
+        allowed = _preflight(server.url, APP_ORIGIN)
+        assert allowed.status_code == 200, allowed.text
+        assert allowed.headers["access-control-allow-origin"] == APP_ORIGIN
+        assert {"authorization", "content-type"} <= {
+            h.strip().lower() for h in allowed.headers["access-control-allow-headers"].split(",")
+        }
+        assert "access-control-allow-origin" not in _preflight(server.url, EVIL_ORIGIN).headers
+        query = {"query": 'query { threads(resourceId: "r-cors") { total } }'}
+        # A 401 reaches the page with its CORS headers, so the app can read it and ask for a token.
+        refused = httpx.post(f"{server.url}/graphql", json=query, headers={"Origin": APP_ORIGIN}, timeout=10)
+        assert (refused.status_code, refused.headers["access-control-allow-origin"]) == (401, APP_ORIGIN)
+        answered = httpx.post(
+            f"{server.url}/graphql",
+            json=query,
+            headers={"Origin": APP_ORIGIN, "Authorization": f"Bearer {key}"},
+            timeout=10,
+        )
+        assert answered.json() == {"data": {"threads": {"total": 0}}}
+        assert answered.headers["access-control-allow-origin"] == APP_ORIGIN
+        assert "x-request-id" in answered.headers["access-control-expose-headers"].lower()
+        other = httpx.post(
+            f"{server.url}/graphql",
+            json=query,
+            headers={"Origin": EVIL_ORIGIN, "Authorization": f"Bearer {key}"},
+            timeout=10,
+        )
+        assert "access-control-allow-origin" not in other.headers  # the browser keeps the answer from it
+        assert await _ws_refused(server.url, APP_ORIGIN) == 0
+        assert await _ws_refused(server.url, EVIL_ORIGIN) == 403
+
+
+async def test_without_cors_origins_only_the_servers_own_pages_may_call_graphql(tmp_path: Path) -> None:
+    with running_server(tmp_path / "data", {"RECALLQL_EMBEDDER": "off"}) as server:
+        assert _preflight(server.url, APP_ORIGIN).status_code == 405
+        answered = httpx.post(
+            f"{server.url}/graphql",
+            json={"query": "{ __typename }"},
+            headers={"Origin": APP_ORIGIN},
+            timeout=10,
+        )
+        assert answered.status_code == 200 and "access-control-allow-origin" not in answered.headers
+        assert await _ws_refused(server.url, APP_ORIGIN) == 403
+        assert await _ws_refused(server.url, server.url) == 0  # its own pages (GraphiQL, the explorer)
+
+
+@pytest.mark.parametrize(
+    ("origins", "said"),
+    [
+        (
+            ["*"],
+            "recallql: setting not valid: RECALLQL_CORS_ORIGINS may not be * while authentication is off",
+        ),
+        (["http://app.example/"], "is not an origin (scheme://host[:port], no path) or *"),
+        (["app.example"], "is not an origin (scheme://host[:port], no path) or *"),
+    ],
+)
+def test_cors_origins_that_would_open_too_much_or_match_nothing_are_refused(
+    tmp_path: Path, origins: list[str], said: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "web.cli", "serve", "--port", str(free_port())],
+        cwd=REPO,
+        env={**os.environ, "RECALLQL_CORS_ORIGINS": json.dumps(origins), "RECALLQL_DATA_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr, done.stderr

@@ -12,6 +12,7 @@ from cross_web import HTTPException
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route, WebSocketRoute
@@ -279,6 +280,8 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         schema,
         graphql_ide="graphiql",
         max_subscriptions_per_connection=settings.max_subscriptions_per_connection,
+        # Pages of other origins may open the WebSocket only when listed (cross-site WebSocket hijacking).
+        allowed_origins=settings.cors_origins,
     )
     graphql_app.authenticator = authenticator
     # web/limits.py parses frames under these
@@ -320,8 +323,13 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         routes=[
             Route("/healthz", healthz),
             Route("/readyz", readyz),
-            # Authentication first (401 before anything parses the request), then the compiled front.
-            Route("/graphql", BearerAuth(graphql_endpoint, authenticator), methods=["GET", "POST"]),
+            # CORS when configured (its preflights are OPTIONS), authentication (401 before anything
+            # parses the request), then the compiled front.
+            Route(
+                "/graphql",
+                _cors(BearerAuth(graphql_endpoint, authenticator), settings),
+                methods=["GET", "POST", *(["OPTIONS"] if settings.cors_origins else [])],
+            ),
             # Subscriptions: graphql-transport-ws (and the legacy graphql-ws) on the same path.
             WebSocketRoute("/graphql", BearerAuth(graphql_app, authenticator)),
             *observability.routes(),
@@ -332,4 +340,20 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
             Middleware(BodyLimit, max_bytes=settings.max_body_bytes, timeout=settings.body_timeout),
         ],
         lifespan=lifespan,
+    )
+
+
+def _cors(app: ASGIApp, settings: Settings) -> ASGIApp:
+    """/graphql for browser apps of the origins RECALLQL_CORS_ORIGINS lists (Starlette's CORS
+    middleware), outside authentication: a preflight carries no token, and a 401 must reach the page
+    with its CORS headers for the app to read it. Bearer tokens, not cookies: no credentials mode."""
+    if not settings.cors_origins:
+        return app
+    return CORSMiddleware(
+        app,
+        allow_origins=settings.cors_origins,
+        allow_methods=["GET", "POST"],
+        allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
+        expose_headers=["X-Request-ID", "WWW-Authenticate"],
+        max_age=600,
     )

@@ -408,6 +408,9 @@ class Authenticator:
         self.loopback_names_only = not self.enabled and is_loopback(settings.host)
         self.keys = parse_api_keys(settings.api_keys)
         self.jwt = JwtVerifier(settings)
+        if "*" in settings.cors_origins and not self.enabled:
+            # Any site a user visits could then read and write every resource of this server.
+            raise ValueError("RECALLQL_CORS_ORIGINS may not be * while authentication is off")
 
     @property
     def configured(self) -> bool:

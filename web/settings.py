@@ -115,6 +115,9 @@ class Settings(BaseSettings):
     # required otherwise. Bearer tokens are API keys (stored as sha256 hex) or JWTs.
     auth: Literal["auto", "required", "off"] = "auto"
     api_keys: list[dict[str, Any]] = Field(default_factory=list)  # [{name, sha256, resources | admin}]
+    # Origins of browser apps on other sites that may call /graphql (CORS) and open its WebSocket; none:
+    # only pages of this server's own origin may. "*": any (only with authentication on).
+    cors_origins: list[str] = Field(default_factory=list)
     jwt_secret: str | None = None  # HS256
     jwt_jwks_file: Path | None = None  # RS256, keys from a JWKS file
     jwt_jwks_url: str | None = None  # RS256, keys from a JWKS endpoint (cached)
@@ -176,6 +179,16 @@ class Settings(BaseSettings):
         if value is not None and not _is_http_url(value):
             raise ValueError("not an http:// or https:// URL with a host (and a numeric port, if any)")
         return value
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _cors_origins(cls, value: list[str]) -> list[str]:
+        # An origin is scheme://host[:port]: a path or a trailing slash never matches the browser's
+        # Origin header, and such an entry silently allowed nothing.
+        for origin in value:
+            if origin != "*" and (not _is_http_url(origin) or urlsplit(origin).path or "?" in origin):
+                raise ValueError(f"{origin!r} is not an origin (scheme://host[:port], no path) or *")
+        return [origin.lower() for origin in value]
 
     @field_validator("redis_url")
     @classmethod
