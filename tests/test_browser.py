@@ -316,3 +316,30 @@ async def check_recall(page: Any, expected: dict[str, Any]) -> None:
     assert json.loads(await value("#recall-per-page")) == expected["perPage"]
     assert json.loads(await value("#recall-has-more")) == expected["hasMore"]
     assert await page.locator("#recall-next").is_disabled() == (not expected["hasMore"])
+
+
+async def test_graphiql_loads_the_schema_once_a_token_is_given(tab: Tab, tmp_path: Path) -> None:
+    """With authentication on, GraphiQL's first schema request has no token (401), and GraphiQL fetched
+    it again only on Ctrl+Shift+R: the docs said "Error fetching schema" after the token was typed in.
+    A change of the headers now fetches it again."""
+    from web.auth import key_entry, new_key
+
+    key = new_key()
+    env = {
+        "RECALLQL_AUTH": "required",
+        "RECALLQL_API_KEYS": json.dumps([key_entry("ops", key, admin=True)]),
+        "RECALLQL_EMBEDDER": "off",
+    }
+    server = ServerProcess(tmp_path / "data", env)
+    try:
+        server.wait_ready()
+        page = tab.page
+        await page.goto(f"{server.url}/graphql")
+        docs = page.locator(".graphiql-doc-explorer")
+        await docs.get_by_text("Error fetching schema").wait_for()
+        await page.get_by_role("button", name="Headers").click()
+        headers = page.locator(".graphiql-editor-tool .graphiql-editor:visible")
+        await replace_text(headers, json.dumps({"Authorization": f"Bearer {key}"}))
+        await docs.get_by_role("link", name="Query").first.wait_for()
+    finally:
+        server.stop()

@@ -3,10 +3,11 @@
 import './workers.js';
 import 'graphiql/style.css';
 
+import { useGraphiQL, useGraphiQLActions } from '@graphiql/react';
 import { createGraphiQLFetcher } from '@graphiql/toolkit';
 import { DOC_EXPLORER_PLUGIN } from '@graphiql/plugin-doc-explorer';
 import { GraphiQL } from 'graphiql';
-import { StrictMode } from 'react';
+import { StrictMode, useEffect } from 'react';
 import { createRoot } from 'react-dom/client';
 
 import { DEFAULT_TABS } from './examples.js';
@@ -26,6 +27,28 @@ try {
   // storage disabled: GraphiQL starts from the defaults every time
 }
 
+// With authentication on, the schema cannot load before a token is in the Headers tab, and GraphiQL
+// fetches it again only on Ctrl+Shift+R: the docs said "Error fetching schema" until then. While the
+// schema is missing, a change of the headers fetches it again (once the typing pauses).
+function SchemaAfterHeaders() {
+  const headerEditor = useGraphiQL((state) => state.headerEditor);
+  const missing = useGraphiQL((state) => !state.schema && Boolean(state.fetchError));
+  const { introspect } = useGraphiQLActions();
+  useEffect(() => {
+    if (!headerEditor || !missing) return undefined;
+    let timer;
+    const listener = headerEditor.onDidChangeModelContent(() => {
+      clearTimeout(timer);
+      timer = setTimeout(() => introspect(), 400);
+    });
+    return () => {
+      clearTimeout(timer);
+      listener.dispose();
+    };
+  }, [headerEditor, missing, introspect]);
+  return null;
+}
+
 function App() {
   return (
     <GraphiQL
@@ -36,6 +59,7 @@ function App() {
       visiblePlugin={DOC_EXPLORER_PLUGIN}
       shouldPersistHeaders={false}
     >
+      <SchemaAfterHeaders />
       <GraphiQL.Logo>
         <a className="recallql-home" href="./" title="RecallQL memory explorer">
           RecallQL
