@@ -305,6 +305,12 @@ class Repository:
     def is_postgres(self) -> bool:
         return self.dialect == "postgresql"
 
+    def _code_points(self, column: ColumnElement[str]) -> ColumnElement[str]:
+        """`column` ordered by code point, as SQLite's BINARY collation and Python order strings. A
+        PostgreSQL database's default collation is often a locale's (en_US on most managed services),
+        which orders "B", "_a" and "b" differently: the same ids would come back in another order."""
+        return column.collate("C") if self.is_postgres else column
+
     def _upsert_messages(self, *, where: ColumnElement[bool] | None = None) -> Any:
         """INSERT ... ON CONFLICT (id) DO UPDATE of everything but createdAt: a re-saved message keeps
         its createdAt and its insertion sequence. `where` limits which existing rows may be replaced."""
@@ -425,7 +431,8 @@ class Repository:
             for name, value in (metadata or {}).items():
                 where.append(self._json_equals(T.c.metadata, name, value))
             column = T.c.updated_at if order_field == "updatedAt" else T.c.created_at
-            order = (column.desc(), T.c.id.desc()) if descending else (column.asc(), T.c.id.asc())
+            tie = self._code_points(T.c.id)
+            order = (column.desc(), tie.desc()) if descending else (column.asc(), tie.asc())
             count = select(func.count()).select_from(T).where(*where)
             if limit is None:  # counted first: an every-row read over max_rows reads nothing
                 page = select(T).where(*where).order_by(*order).offset(bindparam("offset"))
@@ -1246,11 +1253,6 @@ class Repository:
             updated_at=row.updated_at,
         )
 
-    async def list_resources(self, *, offset: int, limit: int) -> list[str]:
-        async with self.engine.connect() as conn:
-            rows = await conn.execute(select(R.c.id).order_by(R.c.id).offset(offset).limit(limit))
-            return [r[0] for r in rows]
-
     # ------------------------------------------------------------------ import / export (resolvers.transfer)
     # Imports compare what is stored with what comes in, then write: in a write transaction, whose
     # BEGIN IMMEDIATE on SQLite keeps another writer from slipping in between (PostgreSQL's upserts
@@ -1452,8 +1454,11 @@ class Repository:
                     counts[kind] = (await conn.execute(stmt)).scalar_one()
                 await emit("counts", [counts])
                 statements = (
-                    ("resource", select(R).where(*r_where).order_by(R.c.id)),
-                    ("thread", select(T).where(*t_where).order_by(T.c.created_at, T.c.id)),
+                    ("resource", select(R).where(*r_where).order_by(self._code_points(R.c.id))),
+                    (
+                        "thread",
+                        select(T).where(*t_where).order_by(T.c.created_at, self._code_points(T.c.id)),
+                    ),
                     ("message", select(*_MESSAGE_COLUMNS).where(*m_where).order_by(M.c.seq)),
                 )
                 for kind, stmt in statements:

@@ -132,8 +132,9 @@ async def postgres_available() -> bool:
 
 
 @contextlib.asynccontextmanager
-async def database(kind: str, tmp_path: Path) -> AsyncIterator[str]:
-    """A new, empty database of the given engine; dropped afterwards."""
+async def database(kind: str, tmp_path: Path, *, icu_locale: str | None = None) -> AsyncIterator[str]:
+    """A new, empty database of the given engine; dropped afterwards. `icu_locale` (PostgreSQL): the
+    database's default collation, as managed PostgreSQL services often have (en_US) instead of C."""
     if kind == "sqlite":
         yield f"sqlite+aiosqlite:///{tmp_path / 'recallql-test.db'}"
         return
@@ -143,7 +144,13 @@ async def database(kind: str, tmp_path: Path) -> AsyncIterator[str]:
     name = f"recallql_test_{uuid.uuid4().hex[:16]}"
     admin = await asyncpg.connect(PG_ADMIN_DSN)
     try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
+        if icu_locale is None:
+            await admin.execute(f'CREATE DATABASE "{name}"')
+        else:
+            await admin.execute(
+                f'CREATE DATABASE "{name}" TEMPLATE template0 LOCALE_PROVIDER icu '
+                f"ICU_LOCALE '{icu_locale}' LOCALE 'C.UTF-8'"
+            )
     finally:
         await admin.close()
     base = PG_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://")
