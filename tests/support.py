@@ -147,10 +147,13 @@ async def database(kind: str, tmp_path: Path, *, icu_locale: str | None = None) 
         if icu_locale is None:
             await admin.execute(f'CREATE DATABASE "{name}"')
         else:
-            await admin.execute(
-                f'CREATE DATABASE "{name}" TEMPLATE template0 LOCALE_PROVIDER icu '
-                f"ICU_LOCALE '{icu_locale}' LOCALE 'C.UTF-8'"
-            )
+            try:
+                await admin.execute(
+                    f'CREATE DATABASE "{name}" TEMPLATE template0 LOCALE_PROVIDER icu '
+                    f"ICU_LOCALE '{icu_locale}' LOCALE 'C.UTF-8'"
+                )
+            except asyncpg.PostgresError as error:  # before PostgreSQL 15, or built without ICU
+                require(False, f"PostgreSQL cannot make an ICU {icu_locale} database: {error}")
     finally:
         await admin.close()
     base = PG_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://")
