@@ -384,8 +384,6 @@ def test_a_sqlite_file_that_cannot_be_opened_is_one_line(tmp_path: Path, command
     other = tmp_path / "notes.db"
     other.write_text("not a database\n")
     done = run("--database-url", f"sqlite+aiosqlite:///{other}")
-    if "--no-migrate" in command:
-        return  # SQLite opens such a file; the workers' first statement fails (Starlette logs it; exit 3)
     assert (done.returncode, done.stderr) == (
         1,
         f"recallql: the SQLite database cannot be opened: {other}: file is not a database (the file is not "

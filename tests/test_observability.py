@@ -3,6 +3,7 @@ OpenTelemetry spans, on a real `recallql serve` process where it matters."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import http.server
 import json
@@ -26,7 +27,17 @@ from models.embedders import Embedding
 from models.vector_index import VectorHit
 from resolvers.context import Services
 from resolvers.semantic import SemanticMemory
-from tests.support import REPO, ServerProcess, at, running_server, text_message, uid
+from tests.support import (
+    PG_ADMIN_DSN,
+    REPO,
+    ServerProcess,
+    at,
+    postgres_available,
+    require,
+    running_server,
+    text_message,
+    uid,
+)
 from web.observability import (
     JsonFormatter,
     RequestIdFilter,
@@ -341,13 +352,14 @@ def _two_workers_without_migration(tmp_path: Path, database_url: str) -> ServerP
 
 def test_several_workers_that_cannot_start_end_serve_with_a_failure(tmp_path: Path) -> None:
     # The supervisor stopped when a worker failed to start, and serve then exited 0.
-    # A file that is not a database: serve, which does not migrate here, cannot tell before the
-    # workers read it (a missing folder it refuses itself, exit 1).
-    (tmp_path / "a-file").write_text("not a database")
-    server = _two_workers_without_migration(tmp_path, f"sqlite+aiosqlite:///{tmp_path / 'a-file'}")
+    # A PostgreSQL database that does not exist: serve, which does not migrate here, does not connect
+    # before the workers do (SQLite files it checks itself, exit 1).
+    require(asyncio.run(postgres_available()), f"PostgreSQL is not reachable at {PG_ADMIN_DSN}")
+    base = PG_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://")
+    server = _two_workers_without_migration(tmp_path, f"{base}/recallql_no_such_database")
     try:
         assert server.proc.wait(60) == 3, server.log_path.read_text()
-        assert "file is not a database" in server.log_path.read_text()
+        assert 'database "recallql_no_such_database" does not exist' in server.log_path.read_text()
     finally:
         server.stop()
 

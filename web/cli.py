@@ -236,6 +236,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if is_sqlite(settings.resolved_database_url):
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         _check_sqlite_folder(settings.resolved_database_url)  # also when the workers will not migrate
+        if not settings.auto_migrate or args.no_migrate:
+            _check_sqlite_file(settings.resolved_database_url)
     if settings.auto_migrate and not args.no_migrate:
         from models.migrate import log_state
 
@@ -602,6 +604,26 @@ def _check_sqlite_folder(url: str) -> None:
     path = make_url(url).database
     if path and path != ":memory:" and not path.startswith("file:") and not Path(path).parent.is_dir():
         raise SQLiteUnopenable(f"{path}: its folder {Path(path).parent} does not exist")
+
+
+def _check_sqlite_file(url: str) -> None:
+    """Raises SQLiteUnopenable when a SQLite URL's existing file is not a database it can read. Migrating
+    finds that out; without migrating, every worker did as it started, a traceback each (exit 3)."""
+    import sqlite3
+
+    from sqlalchemy.engine import make_url
+
+    path = make_url(url).database
+    if not path or path == ":memory:" or path.startswith("file:") or not Path(path).is_file():
+        return  # a missing file is created by the workers
+    try:
+        # Read-only, through a URI: the check must not create, change or lock what it looks at.
+        with contextlib.closing(
+            sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
+        ) as conn:
+            conn.execute("PRAGMA schema_version").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise SQLiteUnopenable(_sqlite_unopenable(exc) or f"{path}: {exc}") from None
 
 
 class SQLiteUnopenable(Exception):
