@@ -33,9 +33,18 @@ def create_engine(
     max_overflow: int = 10,
     echo: bool = False,
     connect_timeout: float | None = None,
+    transaction_pooler: bool = False,
 ) -> AsyncEngine:
     """`connect_timeout` (PostgreSQL): seconds a new connection may take, so that requests fail fast
-    while the database is unreachable (asyncpg's own default is 60)."""
+    while the database is unreachable (asyncpg's own default is 60).
+
+    `transaction_pooler` (PostgreSQL): the URL is a pooler in transaction mode (PgBouncer, Supavisor,
+    RDS Proxy), which hands each transaction to whichever server connection is free. A statement
+    prepared in one transaction is then missing in the next ("prepared statement __asyncpg_stmt_16__
+    does not exist"), and two clients' numbered names collide on one server connection. So nothing is
+    kept prepared across statements: both caches are off, and every statement is PostgreSQL's unnamed
+    one, prepared and run in the same transaction, each replacing the last (named ones would pile up
+    on the pooler's server connections, which are never reset in transaction mode)."""
     json_options: dict[str, Any] = {
         "json_serializer": _dumps,
         "json_deserializer": orjson.loads,
@@ -47,7 +56,13 @@ def create_engine(
         engine = create_async_engine(url, echo=echo, connect_args={"timeout": 30}, **json_options)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
-    connect_args = {"timeout": connect_timeout} if connect_timeout else {}
+    connect_args: dict[str, Any] = {"timeout": connect_timeout} if connect_timeout else {}
+    if transaction_pooler:
+        connect_args |= {
+            "statement_cache_size": 0,  # asyncpg's own (type introspection)
+            "prepared_statement_cache_size": 0,  # SQLAlchemy's
+            "prepared_statement_name_func": _unnamed,
+        }
     return create_async_engine(
         url,
         echo=echo,
@@ -57,6 +72,10 @@ def create_engine(
         connect_args=connect_args,
         **json_options,
     )
+
+
+def _unnamed() -> str:
+    return ""
 
 
 class DatabaseUnavailable(Exception):

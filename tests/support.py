@@ -5,18 +5,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import getpass
 import importlib.util
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -171,6 +174,53 @@ def engines() -> list[str]:
     return [
         e.strip() for e in os.environ.get("RECALLQL_TEST_ENGINES", "sqlite,postgres").split(",") if e.strip()
     ]
+
+
+@contextlib.contextmanager
+def pgbouncer() -> Iterator[int]:
+    """A PgBouncer in transaction mode in front of the test PostgreSQL; yields its port."""
+    binary = shutil.which("pgbouncer") or next(
+        (p for p in ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer") if os.path.exists(p)), None
+    )
+    require(binary is not None, "pgbouncer is not installed (Debian: apt-get install pgbouncer)")
+    assert binary is not None
+    dsn = urlsplit(PG_ADMIN_DSN)
+    port = free_port()
+    # Its own folder, readable by the unprivileged user it must run as when the tests run as root.
+    folder = Path(tempfile.mkdtemp(prefix="recallql-pgbouncer-"))
+    folder.chmod(0o755)
+    config = folder / "pgbouncer.ini"
+    user = dsn.username or getpass.getuser()
+    config.write_text(
+        "[databases]\n"
+        f"* = host={dsn.hostname or '127.0.0.1'} port={dsn.port or 5432} user={user}\n"
+        "[pgbouncer]\n"
+        f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
+        "auth_type = any\npool_mode = transaction\n"
+        # Two server connections for a server whose pool holds many: consecutive transactions of one
+        # client connection are served by different server connections.
+        "default_pool_size = 2\nmax_client_conn = 500\n"
+    )
+    config.chmod(0o644)
+    command = [binary, str(config)]
+    if os.geteuid() == 0:  # PgBouncer refuses to run as root
+        command = ["runuser", "-u", "nobody", "--", *command]
+    log = (folder / "pgbouncer.log").open("w")
+    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            assert proc.poll() is None, (folder / "pgbouncer.log").read_text()
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+                break
+            assert time.monotonic() < deadline, "pgbouncer did not listen within 20 s"
+            time.sleep(0.05)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------------- server

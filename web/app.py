@@ -204,12 +204,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         engine = None
         built = services
         if built is None:
-            engine = create_engine(
-                url,
-                pool_size=settings.db_pool_size,
-                max_overflow=settings.db_max_overflow,
-                connect_timeout=settings.db_connect_timeout,
-            )
+            engine = create_engine(url, **settings.engine_options())
             if settings.auto_migrate:
                 log_state(await upgrade(engine), migrated=True)
             else:

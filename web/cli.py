@@ -46,12 +46,7 @@ def _create_engine(settings: Settings) -> AsyncEngine:
     if is_sqlite(url):  # a first command on a fresh machine may come before the server ever ran
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         _check_sqlite_folder(url)
-    return create_engine(
-        url,
-        pool_size=settings.db_pool_size,
-        max_overflow=settings.db_max_overflow,
-        connect_timeout=settings.db_connect_timeout,
-    )
+    return create_engine(url, **settings.engine_options())
 
 
 @contextlib.asynccontextmanager

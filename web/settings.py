@@ -31,6 +31,8 @@ class Settings(BaseSettings):
     db_max_overflow: int = Field(default=10, ge=0)
     # PostgreSQL: seconds a new connection may take before the request fails with SERVICE_UNAVAILABLE.
     db_connect_timeout: float = Field(default=5.0, gt=0)
+    # PostgreSQL through a pooler in transaction mode (PgBouncer, Supavisor): no prepared statements kept.
+    db_transaction_pooler: bool = False
     auto_migrate: bool = True
 
     host: str = "127.0.0.1"
@@ -236,6 +238,15 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite+aiosqlite:///{(self.data_dir / 'recallql.db').resolve()}"
+
+    def engine_options(self) -> dict[str, Any]:
+        """models.db.create_engine's options for the configured database."""
+        return {
+            "pool_size": self.db_pool_size,
+            "max_overflow": self.db_max_overflow,
+            "connect_timeout": self.db_connect_timeout,
+            "transaction_pooler": self.db_transaction_pooler,
+        }
 
     @property
     def chroma_path(self) -> Path:
