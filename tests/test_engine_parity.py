@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from models.db import create_engine
 from models.migrate import upgrade
 from models.repository import Repository
-from resolvers.auth import OPEN
+from resolvers.auth import OPEN, Principal
 from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import Services
 from resolvers.errors import RecallQLError
@@ -254,8 +254,16 @@ class History:
     def resource(self, n: int | None) -> str | None:
         return None if n is None else self.world.resources[n]
 
-    async def run(self, op: Any) -> None:
+    def principal(self, who: str) -> Principal:
+        """Who writes: authentication off, a key of one or two of the example's resources, or of none."""
+        if who == "open":
+            return OPEN
+        granted = frozenset(self.world.resources[int(n)] for n in who[1:])
+        return Principal(f"key:{who}", granted)
+
+    async def run(self, op: Any, who: str = "open") -> None:
         world = self.world
+        principal = self.principal(who)
         if isinstance(op, Save):
             inputs = []
             for spec in op.specs:
@@ -275,7 +283,7 @@ class History:
                         created_at=BASE + spec.at * 1000,
                     )
                 )
-            await same(self.pair, f"save {inputs!r}", lambda s: s.messages.save(inputs, principal=OPEN))
+            await same(self.pair, f"save {inputs!r}", lambda s: s.messages.save(inputs, principal=principal))
         elif isinstance(op, Update):
             patches = [
                 MessagePatch(
@@ -287,21 +295,25 @@ class History:
                 )
                 for target, spec, role, thread, resource in op.items
             ]
-            await same(self.pair, f"update {patches!r}", lambda s: s.messages.update(patches, principal=OPEN))
+            await same(
+                self.pair, f"update {patches!r}", lambda s: s.messages.update(patches, principal=principal)
+            )
         elif isinstance(op, Delete):
             ids = [self.message(t) for t in op.targets]
-            await same(self.pair, f"delete {ids}", lambda s: s.messages.delete(ids, principal=OPEN))
+            await same(self.pair, f"delete {ids}", lambda s: s.messages.delete(ids, principal=principal))
         elif isinstance(op, EditThread):
             thread_id = self.thread(op.thread)
             await same(
                 self.pair,
                 f"updateThread {op!r}",
-                lambda s: s.threads.update(thread_id, title=op.title, metadata=op.metadata, principal=OPEN),
+                lambda s: s.threads.update(
+                    thread_id, title=op.title, metadata=op.metadata, principal=principal
+                ),
             )
         elif isinstance(op, DropThread):
             thread_id = self.thread(op.thread)
             await same(
-                self.pair, f"deleteThread {op!r}", lambda s: s.threads.delete(thread_id, principal=OPEN)
+                self.pair, f"deleteThread {op!r}", lambda s: s.threads.delete(thread_id, principal=principal)
             )
         elif isinstance(op, NewThread):
             created = await same(
@@ -312,7 +324,7 @@ class History:
                     thread_id=self.thread(op.thread),
                     metadata=op.metadata,
                     created_at=BASE + op.at * 1000 if op.at is not None else None,
-                    principal=OPEN,
+                    principal=principal,
                 ),
             )
             if isinstance(created, dict):
@@ -335,7 +347,7 @@ class History:
                     new_thread_id=target,
                     resource_id=self.resource(op.resource),
                     options=options,
-                    principal=OPEN,
+                    principal=principal,
                 ),
             )
         elif isinstance(op, Memory):
@@ -345,13 +357,15 @@ class History:
                 self.pair,
                 f"updateWorkingMemory {op!r}",
                 lambda s: s.working_memory.update(
-                    thread_id, self.resource(op.resource), op.text, config, mode=op.mode, principal=OPEN
+                    thread_id, self.resource(op.resource), op.text, config, mode=op.mode, principal=principal
                 ),
             )
             await same(
                 self.pair,
                 f"workingMemory {op!r}",
-                lambda s: s.working_memory.get(thread_id, self.resource(op.resource), config, principal=OPEN),
+                lambda s: s.working_memory.get(
+                    thread_id, self.resource(op.resource), config, principal=principal
+                ),
             )
         else:  # pragma: no cover - the strategy makes only the kinds above
             raise AssertionError(op)
@@ -379,9 +393,12 @@ listings = st.builds(
 )
 
 
-async def compare_reads(pair: Pair, history: History, calls: list[ArgSpec], lists: list[Listing]) -> None:
+async def compare_reads(
+    pair: Pair, history: History, calls: list[ArgSpec], lists: list[Listing], whos: list[str]
+) -> None:
     world = history.world
-    for spec in calls:
+    for spec, who in zip(calls, whos, strict=False):
+        principal = history.principal(who)
         base = build_args(world, spec)
         variants = [
             base,
@@ -392,7 +409,11 @@ async def compare_reads(pair: Pair, history: History, calls: list[ArgSpec], list
             ),
         ]
         for args in variants:
-            await same(pair, f"recall {args!r}", lambda s, a=args: s.recall.recall(a, principal=OPEN))
+            await same(
+                pair,
+                f"recall {args!r} as {who}",
+                lambda s, a=args, p=principal: s.recall.recall(a, principal=p),
+            )
     for listing in lists:
         await same(
             pair,
@@ -431,6 +452,7 @@ async def exported(services: Services, resource_id: str) -> list[tuple[str, Any]
     history=st.lists(operations, min_size=1, max_size=8),
     calls=st.lists(arg_specs, min_size=1, max_size=4),
     lists=st.lists(listings, min_size=1, max_size=3),
+    whos=st.lists(st.sampled_from(["open", "open", "open", "r0", "r1", "r01", "r"]), min_size=8, max_size=8),
 )
 async def test_engines_agree(
     pair: Pair,
@@ -439,6 +461,7 @@ async def test_engines_agree(
     history: list[Any],
     calls: list[ArgSpec],
     lists: list[Listing],
+    whos: list[str],
 ) -> None:
     prefix = f"par{pair.ops}"
     # Names whose order depends on the collation (case, punctuation, digits): a tie-break on ids must
@@ -463,9 +486,9 @@ async def test_engines_agree(
         )
         world.owners[world.threads[n]] = world.resources[owner]
     run = History(pair, world)
-    for op in history:
-        await run.run(op)
-    await compare_reads(pair, run, calls, lists)
+    for op, who in zip(history, whos, strict=False):
+        await run.run(op, who)
+    await compare_reads(pair, run, calls, lists, whos[len(history) % 8 :] + whos)
     for resource_id in world.resources:
         await same(pair, f"export {resource_id}", lambda s, r=resource_id: exported(s, r))
 
