@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlencode
 
 import orjson
 from sqlalchemy import Engine, event
@@ -13,6 +14,39 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+# libpq's connection parameters that asyncpg reads from a DSN's query, as providers write them in the
+# URLs they hand out (`?sslmode=require` above all). SQLAlchemy passes a URL's query to asyncpg.connect as
+# keyword arguments, which has none of these names ("unexpected keyword argument 'sslmode'"): they go
+# to asyncpg as a DSN instead. application_name and options (`-c search_path=...`) are startup
+# parameters for the server.
+_DSN_PARAMETERS = frozenset(
+    {
+        "sslmode",
+        "sslcert",
+        "sslkey",
+        "sslrootcert",
+        "sslcrl",
+        "sslpassword",
+        "sslnegotiation",
+        "ssl_min_protocol_version",
+        "ssl_max_protocol_version",
+        "target_session_attrs",
+        "krbsrvname",
+        "gsslib",
+        "service",
+        "passfile",
+        "application_name",
+        "options",
+    }
+)
+# What SQLAlchemy's asyncpg dialect takes from the query itself (asyncpg's `ssl` takes sslmode's words).
+_KEYWORD_PARAMETERS = frozenset({"host", "port", "user", "password", "ssl", "prepared_statement_cache_size"})
+
+
+def unsupported_parameters(url: str) -> list[str]:
+    """The query parameters of a PostgreSQL URL that neither asyncpg nor SQLAlchemy would take."""
+    return sorted(set(make_url(url).query) - _DSN_PARAMETERS - _KEYWORD_PARAMETERS)
 
 
 def is_sqlite(url: str) -> bool:
@@ -57,6 +91,12 @@ def create_engine(
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
     connect_args: dict[str, Any] = {"timeout": connect_timeout} if connect_timeout else {}
+    parsed = make_url(url)
+    libpq = {k: v for k, v in parsed.query.items() if k in _DSN_PARAMETERS}
+    if libpq:
+        # Host, port, user and database stay keyword arguments, which win over the DSN's (empty) ones.
+        connect_args["dsn"] = "postgresql://?" + urlencode(libpq, doseq=True)
+        parsed = parsed.difference_update_query(libpq)
     if transaction_pooler:
         connect_args |= {
             "statement_cache_size": 0,  # asyncpg's own (type introspection)
@@ -64,7 +104,7 @@ def create_engine(
             "prepared_statement_name_func": _unnamed,
         }
     return create_async_engine(
-        url,
+        parsed,
         echo=echo,
         pool_size=pool_size,
         max_overflow=max_overflow,

@@ -478,7 +478,10 @@ def cmd_keys_new(args: argparse.Namespace) -> int:
 def _redact(url: str) -> str:
     from sqlalchemy.engine import make_url
 
-    return make_url(url).render_as_string(hide_password=True)
+    parsed = make_url(url)
+    # libpq takes passwords in the query too (password, sslpassword for the client key).
+    secret = {k: "hidden" for k in parsed.query if "password" in k}
+    return parsed.update_query_dict(secret).render_as_string(hide_password=True)
 
 
 def main(argv: list[str] | None = None) -> int:

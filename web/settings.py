@@ -216,6 +216,23 @@ class Settings(BaseSettings):
             raise ValueError(f"not a database URL; {_URL_FORMS}") from None
         if driver not in ("sqlite+aiosqlite", "postgresql+asyncpg"):
             raise ValueError(f"the driver {driver!r} is not supported; {_URL_FORMS}")
+        if driver == "postgresql+asyncpg":
+            from models.db import unsupported_parameters
+
+            # Else every connection failed with "connect() got an unexpected keyword argument", a
+            # traceback from each command and worker.
+            unknown = unsupported_parameters(value)
+            if unknown:
+                hint = (
+                    "; for connect_timeout set RECALLQL_DB_CONNECT_TIMEOUT"
+                    if "connect_timeout" in unknown
+                    else ""
+                )
+                raise ValueError(
+                    f"the URL parameter(s) {', '.join(unknown)} are not supported by asyncpg, which takes "
+                    "sslmode, sslrootcert and libpq's other ssl* parameters, target_session_attrs, "
+                    f"application_name, options, service, passfile, ssl, host, port, user, password{hint}"
+                )
         return value
 
     @field_validator("data_dir")
