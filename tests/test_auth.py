@@ -877,7 +877,7 @@ def test_auto_mode_on_loopback_is_open_and_warns(tmp_path: Path) -> None:
         ),
         # Another driver's URL was a 40-line traceback ending in "No module named 'psycopg'".
         (
-            {"RECALLQL_DATABASE_URL": "postgresql://s3cr3t@db/app"},
+            {"RECALLQL_DATABASE_URL": "postgresql+psycopg://s3cr3t@db/app"},
             ["RECALLQL_DATABASE_URL", "postgresql+asyncpg://"],
         ),
         # Found only as each worker built its services (several workers: one failure each).

@@ -112,3 +112,15 @@ async def test_the_logged_url_hides_passwords_in_the_query(tmp_path: Path) -> No
             log = server.log_path.read_text()
         assert "&sslpassword=hidden" in log and "?password=hidden" in log, log
         assert "key-secret-1" not in log and "query-secret-2" not in log
+
+
+async def test_postgres_urls_without_a_driver_use_asyncpg(tmp_path: Path) -> None:
+    """postgresql:// and postgres:// (as providers hand them out) were refused as another driver's."""
+    async with database("postgres", tmp_path) as plain:
+        for scheme in ("postgresql", "postgres"):
+            url = plain.replace("postgresql+asyncpg://", f"{scheme}://") + "?sslmode=prefer"
+            done = cli("migrate", "--database-url", url)
+            assert done.returncode == 0, done.stderr
+    refused = cli("migrate", "--database-url", "postgresql+psycopg://app@127.0.0.1/x")
+    assert refused.returncode == 2
+    assert "the driver 'postgresql+psycopg' is not supported" in refused.stderr

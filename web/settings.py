@@ -211,9 +211,14 @@ class Settings(BaseSettings):
         from sqlalchemy.exc import ArgumentError
 
         try:
-            driver = make_url(value).drivername
+            parsed = make_url(value)
         except ArgumentError:
             raise ValueError(f"not a database URL; {_URL_FORMS}") from None
+        driver = parsed.drivername
+        if driver in ("postgresql", "postgres"):
+            # The form providers hand out (postgres:// from Heroku and its heirs): asyncpg is the driver.
+            driver = "postgresql+asyncpg"
+            value = parsed.set(drivername=driver).render_as_string(hide_password=False)
         if driver not in ("sqlite+aiosqlite", "postgresql+asyncpg"):
             raise ValueError(f"the driver {driver!r} is not supported; {_URL_FORMS}")
         if driver == "postgresql+asyncpg":
