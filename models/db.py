@@ -106,6 +106,10 @@ def create_engine(
     return create_async_engine(
         parsed,
         echo=echo,
+        # Every write is designed for READ COMMITTED (row and advisory locks, then the rows as they are
+        # now). A database whose default_transaction_isolation is stricter failed concurrent writes
+        # with serialization errors ("could not serialize access"), which nothing retried.
+        isolation_level="READ COMMITTED",
         pool_size=pool_size,
         max_overflow=max_overflow,
         pool_pre_ping=True,

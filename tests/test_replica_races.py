@@ -28,7 +28,7 @@ from resolvers.context import Services
 from resolvers.messages import MessageInput, MessagePatch
 from resolvers.recall import RecallArgs
 from resolvers.semantic import SemanticMemory
-from tests.support import database, uid
+from tests.support import PG_ADMIN_DSN, database, uid
 from tests.test_vector_pipeline import DIMENSION, GatedEmbedder, _text
 
 
@@ -248,3 +248,78 @@ async def test_a_restricted_save_of_a_new_id_saved_meanwhile_elsewhere_changes_n
     assert (row.thread_id, row.resource_id) == (t2, r2)
     assert await settled(a, b, r1, r2) == {r1: set(), r2: {m}}
     assert await thread_totals(a, t1, t2) == [0, 1]
+
+
+@pytest.mark.parametrize("isolation", ["serializable", "repeatable read"])
+async def test_writes_run_read_committed_whatever_the_databases_default(
+    tmp_path: Path, isolation: str
+) -> None:
+    """A database whose default_transaction_isolation is stricter (some DBAs set it for everything): the
+    writes are designed for READ COMMITTED, and there concurrent saves, updates, deletes and clones from
+    two replicas failed with "could not serialize access", an internal error nothing retried."""
+    import random
+
+    import asyncpg
+
+    from tests.test_counts import counts
+
+    async with database("postgres", tmp_path) as url:
+        admin = await asyncpg.connect(PG_ADMIN_DSN)
+        try:
+            name = url.rsplit("/", 1)[1]
+            await admin.execute(
+                f"ALTER DATABASE \"{name}\" SET default_transaction_isolation = '{isolation}'"
+            )
+        finally:
+            await admin.close()
+        engines = [create_engine(url) for _ in range(2)]
+        try:
+            await upgrade(engines[0])
+            replicas = [
+                Services.build(Repository(e), memory_defaults=dict(BUILTIN_DEFAULTS)) for e in engines
+            ]
+            threads = [f"t{n}" for n in range(3)]
+            for n, thread in enumerate(threads):
+                await replicas[0].threads.create(resource_id=f"r{n % 2}", thread_id=thread, principal=OPEN)
+            ids: list[str] = []
+            failures: list[str] = []
+
+            async def writer(n: int) -> None:
+                rng = random.Random(n)
+                services = replicas[n % 2]
+                for step in range(25):
+                    action = rng.choice(["save", "save", "update", "delete", "clone"])
+                    try:
+                        if action == "save" or not ids:
+                            batch = [
+                                MessageInput(
+                                    thread_id=rng.choice(threads),
+                                    role="user",
+                                    content=_text(f"{n} {step} {k}"),
+                                    id=rng.choice([*ids[-5:], f"m{n}-{step}-{k}"]),
+                                    resource_id=rng.choice(["r0", "r1"]),
+                                )
+                                for k in range(rng.randint(1, 3))
+                            ]
+                            await services.messages.save(batch, principal=OPEN)
+                            ids.extend(m.id for m in batch if m.id)
+                        elif action == "update":
+                            patches = [
+                                MessagePatch(id=i, thread_id=rng.choice(threads))
+                                for i in rng.sample(ids, min(3, len(ids)))
+                            ]
+                            await services.messages.update(patches, principal=OPEN)
+                        elif action == "delete":
+                            await services.messages.delete(rng.sample(ids, min(2, len(ids))), principal=OPEN)
+                        else:
+                            await services.threads.clone(rng.choice(threads), principal=OPEN)
+                    except Exception as error:
+                        failures.append(f"{action}: {type(error).__name__}: {str(error).splitlines()[0]}")
+
+            await asyncio.gather(*(writer(n) for n in range(6)))
+            assert failures == []
+            actual, kept = await counts(replicas[0])
+            assert kept == actual
+        finally:
+            for engine in engines:
+                await engine.dispose()
