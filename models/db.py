@@ -127,8 +127,9 @@ class DatabaseUnavailable(Exception):
     driver's error is the __cause__. Callers report it as a temporary outage, not as a bug."""
 
 
-# SQLSTATE class 08 (connection exception), and 57P01-57P03 (shut down, crashed, starting up).
-_UNAVAILABLE_STATES = ("57P01", "57P02", "57P03")
+# SQLSTATE class 08 (connection exception), 57P01-57P03 (shut down, crashed, starting up), and 53300
+# (too many connections: max_connections, or a role's or database's limit), all of which pass.
+_UNAVAILABLE_STATES = ("57P01", "57P02", "57P03", "53300")
 
 
 def causes(exc: BaseException) -> Iterator[BaseException]:

@@ -37,6 +37,7 @@ from models.migrate import upgrade
 from models.repository import Repository
 from models.vector_index import ChromaIndex
 from tests.support import (
+    PG_ADMIN_DSN,
     Api,
     ServerProcess,
     at,
@@ -778,3 +779,34 @@ async def test_database_errors_never_carry_the_values_bound_to_them(engine: str,
                 read.dispose()
         finally:
             await engine_.dispose()
+
+
+async def test_a_database_out_of_connections_is_unavailable_not_an_internal_error(tmp_path: Path) -> None:
+    """PostgreSQL refusing a new connection for want of slots ("too many connections", SQLSTATE 53300:
+    max_connections, or a role's or database's limit) is an outage to retry, like an unreachable
+    database: SERVICE_UNAVAILABLE, not INTERNAL_SERVER_ERROR."""
+    import asyncpg
+
+    role = f"recallql_limited_{uid('r').split('-')[1]}"
+    admin = await asyncpg.connect(PG_ADMIN_DSN)
+    try:
+        await admin.execute(f"CREATE ROLE {role} LOGIN CONNECTION LIMIT 1")
+        async with database("postgres", tmp_path) as url:
+            name = url.rsplit("/", 1)[1]
+            await admin.execute(f'ALTER DATABASE "{name}" OWNER TO {role}')
+            limited = url.replace("postgresql+asyncpg://", f"postgresql+asyncpg://{role}@")
+            env = {"RECALLQL_DATABASE_URL": limited, "RECALLQL_EMBEDDER": "off", "RECALLQL_DB_POOL_SIZE": "4"}
+            with running_server(tmp_path / "data", env) as server:
+                async with httpx.AsyncClient(timeout=30) as client:
+                    bodies = await asyncio.gather(
+                        *(gql(client, server.url, THREAD, t=f"t{n}") for n in range(8))
+                    )
+                    seen = [codes(body) for body, _ in bodies]
+                    # One connection is allowed: some requests get it, the others are refused.
+                    assert ["SERVICE_UNAVAILABLE"] in seen, seen
+                    assert all(c in ([], ["SERVICE_UNAVAILABLE"]) for c in seen), seen
+                    body, _ = await gql(client, server.url, THREAD, t="t0")
+                    assert codes(body) == [], body  # one at a time goes through
+    finally:
+        await admin.execute(f"DROP ROLE IF EXISTS {role}")
+        await admin.close()

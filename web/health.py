@@ -61,6 +61,13 @@ class SchemaCheck:
         return self._final
 
 
+async def _sql(services: Services, schema: SchemaCheck) -> tuple[str, str]:
+    """The database, then its schema: one connection at a time (a database at its connection limit,
+    asked for two at once, answered "ok" and "unknown"), and no schema query when it is unreachable."""
+    database = await _database(services)
+    return database, (await schema(services) if database == "ok" else "unknown")
+
+
 async def _chroma(url: str) -> str:
     try:
         async with httpx.AsyncClient(timeout=CHECK_TIMEOUT) as client:
@@ -77,13 +84,14 @@ async def readiness(
 ) -> tuple[int, dict[str, Any]]:
     """(HTTP status, report): {"ready", "database": ok|unreachable, "schema": ok|newer|pending …|unknown
     [, "chroma": ok|unreachable|embedded, "semantic": warming|ok|failed]}."""
-    checks: dict[str, Any] = {"database": _database(services), "schema": schema(services)}
+    checks: dict[str, Any] = {"database": _sql(services, schema)}
     if services.semantic is not None:
         if settings.chroma_url:
             checks["chroma"] = _chroma(settings.chroma_url)
         else:
             checks["chroma"] = asyncio.sleep(0, "embedded")
     results = dict(zip(checks, await asyncio.gather(*checks.values()), strict=True))
+    results["database"], results["schema"] = results["database"]
     ready = results["database"] == "ok" and results["schema"] in ("ok", "newer")
     if services.semantic is not None and services.semantic.warm_state != "cold":
         # Not ready while the model loads: a balancer's first requests would wait for it (seconds).
