@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 import orjson
 from sqlalchemy import Engine, event
 from sqlalchemy import create_engine as create_sync_engine
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -103,7 +103,7 @@ def create_engine(
             "prepared_statement_cache_size": 0,  # SQLAlchemy's
             "prepared_statement_name_func": _unnamed,
         }
-    return create_async_engine(
+    engine = create_async_engine(
         parsed,
         echo=echo,
         # Every write is designed for READ COMMITTED (row and advisory locks, then the rows as they are
@@ -116,6 +116,17 @@ def create_engine(
         connect_args=connect_args,
         **json_options,
     )
+    event.listen(engine.sync_engine, "handle_error", _read_only_is_a_disconnect)
+    return engine
+
+
+def _read_only_is_a_disconnect(context: ExceptionContext) -> None:
+    """A write refused because the session is read-only (SQLSTATE 25006: the node became a standby in
+    a failover, or the database was set read-only) drops the pool's connections, as a lost connection
+    does: a session keeps the read-only default it started with, so pooled ones would go on failing
+    writes after the failover ended. The request is then SERVICE_UNAVAILABLE, to retry."""
+    if any(getattr(e, "sqlstate", None) == "25006" for e in causes(context.original_exception)):
+        context.is_disconnect = True
 
 
 def _unnamed() -> str:

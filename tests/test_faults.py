@@ -810,3 +810,48 @@ async def test_a_database_out_of_connections_is_unavailable_not_an_internal_erro
     finally:
         await admin.execute(f"DROP ROLE IF EXISTS {role}")
         await admin.close()
+
+
+async def test_a_primary_turned_read_only_is_unavailable_and_writes_resume_after_failover(
+    tmp_path: Path,
+) -> None:
+    """A failover: the node the pooled connections lead to becomes a read-only standby, then writes are
+    possible again (a new primary behind the same address). Writes in between fail with SQLSTATE 25006,
+    which is an outage to retry (SERVICE_UNAVAILABLE, not an internal error), and the connections that
+    saw it are dropped: a pooled session keeps the read-only default it started with, so writes went on
+    failing, through those connections, after the failover had ended."""
+    import asyncpg
+
+    async with database("postgres", tmp_path) as url:
+        name = url.rsplit("/", 1)[1]
+        env = {"RECALLQL_DATABASE_URL": url, "RECALLQL_EMBEDDER": "off", "RECALLQL_DB_POOL_SIZE": "3"}
+        with running_server(tmp_path / "data", env) as server:
+            async with httpx.AsyncClient(timeout=30) as client:
+                thread = uid("t")
+                body, _ = await gql(client, server.url, CREATE, input={"id": thread, "resourceId": "r"})
+                assert codes(body) == [], body
+
+                async def save(n: int) -> list[str]:
+                    message = text_message(thread_id=thread, id=f"{thread}-{n}")
+                    body, _ = await gql(client, server.url, SAVE, m=[message])
+                    return codes(body)
+
+                # Fill the pool with sessions, then turn the database read-only for new sessions and
+                # cut the old ones: every connection from now on is a read-only session.
+                assert await asyncio.gather(*(save(n) for n in range(6))) == [[]] * 6
+                admin = await asyncpg.connect(PG_ADMIN_DSN)
+                try:
+                    await admin.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+                    await admin.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", name
+                    )
+                    during = [await save(100 + n) for n in range(6)]
+                    assert all(c == ["SERVICE_UNAVAILABLE"] for c in during), during
+                    body, _ = await gql(client, server.url, RECALL_PAGE, t=thread)
+                    assert codes(body) == [] and body["data"]["recall"]["total"] == 6, body  # reads go on
+                    # The failover ends: new sessions may write again.
+                    await admin.execute(f'ALTER DATABASE "{name}" RESET default_transaction_read_only')
+                finally:
+                    await admin.close()
+                after = [await save(200 + n) for n in range(6)]
+                assert after == [[]] * 6, after
