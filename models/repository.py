@@ -27,6 +27,7 @@ from sqlalchemy import (
     CompoundSelect,
     Executable,
     Select,
+    Table,
     and_,
     bindparam,
     delete,
@@ -338,8 +339,7 @@ class Repository:
     async def get_threads(self, ids: Sequence[str]) -> dict[str, ThreadRecord]:
         if not ids:
             return {}
-        stmt = select(T).where(T.c.id.in_(set(ids)))
-        rows = await self._read(lambda conn: conn.execute(stmt).all(), bounded=len(ids) <= _INLINE_ROWS)
+        rows = await self._read(functools.partial(_rows_by_id, T, ids), bounded=len(ids) <= _INLINE_ROWS)
         return {row.id: _thread(row) for row in rows}
 
     def _insert_new_thread(self, thread: ThreadRecord) -> Any:
@@ -638,10 +638,17 @@ class Repository:
             if guard is not None:
                 guard(existing)
             if existing:
-                conn.execute(delete(M).where(M.c.id.in_(list(existing))))
+                gone = list(existing)
+                # In chunks: asyncpg takes at most 32,767 parameters a statement, and RECALLQL_MAX_SAVE_BATCH
+                # (the most ids one delete may name) has no such bound.
+                for start in range(0, len(gone), 5000):
+                    conn.execute(delete(M).where(M.c.id.in_(gone[start : start + 5000])))
                 self._write_stats(conn, removed=[(m.thread_id, m.resource_id) for m in existing.values()])
-                threads = {m.thread_id for m in existing.values()}
-                conn.execute(update(T).where(T.c.id.in_(threads)).values(updated_at=now))
+                threads = sorted({m.thread_id for m in existing.values()})
+                for start in range(0, len(threads), 5000):
+                    conn.execute(
+                        update(T).where(T.c.id.in_(threads[start : start + 5000])).values(updated_at=now)
+                    )
                 if track_vectors:
                     _write_outbox(conn, [(m.id, m) for m in existing.values()], now)
             return list(existing.values())
@@ -1756,8 +1763,7 @@ class Repository:
     async def get_resources(self, ids: Sequence[str]) -> dict[str, ResourceRecord]:
         if not ids:
             return {}
-        stmt = select(R).where(R.c.id.in_(set(ids)))
-        rows = await self._read(lambda conn: conn.execute(stmt).all(), bounded=len(ids) <= _INLINE_ROWS)
+        rows = await self._read(functools.partial(_rows_by_id, R, ids), bounded=len(ids) <= _INLINE_ROWS)
         return {row.id: _resource(row) for row in rows}
 
     async def first_messages(self, thread_id: str, resource_id: str, limit: int) -> list[MessageRecord]:
@@ -1843,6 +1849,17 @@ def _json_kind(value: Any) -> str:
         # so the stored text holds its JSON literal wherever the value occurs as a string.
         return "plain" if _PLAIN_STRING.fullmatch(value) else "text"
     return "number"
+
+
+def _rows_by_id(table: Table, ids: Sequence[str], conn: Connection) -> list[Any]:
+    """The rows of `table` with these ids, in statements of at most 5,000: asyncpg takes at most 32,767
+    parameters a statement, and the callers' counts (federation representations, the threads of a
+    request's messages) are bounded only by settings."""
+    unique = list(dict.fromkeys(ids))
+    rows: list[Any] = []
+    for start in range(0, len(unique), 5000):
+        rows.extend(conn.execute(select(table).where(table.c.id.in_(unique[start : start + 5000]))))
+    return rows
 
 
 def _json_text(value: Any) -> str:

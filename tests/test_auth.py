@@ -871,6 +871,11 @@ def test_auto_mode_on_loopback_is_open_and_warns(tmp_path: Path) -> None:
             ["RECALLQL_MAX_BODY_BYTES: Input should be greater than or equal to 1"],
         ),
         ({"RECALLQL_PORT": "99999"}, ["RECALLQL_PORT: Input should be less than or equal to 65535"]),
+        # A save of 20,000 messages in as many threads ran PostgreSQL out of lock slots.
+        (
+            {"RECALLQL_MAX_SAVE_BATCH": "20000"},
+            ["RECALLQL_MAX_SAVE_BATCH: Input should be less than or equal to 10000"],
+        ),
         (
             {"RECALLQL_LAST_MESSAGES": "-5"},
             ["RECALLQL_LAST_MESSAGES: Input should be greater than or equal to 0"],

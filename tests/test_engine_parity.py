@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 from models.db import create_engine
 from models.migrate import upgrade
+from models.records import MessageRecord
 from models.repository import Repository
 from resolvers.auth import OPEN, Principal
 from resolvers.config import BUILTIN_DEFAULTS
@@ -515,3 +516,23 @@ async def test_ties_are_in_code_point_order(pair: Pair) -> None:
         assert [t["id"] for t in page["threads"]] == sorted(names, reverse=descending)
     rows = await same(pair, "export", lambda s: exported(s, "ties"))
     assert [r["id"] for kind, r in rows if kind == "thread"] == sorted(names)
+
+
+async def test_id_lists_past_the_driver_limit(pair: Pair) -> None:
+    """asyncpg takes at most 32,767 parameters a statement: reads of threads or resources by id (federation
+    representations, the threads of a request's messages) and deletes of messages are split, on both
+    engines, however many ids the settings let through."""
+    many = 33_000
+    for services in pair.services.values():
+        repository = services.repository
+        assert await repository.get_threads([f"missing-{n}" for n in range(many)]) == {}
+        assert await repository.get_resources([f"missing-{n}" for n in range(many)]) == {}
+        content = {"format": 2, "parts": [{"type": "text", "text": "x"}]}
+        records = [
+            MessageRecord(f"big-{n}", "big", "r", "user", "v2", BASE + n, content) for n in range(many)
+        ]
+        for start in range(0, many, 5000):
+            await repository.save_messages(records[start : start + 5000], now=BASE)
+        deleted = await repository.delete_messages([r.id for r in records], now=BASE)
+        assert len(deleted) == many
+        assert await repository.get_messages([r.id for r in records[:10]]) == {}

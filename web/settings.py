@@ -138,7 +138,9 @@ class Settings(BaseSettings):
     )  # query document length (lexing a long comment costs ~0.15 s a MB)
     max_aliases: int = Field(default=30, ge=0)
     max_include_items: int = Field(default=100, ge=0)
-    max_save_batch: int = Field(default=1000, ge=1)
+    # At most 10,000: PostgreSQL takes one advisory lock per thread a save touches, and its lock table
+    # (max_locks_per_transaction x max_connections, 6,400 by default, with slack) ran out at about 15,000.
+    max_save_batch: int = Field(default=1000, ge=1, le=10_000)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1)
     body_timeout: float = Field(default=30.0, gt=0)  # seconds a request body may take to arrive
     max_per_page: int = Field(
