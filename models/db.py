@@ -97,6 +97,9 @@ def create_engine(
         # Host, port, user and database stay keyword arguments, which win over the DSN's (empty) ones.
         connect_args["dsn"] = "postgresql://?" + urlencode(libpq, doseq=True)
         parsed = parsed.difference_update_query(libpq)
+    if "application_name" not in libpq:
+        # What pg_stat_activity and the server's log show for these connections (asyncpg sends none).
+        connect_args["server_settings"] = {"application_name": "recallql"}
     if transaction_pooler:
         connect_args |= {
             "statement_cache_size": 0,  # asyncpg's own (type introspection)

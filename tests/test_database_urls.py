@@ -65,6 +65,14 @@ async def test_libpq_parameters_reach_the_server(tmp_path: Path) -> None:
             assert [m.id for m in page.messages] == ["m1", "m2"]
         finally:
             await engine.dispose()
+        # Without one in the URL, the connections are named for what they are.
+        engine = create_engine(plain)
+        try:
+            async with engine.connect() as conn:
+                setting = await conn.exec_driver_sql("SELECT current_setting('application_name')")
+                assert setting.scalar_one() == "recallql"
+        finally:
+            await engine.dispose()
 
         admin = await asyncpg.connect(asyncpg_dsn(plain))
         try:
