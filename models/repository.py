@@ -596,12 +596,13 @@ class Repository:
 
             return await _retried(attempt_on_sqlite)
 
+        keys = sorted(set(lock_keys))
+
         async def attempt() -> _T:
             async with self.engine.begin() as conn:
-                for key in sorted(set(lock_keys)):
-                    await conn.execute(
-                        text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"), {"key": key}
-                    )
+                if keys:
+                    # One round trip for all of them, taken in the array's (sorted) order.
+                    await conn.execute(_ADVISORY_LOCKS, {"keys": keys})
                 return await conn.run_sync(body)
 
         return await _retried(attempt)
@@ -1849,6 +1850,12 @@ def _json_kind(value: Any) -> str:
         # so the stored text holds its JSON literal wherever the value occurs as a string.
         return "plain" if _PLAIN_STRING.fullmatch(value) else "text"
     return "number"
+
+
+_ADVISORY_LOCKS = text(
+    "SELECT pg_advisory_xact_lock(hashtextextended(k, 0)) "
+    "FROM unnest(CAST(:keys AS text[])) WITH ORDINALITY AS l(k, n) ORDER BY n"
+)
 
 
 def _rows_by_id(table: Table, ids: Sequence[str], conn: Connection) -> list[Any]:
