@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
@@ -51,6 +54,21 @@ def unsupported_parameters(url: str) -> list[str]:
 
 def is_sqlite(url: str) -> bool:
     return make_url(url).get_backend_name() == "sqlite"
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file a SQLite URL names; None for another database, an in-memory one or a `file:` URI."""
+    if not is_sqlite(url):
+        return None
+    path = make_url(url).database
+    return Path(path) if path and path != ":memory:" and not path.startswith("file:") else None
+
+
+def probe_sqlite_file(path: Path) -> None:
+    """Reads an existing SQLite file's schema version; raises sqlite3.DatabaseError when it is not a
+    database SQLite can read. Read-only, through a URI: it creates, changes and locks nothing."""
+    with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as conn:
+        conn.execute("PRAGMA schema_version").fetchone()
 
 
 def _dumps(value: Any) -> str:

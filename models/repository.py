@@ -74,6 +74,9 @@ _SQL_INT_MAX = 2**63 - 1
 # SQLite reads that touch at most about this many index entries run on the event loop: a few tens of
 # microseconds of SQLite work, less than the hop to a worker thread and back (about 90 us of CPU).
 _INLINE_ROWS = 5_000
+# Ids per IN list: each is a bound parameter, and PostgreSQL's protocol (asyncpg) takes at most 32,767 a
+# statement, while the callers' counts are bounded only by settings, if at all.
+_IN_SLICE = 5_000
 _PLAIN_STRING = re.compile(r"[\x20\x21\x23-\x2e\x30-\x5b\x5d-\x7e]*")
 _INLINE_BUDGET = 0.002  # seconds an inline read may run before it is handed to a worker thread
 _WRITE_ATTEMPTS = 5
@@ -639,17 +642,11 @@ class Repository:
             if guard is not None:
                 guard(existing)
             if existing:
-                gone = list(existing)
-                # In chunks: asyncpg takes at most 32,767 parameters a statement, and RECALLQL_MAX_SAVE_BATCH
-                # (the most ids one delete may name) has no such bound.
-                for start in range(0, len(gone), 5000):
-                    conn.execute(delete(M).where(M.c.id.in_(gone[start : start + 5000])))
+                for ids_slice in _slices(list(existing)):
+                    conn.execute(delete(M).where(M.c.id.in_(ids_slice)))
                 self._write_stats(conn, removed=[(m.thread_id, m.resource_id) for m in existing.values()])
-                threads = sorted({m.thread_id for m in existing.values()})
-                for start in range(0, len(threads), 5000):
-                    conn.execute(
-                        update(T).where(T.c.id.in_(threads[start : start + 5000])).values(updated_at=now)
-                    )
+                for threads in _slices(sorted({m.thread_id for m in existing.values()})):
+                    conn.execute(update(T).where(T.c.id.in_(threads)).values(updated_at=now))
                 if track_vectors:
                     _write_outbox(conn, [(m.id, m) for m in existing.values()], now)
             return list(existing.values())
@@ -802,11 +799,9 @@ class Repository:
             changed = [i for i, row in written.items() if current.get(i) != row]
             # Vectors of `row` are what the index may hold now: where a move or delete must clean up.
             _write_outbox(conn, [(i, written[i]) for i in changed], 0)
-            ids = sorted(set(entry_ids))
-            # In slices: a write of merged pipeline batches settles thousands, and each id is a bound
-            # parameter (PostgreSQL's protocol takes at most 32,767 per statement).
-            for start in range(0, len(ids), 5000):
-                conn.execute(delete(O).where(O.c.id.in_(ids[start : start + 5000])))
+            # A write of merged pipeline batches settles thousands.
+            for ids in _slices(sorted(set(entry_ids))):
+                conn.execute(delete(O).where(O.c.id.in_(ids)))
             return changed
 
         return await self._write_transaction(body)
@@ -1858,14 +1853,18 @@ _ADVISORY_LOCKS = text(
 )
 
 
+def _slices(ids: list[_T]) -> Iterator[list[_T]]:
+    """`ids` in lists of at most _IN_SLICE."""
+    for start in range(0, len(ids), _IN_SLICE):
+        yield ids[start : start + _IN_SLICE]
+
+
 def _rows_by_id(table: Table, ids: Sequence[str], conn: Connection) -> list[Any]:
-    """The rows of `table` with these ids, in statements of at most 5,000: asyncpg takes at most 32,767
-    parameters a statement, and the callers' counts (federation representations, the threads of a
-    request's messages) are bounded only by settings."""
-    unique = list(dict.fromkeys(ids))
+    """The rows of `table` with these ids (federation representations, the threads of a request's
+    messages)."""
     rows: list[Any] = []
-    for start in range(0, len(unique), 5000):
-        rows.extend(conn.execute(select(table).where(table.c.id.in_(unique[start : start + 5000]))))
+    for some in _slices(list(dict.fromkeys(ids))):
+        rows.extend(conn.execute(select(table).where(table.c.id.in_(some))))
     return rows
 
 

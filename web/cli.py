@@ -597,11 +597,11 @@ def _check_sqlite_folder(url: str) -> None:
     """Raises SQLiteUnopenable when a SQLite URL's file is in a folder that does not exist: said before
     aiosqlite tries, whose worker thread, failing to open the file, could outlive the event loop and
     print a traceback after the message (a server's startup logged one of 150 lines)."""
-    from sqlalchemy.engine import make_url
+    from models.db import sqlite_file
 
-    path = make_url(url).database
-    if path and path != ":memory:" and not path.startswith("file:") and not Path(path).parent.is_dir():
-        raise SQLiteUnopenable(f"{path}: its folder {Path(path).parent} does not exist")
+    path = sqlite_file(url)
+    if path is not None and not path.parent.is_dir():
+        raise SQLiteUnopenable(f"{path}: its folder {path.parent} does not exist")
 
 
 def _check_sqlite_file(url: str) -> None:
@@ -609,17 +609,13 @@ def _check_sqlite_file(url: str) -> None:
     finds that out; without migrating, every worker did as it started, a traceback each (exit 3)."""
     import sqlite3
 
-    from sqlalchemy.engine import make_url
+    from models.db import probe_sqlite_file, sqlite_file
 
-    path = make_url(url).database
-    if not path or path == ":memory:" or path.startswith("file:") or not Path(path).is_file():
+    path = sqlite_file(url)
+    if path is None or not path.is_file():
         return  # a missing file is created by the workers
     try:
-        # Read-only, through a URI: the check must not create, change or lock what it looks at.
-        with contextlib.closing(
-            sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
-        ) as conn:
-            conn.execute("PRAGMA schema_version").fetchone()
+        probe_sqlite_file(path)
     except sqlite3.DatabaseError as exc:
         raise SQLiteUnopenable(_sqlite_unopenable(exc) or f"{path}: {exc}") from None
 

@@ -84,14 +84,14 @@ async def readiness(
 ) -> tuple[int, dict[str, Any]]:
     """(HTTP status, report): {"ready", "database": ok|unreachable, "schema": ok|newer|pending …|unknown
     [, "chroma": ok|unreachable|embedded, "semantic": warming|ok|failed]}."""
-    checks: dict[str, Any] = {"database": _sql(services, schema)}
-    if services.semantic is not None:
-        if settings.chroma_url:
-            checks["chroma"] = _chroma(settings.chroma_url)
-        else:
-            checks["chroma"] = asyncio.sleep(0, "embedded")
-    results = dict(zip(checks, await asyncio.gather(*checks.values()), strict=True))
-    results["database"], results["schema"] = results["database"]
+    results: dict[str, Any] = {}
+    if services.semantic is None:
+        results["database"], results["schema"] = await _sql(services, schema)
+    else:
+        chroma = _chroma(settings.chroma_url) if settings.chroma_url else asyncio.sleep(0, "embedded")
+        (results["database"], results["schema"]), results["chroma"] = await asyncio.gather(
+            _sql(services, schema), chroma
+        )
     ready = results["database"] == "ok" and results["schema"] in ("ok", "newer")
     if services.semantic is not None and services.semantic.warm_state != "cold":
         # Not ready while the model loads: a balancer's first requests would wait for it (seconds).
