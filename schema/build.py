@@ -165,35 +165,48 @@ class ErrorPolicy(SchemaExtension):
         if result is None or not errors:
             return
         request_id = getattr(self.execution_context.context, "request_id", None)
-        result.errors = [self._shape(error, request_id) for error in errors]
+        result.errors = [shape_error(error, request_id, mask=self.mask) for error in errors]
 
-    def _shape(self, error: GraphQLError, request_id: str | None) -> GraphQLError:
-        extensions: dict[str, Any] = dict(error.extensions or {})
-        # An internal error always has its original error.
-        original = error.original_error if _is_internal(error) else None
-        unavailable = outage(original) if original is not None else None
-        bad_text = unstorable_text(original) if original is not None else None
-        if bad_text is not None:  # input no database can store: the client's error, and nothing was written
-            error = GraphQLError(bad_text.message, nodes=error.nodes, path=error.path)
-            extensions = dict(bad_text.extensions)
-        elif unavailable is not None:  # an outage (database unreachable): not a bug, and said so
-            log.warning(
-                "service unavailable in %s (request %s): %s", error.path, request_id, error.original_error
-            )
-            error = GraphQLError(unavailable.message, nodes=error.nodes, path=error.path)
-            extensions = dict(unavailable.extensions)
-        elif _is_internal(error):
-            log.error(
-                "internal error in %s (request %s)", error.path, request_id, exc_info=error.original_error
-            )
-            extensions = {"code": "INTERNAL_SERVER_ERROR"}
-            if self.mask:
-                error = GraphQLError(MASKED_MESSAGE, nodes=error.nodes, path=error.path)
-        _classify(extensions, error)
-        if request_id:
-            extensions["requestId"] = request_id
-        error.extensions = extensions
-        return error
+
+def answered_error(error: GraphQLError, context: Any) -> dict[str, Any] | None:
+    """A resolver's error as the error policy shapes it, formatted, when the compiled read path should
+    answer it itself (schema/fastpath.py): an expected error (bad input, not found, forbidden) or an
+    outage. Running the query again on the normal path just to report it waited out a timeout twice,
+    loaded a struggling database twice and repeated a statement an operator had cancelled. None for a
+    bug, which the normal path re-runs, logs and masks."""
+    original = error.original_error
+    if original is None or not (isinstance(original, RecallQLError) or outage(original) is not None):
+        return None
+    return dict(shape_error(error, getattr(context, "request_id", None), mask=True).formatted)
+
+
+def shape_error(error: GraphQLError, request_id: str | None, *, mask: bool) -> GraphQLError:
+    """An error as it leaves: with its code and the request id; an outage logged and said so; a bug
+    logged with its traceback and, with `mask`, reaching the client only as a masked message."""
+    extensions: dict[str, Any] = dict(error.extensions or {})
+    # An internal error always has its original error.
+    original = error.original_error if _is_internal(error) else None
+    unavailable = outage(original) if original is not None else None
+    bad_text = unstorable_text(original) if original is not None else None
+    if bad_text is not None:  # input no database can store: the client's error, and nothing was written
+        error = GraphQLError(bad_text.message, nodes=error.nodes, path=error.path)
+        extensions = dict(bad_text.extensions)
+    elif unavailable is not None:  # an outage (database unreachable): not a bug, and said so
+        log.warning(
+            "service unavailable in %s (request %s): %s", error.path, request_id, error.original_error
+        )
+        error = GraphQLError(unavailable.message, nodes=error.nodes, path=error.path)
+        extensions = dict(unavailable.extensions)
+    elif _is_internal(error):
+        log.error("internal error in %s (request %s)", error.path, request_id, exc_info=error.original_error)
+        extensions = {"code": "INTERNAL_SERVER_ERROR"}
+        if mask:
+            error = GraphQLError(MASKED_MESSAGE, nodes=error.nodes, path=error.path)
+    _classify(extensions, error)
+    if request_id:
+        extensions["requestId"] = request_id
+    error.extensions = extensions
+    return error
 
 
 # Read-only root fields whose results the compiled path may serialise (schema/fastpath.py).
@@ -346,7 +359,11 @@ def build_schema(
     fast_rules = (*limit_rules, *([] if introspection else [NoSchemaIntrospectionCustomRule]))
     schema.max_entities = max_entities
     schema.fast_path = FastPath(
-        schema, root_fields=FAST_ROOT_FIELDS, max_tokens=max_tokens, extra_rules=fast_rules
+        schema,
+        root_fields=FAST_ROOT_FIELDS,
+        max_tokens=max_tokens,
+        extra_rules=fast_rules,
+        answer_error=answered_error,
     )
     return schema
 

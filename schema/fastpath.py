@@ -7,10 +7,11 @@ through their normal Strawberry resolvers (same argument coercion, same engine, 
 result objects are then serialised by precomputed per-type field getters.
 
 It handles queries whose selections below the root are plain fields: no arguments, no directives, no
-async resolvers. Anything else (mutations, subscriptions, @skip/@include, `Message.thread`, a
-resolver that fails, a null in a non-null position) returns None, and the caller runs the normal
-Strawberry execution instead, which produces identical results and the proper errors. Equivalence with
-that path is tested in tests/test_fastpath.py.
+async resolvers. Anything else (mutations, subscriptions, @skip/@include, `Message.thread`, a bug in a
+resolver, a null in a non-null position) returns None, and the caller runs the normal Strawberry
+execution instead, which produces identical results and the proper errors. A root resolver's expected
+error or outage is answered here, shaped by the schema's error policy (FastPath's answer_error).
+Equivalence with that path is tested in tests/test_fastpath.py.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from graphql import (
     FragmentDefinitionNode,
     FragmentSpreadNode,
     GraphQLBoolean,
+    GraphQLError,
     GraphQLID,
     GraphQLInterfaceType,
     GraphQLList,
@@ -43,6 +45,7 @@ from graphql import (
     OperationDefinitionNode,
     OperationType,
     SelectionSetNode,
+    located_error,
     parse,
     specified_rules,
 )
@@ -103,7 +106,11 @@ class FastPath:
         max_tokens: int,
         extra_rules: tuple[Any, ...] = (),
         cache_size: int = 512,
+        answer_error: Callable[[GraphQLError, Any], dict[str, Any] | None] | None = None,
     ) -> None:
+        """`answer_error(error, context)`: a root resolver's error, formatted as the normal path would
+        answer it, or None for the normal path to run the query again and report it."""
+        self.answer_error = answer_error
         self.strawberry_schema = schema
         self.schema: GraphQLSchema = schema._schema
         self.root_fields = root_fields
@@ -352,10 +359,13 @@ class FastPath:
                     None,  # type: ignore[arg-type]
                 )
                 assert field_def.resolve is not None
-                with nullcontext() if around_field is None else around_field(info, args):
-                    value = field_def.resolve(None, info, **args)
-                    if inspect.isawaitable(value):
-                        value = await value
+                try:
+                    with nullcontext() if around_field is None else around_field(info, args):
+                        value = field_def.resolve(None, info, **args)
+                        if inspect.isawaitable(value):
+                            value = await value
+                except Exception as exc:
+                    return self._failed(plan, root, exc, context)
                 if value is None:
                     _check_nullable(root.shape)
                     data[root.key] = None
@@ -364,6 +374,17 @@ class FastPath:
         except Exception:  # any failure: the normal path re-runs the query and reports it properly
             return None
         return {"data": data}
+
+    def _failed(self, plan: Plan, root: _RootField, exc: Exception, context: Any) -> dict[str, Any] | None:
+        """The answer to a query whose one root resolver raised, as the normal path gives it (the error
+        at the root's path; null data for a non-null root), or None for that path to run it again. With
+        several roots the normal path runs them concurrently, and which others fail too is its to say."""
+        if self.answer_error is None or len(plan.roots) != 1:
+            return None
+        formatted = self.answer_error(located_error(exc, root.field_nodes, [root.key]), context)
+        if formatted is None:
+            return None
+        return {"data": {root.key: None} if root.shape.nullable else None, "errors": [formatted]}
 
 
 class _NullInNonNull(Exception):

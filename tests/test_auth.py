@@ -533,10 +533,13 @@ async def test_the_compiled_read_path_applies_the_principal(services: Services) 
     assert fast == {"data": {"messages": [{"id": "m1"}, None]}} and normal.data == fast["data"]
     fast, normal = await run('{ recall(threadId: "t1", include: [{id: "o1"}]) { messages { id } } }', r1)
     assert fast == {"data": {"recall": {"messages": [{"id": "m1"}]}}}
-    # Refusals leave the compiled path (None), and the normal path reports them.
+    # Refusals are answered as the normal path answers them.
     for query in ('{ recall(threadId: "t2") { total } }', '{ threads(resourceId: "r2") { total } }'):
         fast, normal = await run(query, r1)
-        assert fast is None and normal.errors and normal.errors[0].extensions["code"] == "FORBIDDEN"
+        assert normal.errors and normal.errors[0].extensions["code"] == "FORBIDDEN"
+        assert fast is not None and fast["data"] is None and normal.data is None
+        assert [e["extensions"]["code"] for e in fast["errors"]] == ["FORBIDDEN"]
+        assert fast["errors"][0]["message"] == normal.errors[0].message
     # Unrestricted, everything as before.
     fast, _ = await run('{ messages(ids: ["m1", "o1"]) { id } }', OPEN)
     assert fast == {"data": {"messages": [{"id": "m1"}, {"id": "o1"}]}}

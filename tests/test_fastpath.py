@@ -9,11 +9,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from models.db import create_engine
+from models.repository import Repository
 from resolvers.auth import OPEN, Principal
+from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import RequestContext, Services
 from schema import build_schema
 from schema.build import RecallQLSchema
 from tests.factories import msg, seed
+from tests.support import free_port
 
 MESSAGE_FIELDS = "id role type createdAt threadId resourceId signalType isSystemReminder"
 PARTS = """parts { __typename
@@ -46,7 +50,6 @@ FALLBACK = [
     '{ recall(threadId: "t1") { messages { id thread { id } } } }',  # async field
     '{ recall(threadId: "t1") @include(if: true) { total } }',  # directives
     'mutation { createThread(input: {resourceId: "r9"}) { resourceId } }',
-    '{ recall(threadId: "t1", page: -1) { total } }',  # the resolver raises: the normal path reports it
     '{ recall(threadId: "t1") { nope } }',  # invalid
 ]
 
@@ -123,6 +126,74 @@ async def test_compiled_path_equals_normal_execution(populated: Services, query:
     assert normal.errors is None, normal.errors
     assert fast is not None, "the compiled path should have answered this query"
     assert json.dumps(fast) == json.dumps({"data": normal.data})  # same values and same key order
+
+
+def as_answered(result: Any) -> dict[str, Any]:
+    """An answer (the compiled path's dict, or normal execution's result formatted as the HTTP layer
+    writes it) without the request ids, which differ between the two runs."""
+    if not isinstance(result, dict):
+        result = {
+            "data": result.data,
+            **({"errors": [e.formatted for e in result.errors]} if result.errors else {}),
+        }
+    errors = [
+        {**e, "extensions": {k: v for k, v in e["extensions"].items() if k != "requestId"}}
+        for e in result.get("errors") or []
+    ]
+    return {"data": result["data"], **({"errors": errors} if errors else {})}
+
+
+# Queries whose one root resolver raises an expected error: the compiled path answers them as the
+# normal path does, instead of running them a second time there (see test_faults.py for outages).
+FAILING = [
+    '{ recall(threadId: "t1", page: -1) { total } }',  # non-null root: data is null
+    '{ r: recall(threadId: "t1", perPage: -5) { total messages { id } } }',  # under an alias
+    '{ threads(resourceId: "r1", page: -2) { total } }',
+    '{ recall(threadId: "t1", include: [{id: "m1", withPreviousMessages: -1}]) { total } }',
+]
+
+
+@pytest.mark.parametrize("query", FAILING)
+async def test_compiled_path_answers_a_failing_root_as_normal_execution_does(
+    populated: Services, query: str
+) -> None:
+    fast, normal = await both(populated, query)
+    assert normal.errors, "this query should fail"
+    assert fast is not None, "the compiled path should have answered this query"
+    assert json.dumps(as_answered(fast)) == json.dumps(as_answered(normal))
+    assert fast["errors"][0]["extensions"]["requestId"]  # the request's id, as the error policy adds
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        '{ recall(threadId: "t1") { total } }',
+        '{ thread(id: "t1") { id } }',  # a nullable root: data holds its null
+        '{ t: threads(resourceId: "r1") { total } }',
+        '{ messages(ids: ["m1"]) { id } }',
+    ],
+)
+async def test_compiled_path_answers_an_outage_as_normal_execution_does(query: str) -> None:
+    """A database that refuses connections: each path answers SERVICE_UNAVAILABLE, the same way (the
+    compiled one without running the query a second time on the normal path)."""
+    engine = create_engine(f"postgresql+asyncpg://127.0.0.1:{free_port()}/nowhere")
+    try:
+        services = Services.build(Repository(engine), memory_defaults=dict(BUILTIN_DEFAULTS))
+        fast, normal = await both(services, query)
+    finally:
+        await engine.dispose()
+    assert fast is not None, "the compiled path should have answered this query"
+    assert json.dumps(as_answered(fast)) == json.dumps(as_answered(normal))
+    assert fast["errors"][0]["extensions"]["code"] == "SERVICE_UNAVAILABLE", fast
+
+
+async def test_a_failing_root_beside_others_runs_on_the_normal_path(populated: Services) -> None:
+    """With several roots the normal path runs them concurrently, and which others fail too is its to
+    say: the compiled path does not answer."""
+    fast, normal = await both(
+        populated, '{ a: recall(threadId: "t1", page: -1) { total } b: thread(id: "t1") { id } }'
+    )
+    assert normal.errors and fast is None
 
 
 @pytest.mark.parametrize("query", FALLBACK)

@@ -485,15 +485,30 @@ def test_spans_for_http_graphql_and_sql(tmp_path: Path, otlp: OtlpReceiver) -> N
         "OTEL_BSP_SCHEDULE_DELAY": "100",
         "RECALLQL_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}",
     }
-    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    trace_id, answered_id = "4bf92f3577b34da6a3ce929d0e0e4736", "5bf92f3577b34da6a3ce929d0e0e4737"
+    # Two roots that fail: the compiled path leaves the answer to the normal path, which runs them.
+    twice = RECALL.replace("{ total } }", "{ total } again: recall(threadId: $t, resourceId: $r) { total } }")
     with running_server(tmp_path / "data", env) as srv, httpx.Client(timeout=30) as client:
         response = client.post(
             f"{srv.url}/graphql",
-            json={"query": RECALL, "variables": {"t": "ghost", "r": "r"}},
+            json={"query": twice, "variables": {"t": "ghost", "r": "r"}},
             headers={"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01", "X-Request-ID": "trace-rid"},
         )
         assert response.json()["errors"][0]["extensions"]["code"] == "NOT_FOUND"
+        # One root that fails: the compiled path answers, its field's span marked as an error.
+        response = client.post(
+            f"{srv.url}/graphql",
+            json={"query": RECALL, "variables": {"t": "ghost", "r": "r"}},
+            headers={"traceparent": f"00-{answered_id}-00f067aa0ba902b7-01"},
+        )
+        assert response.json()["errors"][0]["extensions"]["code"] == "NOT_FOUND"
     # Stopping the server flushed its spans.
+    answered = [span for _, span in otlp.spans if span.trace_id.hex() == answered_id]
+    (operation,) = (s for s in answered if s.name == "GraphQL Query: ObsRecall")
+    assert "recallql.compiled_fallback" not in {a.key for a in operation.attributes}
+    (field,) = (s for s in answered if s.name == "GraphQL Resolving: recall")
+    assert field.parent_span_id == operation.span_id
+    assert field.status.code == field.status.STATUS_CODE_ERROR, field.status
     assert otlp.paths and set(otlp.paths) == {"/v1/traces"}
     ours = [span for service, span in otlp.spans if span.trace_id.hex() == trace_id]
     assert {service for service, _ in otlp.spans} == {"recallql"}

@@ -287,8 +287,8 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         # Hot read queries skip graphql-core's per-field machinery (same results; see schema/fastpath.py).
         schema.fast_path if settings.compiled_reads else None,
         graphql_app.get_context,
-        on_answer=lambda plan, name, seconds: observe_compiled_operation(
-            schema._schema, plan.document, name, seconds, plan.memo
+        on_answer=lambda plan, name, seconds, errors: observe_compiled_operation(
+            schema._schema, plan.document, name, seconds, plan.memo, errors
         ),
         max_tokens=settings.max_query_tokens,
         max_chars=settings.max_query_chars,

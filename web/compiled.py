@@ -39,7 +39,7 @@ class GraphQLFront:
         app: ASGIApp,
         fast_path: FastPath | None,
         context_for: Callable[[Request], Awaitable[Any]],
-        on_answer: Callable[[Plan, str | None, float], None] | None = None,
+        on_answer: Callable[[Plan, str | None, float, list[dict[str, Any]]], None] | None = None,
         *,
         max_tokens: int | None = None,
         max_chars: int | None = None,
@@ -161,7 +161,7 @@ class GraphQLFront:
         except TypeError:  # nested past orjson's 254 levels (a value stored before the write limit)
             return None  # the view writes it with the json module
         if self.on_answer is not None:
-            self.on_answer(plan, operation, time.perf_counter() - started)
+            self.on_answer(plan, operation, time.perf_counter() - started, result.get("errors") or [])
         return body
 
 

@@ -38,7 +38,7 @@ import time
 import traceback
 import uuid
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -529,16 +529,23 @@ class GraphQLMetrics(SchemaExtension):
 
 
 def observe_compiled_operation(
-    schema: Any, document: Any, operation_name: str | None, seconds: float, memo: dict[str, Any]
+    schema: Any,
+    document: Any,
+    operation_name: str | None,
+    seconds: float,
+    memo: dict[str, Any],
+    errors: Sequence[Mapping[str, Any]] = (),
 ) -> None:
-    """The operation metric for a query answered by the compiled read path (web/compiled.py), which
-    does not run the schema's extensions. `memo` lives as long as the compiled plan of the document:
-    its labelled metric is worked out once."""
+    """The operation metrics for a query answered by the compiled read path (web/compiled.py), which
+    does not run the schema's extensions: its duration and its errors (formatted) by code. `memo`
+    lives as long as the compiled plan of the document: its labelled metric is worked out once."""
     child = memo.get("duration")
     if child is None:
         context = SimpleNamespace(graphql_document=document, operation_name=operation_name)
         child = memo["duration"] = GRAPHQL_DURATION.labels(*describe_operation(context, schema))
     child.observe(seconds)
+    for error in errors:
+        labelled(GRAPHQL_ERRORS, _error_code(SimpleNamespace(extensions=error.get("extensions")))).inc()
 
 
 _children: dict[tuple[Any, ...], Any] = {}
