@@ -154,14 +154,32 @@ def _unnamed() -> str:
     return ""
 
 
+UNREACHABLE = "The database is unavailable; try again shortly."
+
+
 class DatabaseUnavailable(Exception):
-    """The database cannot be reached: connection refused or timed out, or lost mid-operation. The
-    driver's error is the __cause__. Callers report it as a temporary outage, not as a bug."""
+    """The database cannot do the work now: connection refused or timed out, or lost mid-operation; out
+    of resources; the statement cancelled. The driver's error is the __cause__; `public` says which, in
+    words fit for a client. Callers report it as a temporary outage, not as a bug."""
+
+    def __init__(self, detail: str, public: str = UNREACHABLE) -> None:
+        super().__init__(detail)
+        self.public = public
 
 
-# SQLSTATE class 08 (connection exception), 57P01-57P03 (shut down, crashed, starting up), and 53300
-# (too many connections: max_connections, or a role's or database's limit), all of which pass.
-_UNAVAILABLE_STATES = ("57P01", "57P02", "57P03", "53300")
+# SQLSTATE class 08 (connection exception) and 57P01-57P03 (shut down, crashed, starting up), which
+# pass.
+_UNAVAILABLE_STATES = ("57P01", "57P02", "57P03")
+# The database refusing work for now, not a bug in the statement: class 53 (insufficient resources:
+# disk full, out of memory or of lock table slots, too many connections), and statements it cancelled:
+# a statement_timeout or lock_timeout of the role or database (managed services set them), an
+# operator's pg_cancel_backend. The transaction is rolled back whole and the session serves on.
+_RESOURCES = "The database is out of resources (disk, memory, locks or connections); try again shortly."
+_REFUSALS = {
+    "57014": "The database cancelled the statement (its statement_timeout, or an operator); try again "
+    "shortly.",
+    "55P03": "The database cancelled the statement: a lock wait passed its lock_timeout; try again shortly.",
+}
 
 
 def causes(exc: BaseException) -> Iterator[BaseException]:
@@ -183,20 +201,34 @@ def summary(exc: BaseException) -> str:
 
 
 def is_unavailable(exc: BaseException) -> bool:
-    """Whether an exception raised by a database call means "the database is unreachable"."""
+    """Whether an exception raised by a database call means "the database cannot do this now" (see
+    DatabaseUnavailable) rather than a bug."""
+    return unavailability(exc) is not None
+
+
+def unavailability(exc: BaseException) -> str | None:
+    """What an exception raised by a database call says to a client, if it is an outage (see
+    DatabaseUnavailable); None if it is not one."""
     for current in causes(exc):
-        if isinstance(current, DatabaseUnavailable | OSError | TimeoutError | PoolTimeout):
-            return True  # refused, reset, unresolvable, connect timeout; no free pooled connection
+        if isinstance(current, DatabaseUnavailable):
+            return current.public
+        if isinstance(current, OSError | TimeoutError | PoolTimeout):
+            return UNREACHABLE  # refused, reset, unresolvable, connect timeout; no free pooled connection
         if isinstance(current, DBAPIError) and current.connection_invalidated:
-            return True
+            return UNREACHABLE
         state = getattr(current, "sqlstate", None) or getattr(current, "pgcode", None)
-        if isinstance(state, str) and (state.startswith("08") or state in _UNAVAILABLE_STATES):
-            return True
+        if isinstance(state, str):
+            if state.startswith("08") or state in _UNAVAILABLE_STATES:
+                return UNREACHABLE
+            if state.startswith("53"):
+                return _RESOURCES
+            if state in _REFUSALS:
+                return _REFUSALS[state]
         if type(current).__name__ == "ConnectionDoesNotExistError" or any(
             marker in str(current) for marker in _LOST_MARKERS
         ):
-            return True
-    return False
+            return UNREACHABLE
+    return None
 
 
 # asyncpg's wording for a connection that went away under an operation.

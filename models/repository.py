@@ -48,7 +48,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from models.db import DatabaseUnavailable, create_read_engine, is_unavailable
+from models.db import DatabaseUnavailable, create_read_engine, unavailability
 from models.records import (
     IncludeWindow,
     MessageQuery,
@@ -1880,15 +1880,17 @@ def _reporting_outages(method: Callable[..., Awaitable[_T]]) -> Callable[..., Aw
         except DatabaseUnavailable:
             raise
         except Exception as exc:
-            if is_unavailable(exc):
-                raise DatabaseUnavailable(f"the database is unreachable: {exc!r}") from exc
+            public = unavailability(exc)
+            if public is not None:
+                raise DatabaseUnavailable(f"the database cannot do this now: {exc!r}", public) from exc
             raise
 
     return call
 
 
 # Every public coroutine of the repository reports an unreachable database (refused, timed out, connection
-# lost) as models.db.DatabaseUnavailable, which the API reports as SERVICE_UNAVAILABLE, not as a bug.
+# lost), or one refusing work for now (out of resources, a statement cancelled), as
+# models.db.DatabaseUnavailable, which the API reports as SERVICE_UNAVAILABLE, not as a bug.
 for _name, _method in list(vars(Repository).items()):
     if not _name.startswith("_") and inspect.iscoroutinefunction(_method):
         setattr(Repository, _name, _reporting_outages(_method))

@@ -74,7 +74,7 @@ def outage(exc: BaseException) -> ServiceUnavailable | None:
     if isinstance(exc, ServiceUnavailable):
         return exc
     if isinstance(exc, DatabaseUnavailable):
-        return ServiceUnavailable("The database is unavailable; try again shortly.", service="database")
+        return ServiceUnavailable(exc.public, service="database")
     return None
 
 

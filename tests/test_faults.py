@@ -32,7 +32,13 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from models.db import DatabaseUnavailable, create_engine, create_read_engine, is_unavailable
+from models.db import (
+    DatabaseUnavailable,
+    create_engine,
+    create_read_engine,
+    is_unavailable,
+    unavailability,
+)
 from models.migrate import upgrade
 from models.repository import Repository
 from models.vector_index import ChromaIndex
@@ -127,6 +133,39 @@ async def test_repository_reports_an_unreachable_database(tmp_path: Path) -> Non
                 assert is_unavailable(lost.value), repr(lost.value)
             finally:
                 await engine.dispose()
+
+
+async def test_what_the_database_refuses_for_now_is_told_apart_from_bugs(tmp_path: Path) -> None:
+    """Errors PostgreSQL raises, through the driver and SQLAlchemy as the repository sees them: lack of
+    resources (class 53: a full disk, memory or lock table slots, connection slots) and cancelled
+    statements (57014, 55P03) are the database refusing work for now, each said in its words; a
+    constraint violation or a deadlock is a bug, which the API masks and logs."""
+    expected = {
+        "53100": "out of resources",
+        "53200": "out of resources",
+        "53300": "out of resources",
+        "53400": "out of resources",
+        "57014": "statement_timeout",
+        "55P03": "lock_timeout",
+        "23505": None,
+        "40P01": None,
+        "XX000": None,
+    }
+    async with database("postgres", tmp_path) as url:
+        engine = create_engine(url)
+        try:
+            for state, words in expected.items():
+                with pytest.raises(Exception) as raised:
+                    async with engine.connect() as conn:
+                        await conn.exec_driver_sql(
+                            f"DO $$ BEGIN RAISE EXCEPTION 'refused' USING ERRCODE = '{state}'; END $$"
+                        )
+                said = unavailability(raised.value)
+                assert (said is None) == (words is None), (state, said)
+                assert words is None or (said is not None and words in said), (state, said)
+                assert is_unavailable(raised.value) == (words is not None), state
+        finally:
+            await engine.dispose()
 
 
 async def test_database_outage_fails_fast_and_service_resumes(tmp_path: Path) -> None:
@@ -855,3 +894,102 @@ async def test_a_primary_turned_read_only_is_unavailable_and_writes_resume_after
                     await admin.close()
                 after = [await save(200 + n) for n in range(6)]
                 assert after == [[]] * 6, after
+
+
+@contextlib.asynccontextmanager
+async def messages_held(url: str) -> AsyncIterator[None]:
+    """A session of the database's own holding the messages table (ACCESS EXCLUSIVE, without the
+    database's statement or lock timeouts) until the block ends: statements on it wait meanwhile."""
+    import asyncpg
+
+    holder = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        async with holder.transaction():
+            await holder.execute("SET LOCAL statement_timeout = 0")
+            await holder.execute("SET LOCAL lock_timeout = 0")
+            await holder.execute("LOCK TABLE messages IN ACCESS EXCLUSIVE MODE")
+            yield
+    finally:
+        await holder.close()
+
+
+async def test_a_statement_the_database_cancels_is_unavailable_and_nothing_is_half_written(
+    tmp_path: Path,
+) -> None:
+    """Managed databases and DBAs bound statements: a statement_timeout or lock_timeout on the role or
+    the database, or an operator's pg_cancel_backend. A statement cancelled so (SQLSTATE 57014, or
+    55P03 for a lock wait) was INTERNAL_SERVER_ERROR with a traceback in the log; it is the database
+    refusing work for now, to retry (SERVICE_UNAVAILABLE, saying why), the write is rolled back whole,
+    the connection serves the next request, and a read is not run a second time (the compiled read
+    path handed failures to the normal path, which ran the query again: an operator's cancel was
+    undone, and each timeout waited out twice)."""
+    import asyncpg
+
+    async with database("postgres", tmp_path) as url:
+        name = url.rsplit("/", 1)[1]
+        admin = await asyncpg.connect(PG_ADMIN_DSN)
+
+        async def database_settings(statement: str) -> None:
+            """Changes the database's defaults, and ends its sessions so that the next ones take them."""
+            await admin.execute(f'ALTER DATABASE "{name}" {statement}')
+            await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", name
+            )
+
+        env = {"RECALLQL_DATABASE_URL": url, "RECALLQL_EMBEDDER": "off", "RECALLQL_DB_POOL_SIZE": "2"}
+        try:
+            await database_settings("SET statement_timeout = 400")
+            with running_server(tmp_path / "data", env) as server:
+                async with httpx.AsyncClient(timeout=30) as client:
+                    thread = uid("t")
+                    body, _ = await gql(client, server.url, CREATE, input={"id": thread, "resourceId": "r"})
+                    assert codes(body) == [], body
+                    first = text_message(thread_id=thread, id=f"{thread}-1")
+                    body, _ = await gql(client, server.url, SAVE, m=[first])
+                    assert codes(body) == [], body
+
+                    async with messages_held(url):
+                        second = text_message(thread_id=thread, id=f"{thread}-2")
+                        saved, _ = await gql(client, server.url, SAVE, m=[second])
+                        read, _ = await gql(client, server.url, RECALL_PAGE, t=thread)
+                    for body in (saved, read):
+                        assert codes(body) == ["SERVICE_UNAVAILABLE"], body
+                        error = body["errors"][0]
+                        assert "cancelled" in error["message"] and "timeout" in error["message"], error
+                        assert error["extensions"]["service"] == "database", error
+                    # Nothing of the cancelled save was stored, and the pool's sessions go on serving.
+                    body, _ = await gql(client, server.url, RECALL_PAGE, t=thread)
+                    assert codes(body) == [], body
+                    assert [m["id"] for m in body["data"]["recall"]["messages"]] == [first["id"]]
+
+                    # An operator cancelling a statement: the same answer, and it is not run again
+                    # (a second run would wait for the lock until the block ends, past the client's
+                    # timeout).
+                    await database_settings("RESET statement_timeout")
+                    async with messages_held(url):
+                        waiting = asyncio.create_task(gql(client, server.url, RECALL_PAGE, t=thread))
+
+                        async def blocked() -> int:
+                            return int(
+                                await admin.fetchval(
+                                    "SELECT pg_cancel_backend(pid)::int FROM pg_stat_activity "
+                                    "WHERE datname = $1 AND wait_event_type = 'Lock'",
+                                    name,
+                                )
+                                or 0
+                            )
+
+                        await eventually(blocked, timeout=20, what="a recall waiting for the lock")
+                        body, _ = await waiting
+                    assert codes(body) == ["SERVICE_UNAVAILABLE"], body
+
+                    # A lock_timeout (55P03) in place of the statement_timeout.
+                    await database_settings("SET lock_timeout = 300")
+                    async with messages_held(url):
+                        body, _ = await gql(client, server.url, RECALL_PAGE, t=thread)
+                    assert codes(body) == ["SERVICE_UNAVAILABLE"], body
+                    assert "lock_timeout" in body["errors"][0]["message"], body
+            log = server.log_path.read_text()
+            assert "Traceback" not in log and "internal error" not in log, log
+        finally:
+            await admin.close()

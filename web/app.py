@@ -215,7 +215,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
                     # says so meanwhile (uvicorn's supervisor stops every worker when one fails to start).
                     if not is_unavailable(exc):
                         raise
-                    log.warning("the database is unreachable at start: %s", summary(exc))
+                    log.warning("the database cannot be used at start: %s", summary(exc))
             repository = Repository(engine)
             built = Services.build(
                 repository,

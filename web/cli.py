@@ -570,10 +570,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"recallql: setting not valid: {named} (expected JSON)", file=sys.stderr)  # noqa: T201
         return 2
     except Exception as exc:  # an unreachable database is an outage to report, not a bug
-        from models.db import is_unavailable
+        from models.db import UNREACHABLE, unavailability
 
-        if is_unavailable(exc):
-            print(f"recallql: the database cannot be reached: {_root_cause(exc)}", file=sys.stderr)  # noqa: T201
+        if (public := unavailability(exc)) is not None:
+            what = "cannot be reached" if public == UNREACHABLE else "refused the work for now"
+            print(f"recallql: the database {what}: {_root_cause(exc)}", file=sys.stderr)  # noqa: T201
             return 1
         if _refused(exc):
             print(f"recallql: the database refused the connection: {_root_cause(exc)}", file=sys.stderr)  # noqa: T201
