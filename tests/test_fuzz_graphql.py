@@ -7,7 +7,8 @@ and their fragments; a share of requests is broken on purpose (syntax, unknown f
 wrong literal and variable types, missing variables, alias and depth limits). Ids come mostly from a
 pool of threads, messages and resources that exist, so resolvers run deep, not only validation.
 
-The bulk runs in process (`schema.build.build_schema().execute`) over a real SQLite database; a smaller
+The bulk runs in process (`schema.build.build_schema().execute`) over a real database of each engine
+(PostgreSQL is stricter about types, ranges and text than SQLite: the same requests on both); a smaller
 sample goes over real HTTP to the `server` fixture. Every response must be a GraphQL response whose
 errors all carry an extensions.code other than INTERNAL_SERVER_ERROR. The seed is fixed.
 """
@@ -53,7 +54,7 @@ from resolvers.context import RequestContext, Services
 from resolvers.messages import MessageInput
 from schema.build import SDL_PATH
 from schema.build import build_schema as build_strawberry_schema
-from tests.support import ServerProcess
+from tests.support import ServerProcess, database, engines
 
 SEED = int(os.environ.get("RECALLQL_FUZZ_SEED", "20261130"))
 IN_PROCESS_REQUESTS = int(os.environ.get("RECALLQL_FUZZ_REQUESTS", "10000"))
@@ -569,24 +570,25 @@ async def seed_pools(services: Services, prefix: str) -> Pools:
     )
 
 
-@pytest.fixture
-async def sqlite_services(tmp_path: Path) -> AsyncIterator[Services]:
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'fuzz.db'}")
-    await upgrade(engine)
-    services = Services.build(
-        Repository(engine), memory_defaults=dict(BUILTIN_DEFAULTS), max_include_items=100
-    )
-    try:
-        yield services
-    finally:
-        await services.aclose()
-        await engine.dispose()
+@pytest.fixture(params=engines())
+async def fuzz_services(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Services]:
+    async with database(request.param, tmp_path) as url:
+        engine = create_engine(url)
+        await upgrade(engine)
+        services = Services.build(
+            Repository(engine), memory_defaults=dict(BUILTIN_DEFAULTS), max_include_items=100
+        )
+        try:
+            yield services
+        finally:
+            await services.aclose()
+            await engine.dispose()
 
 
 # ---------------------------------------------------------------------------------------------- tests
 @pytest.mark.slow
-async def test_graphql_fuzz_in_process(sqlite_services: Services) -> None:
-    services = sqlite_services
+async def test_graphql_fuzz_in_process(fuzz_services: Services) -> None:
+    services = fuzz_services
     pools = await seed_pools(services, "fz")
     generator = Generator(sdl_schema(), pools, random.Random(SEED))
     schema = build_strawberry_schema()
