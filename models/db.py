@@ -52,6 +52,11 @@ def unsupported_parameters(url: str) -> list[str]:
     return sorted(set(make_url(url).query) - _DSN_PARAMETERS - _KEYWORD_PARAMETERS)
 
 
+def supported_parameters() -> list[str]:
+    """The query parameters a PostgreSQL URL may carry (for the setting's error message)."""
+    return sorted(_DSN_PARAMETERS | _KEYWORD_PARAMETERS)
+
+
 def is_sqlite(url: str) -> bool:
     return make_url(url).get_backend_name() == "sqlite"
 

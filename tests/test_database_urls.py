@@ -105,8 +105,10 @@ def test_parameters_asyncpg_cannot_take_are_a_setting_error() -> None:
     assert lines[0] == "recallql: 1 setting(s) not valid:"
     assert lines[1].startswith(
         "  RECALLQL_DATABASE_URL: Value error, the URL parameter(s) channel_binding, connect_timeout are not "
-        "supported by asyncpg, which takes sslmode,"
+        "supported by asyncpg, which takes "
     )
+    for name in ("sslmode", "sslrootcert", "target_session_attrs", "options", "application_name", "host"):
+        assert f" {name}," in lines[1], lines[1]
     assert lines[1].endswith("; for connect_timeout set RECALLQL_DB_CONNECT_TIMEOUT")
     assert "s3cret-pw" not in done.stderr
 

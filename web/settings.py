@@ -224,7 +224,7 @@ class Settings(BaseSettings):
         if driver not in ("sqlite+aiosqlite", "postgresql+asyncpg"):
             raise ValueError(f"the driver {driver!r} is not supported; {_URL_FORMS}")
         if driver == "postgresql+asyncpg":
-            from models.db import unsupported_parameters
+            from models.db import supported_parameters, unsupported_parameters
 
             # Else every connection failed with "connect() got an unexpected keyword argument", a
             # traceback from each command and worker.
@@ -237,8 +237,7 @@ class Settings(BaseSettings):
                 )
                 raise ValueError(
                     f"the URL parameter(s) {', '.join(unknown)} are not supported by asyncpg, which takes "
-                    "sslmode, sslrootcert and libpq's other ssl* parameters, target_session_attrs, "
-                    f"application_name, options, service, passfile, ssl, host, port, user, password{hint}"
+                    f"{', '.join(supported_parameters())}{hint}"
                 )
         return value
 
