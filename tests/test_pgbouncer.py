@@ -154,3 +154,30 @@ async def test_every_operation_through_pgbouncer_in_transaction_mode(tmp_path: P
         assert exported.returncode == 0, exported.stderr
         kinds = [json.loads(line)["kind"] for line in exported.stdout.splitlines()]
         assert (kinds.count("resource"), kinds.count("thread"), kinds.count("message")) == (1, 3, 12 * 8 - 1)
+
+
+async def test_a_mastra_postgres_store_imports_through_pgbouncer(tmp_path: Path) -> None:
+    """`recallql import mastra --from` a Mastra database reached through a transaction-mode pooler
+    (Supabase and others hand out such URLs first). The source is read in one REPEATABLE READ
+    transaction, which keeps one server connection throughout, so asyncpg's prepared statements hold."""
+    import asyncpg
+
+    from tests.test_import_export import write_pg_mastra
+
+    async with database("postgres", tmp_path / "target") as target:
+        async with database_behind_pgbouncer(tmp_path / "source") as source:
+            dsn = source.replace("postgresql+asyncpg://", "postgresql://")
+            conn = await asyncpg.connect(dsn, statement_cache_size=0)
+            try:
+                await write_pg_mastra(conn, "mastra")
+            finally:
+                await conn.close()
+            env = {"RECALLQL_DATABASE_URL": target, "RECALLQL_DATA_DIR": str(tmp_path / "data")}
+            done = cli("import", "mastra", "--from", dsn, "--schema", "mastra", "--no-embed", env=env)
+            assert done.returncode == 0, done.stderr
+        stored = await asyncpg.connect(target.replace("postgresql+asyncpg://", "postgresql://"))
+        try:
+            counts = [await stored.fetchval(f"SELECT count(*) FROM {t}") for t in ("threads", "messages")]
+        finally:
+            await stored.close()
+        assert counts == [2, 5], (counts, done.stdout)
