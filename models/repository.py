@@ -580,7 +580,8 @@ class Repository:
         self, body: Callable[[Connection], _T], *, lock_keys: Iterable[str] = ()
     ) -> _T:
         """Runs the synchronous `body` in a write transaction, retried when the database reports a
-        deadlock or a serialization failure (replicas writing the same rows at once).
+        deadlock or a serialization failure (replicas writing the same rows at once), or a lock table
+        that concurrent writes filled.
 
         SQLite: the whole transaction runs on a plain connection in one worker-thread hop, where
         aiosqlite would hop to its thread and back for every statement and fetch (a save of 2
@@ -1815,22 +1816,31 @@ def _resource(row: Any) -> ResourceRecord:
 
 
 async def _retried(attempt: Callable[[], Awaitable[_T]]) -> _T:
-    """`attempt()`, again after a short random pause when the database reports a deadlock or a
-    serialization failure, up to _WRITE_ATTEMPTS times."""
+    """`attempt()`, again after a random pause when the database reports a deadlock, a serialization
+    failure or its lock table full, up to _WRITE_ATTEMPTS times."""
     for n in range(_WRITE_ATTEMPTS):
         try:
             return await attempt()
         except DBAPIError as exc:
-            if n + 1 == _WRITE_ATTEMPTS or not _retryable(exc):
+            pause = _retry_pause(exc)
+            if n + 1 == _WRITE_ATTEMPTS or pause is None:
                 raise
-            await asyncio.sleep(0.005 * 2**n * (1 + random.random()))
+            await asyncio.sleep(pause * 2**n * (1 + random.random()))
     raise AssertionError("unreachable")
 
 
-def _retryable(exc: DBAPIError) -> bool:
+def _retry_pause(exc: DBAPIError) -> float | None:
+    """The first pause before trying a failed write again (doubled each time), or None: not retried."""
     code = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
     # 40P01 deadlock detected, 40001 serialization failure; SQLite: a writer that outlived busy_timeout.
-    return code in ("40P01", "40001") or "database is locked" in str(exc.orig)
+    if code in ("40P01", "40001") or "database is locked" in str(exc.orig):
+        return 0.005
+    # Out of shared memory: the lock table is full. Writes lock each thread they touch, and saves of
+    # thousands of threads each at once filled it; each one alone fits (RECALLQL_MAX_SAVE_BATCH), so
+    # it is tried again once the others have had time to commit and free their locks.
+    if code == "53200":
+        return 0.25
+    return None
 
 
 def _json_kind(value: Any) -> str:

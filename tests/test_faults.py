@@ -168,6 +168,35 @@ async def test_what_the_database_refuses_for_now_is_told_apart_from_bugs(tmp_pat
             await engine.dispose()
 
 
+async def test_concurrent_saves_past_the_lock_table_are_retried_not_refused(tmp_path: Path) -> None:
+    """A PostgreSQL write takes an advisory lock per thread it touches, in its transaction. Two saves
+    of 10,000 messages in as many threads (RECALLQL_MAX_SAVE_BATCH's bound) at once filled the lock
+    table of a default server (max_locks_per_transaction 64): one failed with "out of shared memory".
+    Each fits alone, so the one refused is tried again once the other has had time to commit."""
+    from resolvers.auth import OPEN
+    from resolvers.config import BUILTIN_DEFAULTS
+    from resolvers.context import Services
+    from tests.factories import msg
+
+    async with database("postgres", tmp_path) as url:
+        engine = create_engine(url)
+        try:
+            await upgrade(engine)
+            services = Services.build(
+                Repository(engine), memory_defaults=dict(BUILTIN_DEFAULTS), max_save_batch=10_000
+            )
+            batches = [[msg(f"m{k}-{n}", thread=f"t{k}-{n}", at=n) for n in range(10_000)] for k in range(2)]
+            saved = await asyncio.gather(
+                *(services.messages.save(batch, principal=OPEN) for batch in batches)
+            )
+            assert [len(result.messages) for result in saved] == [10_000, 10_000]
+            async with engine.connect() as conn:
+                stored = await conn.execute(text("SELECT count(*), count(DISTINCT thread_id) FROM messages"))
+                assert tuple(stored.one()) == (20_000, 20_000)
+        finally:
+            await engine.dispose()
+
+
 async def test_database_outage_fails_fast_and_service_resumes(tmp_path: Path) -> None:
     async with database("postgres", tmp_path) as url:
         parts = urlsplit(url)
