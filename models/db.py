@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import sqlite3
 from collections.abc import Iterator
@@ -110,8 +111,9 @@ def create_engine(
         "hide_parameters": True,
     }
     if is_sqlite(url):
-        engine = create_async_engine(url, echo=echo, connect_args={"timeout": 30}, **json_options)
-        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        timeout = sqlite_busy_timeout(url)
+        engine = create_async_engine(url, echo=echo, connect_args={"timeout": timeout}, **json_options)
+        event.listen(engine.sync_engine, "connect", functools.partial(_sqlite_pragmas, timeout))
         return engine
     connect_args: dict[str, Any] = {"timeout": connect_timeout} if connect_timeout else {}
     parsed = make_url(url)
@@ -180,6 +182,11 @@ _UNAVAILABLE_STATES = ("57P01", "57P02", "57P03")
 # a statement_timeout or lock_timeout of the role or database (managed services set them), an
 # operator's pg_cancel_backend. The transaction is rolled back whole and the session serves on.
 _RESOURCES = "The database is out of resources (disk, memory, locks or connections); try again shortly."
+# SQLite: a write that waited out busy_timeout for another connection's write lock (another process
+# holding a long write transaction: a VACUUM, a bulk job); a full disk is SQLITE_FULL.
+_SQLITE_BUSY = (
+    "The database is busy: another connection held its write lock past the wait allowed; try again shortly."
+)
 _REFUSALS = {
     "57014": "The database cancelled the statement (its statement_timeout, or an operator); try again "
     "shortly.",
@@ -229,6 +236,12 @@ def unavailability(exc: BaseException) -> str | None:
                 return _RESOURCES
             if state in _REFUSALS:
                 return _REFUSALS[state]
+        sqlite_error = getattr(current, "sqlite_errorname", None)
+        if isinstance(sqlite_error, str):
+            if sqlite_error.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+                return _SQLITE_BUSY
+            if sqlite_error == "SQLITE_FULL":
+                return _RESOURCES
         if type(current).__name__ == "ConnectionDoesNotExistError" or any(
             marker in str(current) for marker in _LOST_MARKERS
         ):
@@ -247,24 +260,36 @@ def create_read_engine(url: str) -> Engine | None:
     if not is_sqlite(url):
         return None
     sync_url = make_url(url).set(drivername="sqlite+pysqlite")
+    timeout = sqlite_busy_timeout(url)
     engine = create_sync_engine(
         sync_url,
-        connect_args={"timeout": 30, "check_same_thread": False},
+        connect_args={"timeout": timeout, "check_same_thread": False},
         pool_size=8,
         max_overflow=8,
         hide_parameters=True,
         json_serializer=_dumps,
         json_deserializer=orjson.loads,
     )
-    event.listen(engine, "connect", _sqlite_pragmas)
+    event.listen(engine, "connect", functools.partial(_sqlite_pragmas, timeout))
     return engine
 
 
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+SQLITE_BUSY_TIMEOUT = 30.0
+
+
+def sqlite_busy_timeout(url: str) -> float:
+    """Seconds a SQLite write waits for another connection's write lock before it fails
+    (SERVICE_UNAVAILABLE): the URL's `timeout` parameter (pysqlite's name for it), else 30."""
+    given = make_url(url).query.get("timeout")
+    value = given[-1] if isinstance(given, tuple) else given
+    return float(value) if value is not None else SQLITE_BUSY_TIMEOUT
+
+
+def _sqlite_pragmas(busy_timeout: float, dbapi_conn: Any, _record: Any) -> None:
     cursor = dbapi_conn.cursor()
     # WAL lets readers run beside the single writer; NORMAL is durable for committed WAL frames
     # across a process crash (only an OS crash can lose the newest commits).
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
     cursor.close()

@@ -19,6 +19,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -1022,3 +1023,57 @@ async def test_a_statement_the_database_cancels_is_unavailable_and_nothing_is_ha
             assert "Traceback" not in log and "internal error" not in log, log
         finally:
             await admin.close()
+
+
+async def test_a_sqlite_write_lock_held_elsewhere_is_unavailable_after_the_wait(tmp_path: Path) -> None:
+    """Another connection holding the SQLite file's write lock (a VACUUM, a bulk job, an open `sqlite3`
+    shell): a save waits the URL's timeout for it (30 s unless given), then answers SERVICE_UNAVAILABLE.
+    It was INTERNAL_SERVER_ERROR, after the wait and four more as long (2.5 minutes by default). Reads go
+    on meanwhile (WAL), and nothing of the refused save is stored."""
+    import sqlite3
+
+    db = tmp_path / "held.db"
+    env = {"RECALLQL_DATABASE_URL": f"sqlite+aiosqlite:///{db}?timeout=0.5", "RECALLQL_EMBEDDER": "off"}
+    with running_server(tmp_path / "data", env) as server:
+        async with httpx.AsyncClient(timeout=30) as client:
+            thread = uid("t")
+            body, _ = await gql(client, server.url, CREATE, input={"id": thread, "resourceId": "r"})
+            assert codes(body) == [], body
+            holder = sqlite3.connect(db, isolation_level=None)
+            try:
+                holder.execute("BEGIN IMMEDIATE")
+                refused = text_message(thread_id=thread, id=f"{thread}-refused")
+                saved, _ = await gql(client, server.url, SAVE, m=[refused])
+                read, _ = await gql(client, server.url, RECALL_PAGE, t=thread)
+                holder.execute("ROLLBACK")
+            finally:
+                holder.close()
+            assert codes(saved) == ["SERVICE_UNAVAILABLE"], saved
+            assert "busy" in saved["errors"][0]["message"], saved
+            assert codes(read) == [] and read["data"]["recall"]["total"] == 0, read
+            kept = text_message(thread_id=thread, id=f"{thread}-kept")
+            body, _ = await gql(client, server.url, SAVE, m=[kept])
+            assert codes(body) == [], body
+            body, _ = await gql(client, server.url, RECALL_PAGE, t=thread)
+            assert [m["id"] for m in body["data"]["recall"]["messages"]] == [kept["id"]], body
+    log = server.log_path.read_text()
+    assert "Traceback" not in log and "internal error" not in log, log
+
+
+def test_a_sqlite_timeout_that_is_not_a_number_is_a_setting_error(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "web.cli",
+            "migrate",
+            "--database-url",
+            f"sqlite+aiosqlite:///{tmp_path}/x.db?timeout=soon",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "timeout (seconds a write waits for the lock) must be a number above 0" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -223,6 +224,17 @@ class Settings(BaseSettings):
             value = parsed.set(drivername=driver).render_as_string(hide_password=False)
         if driver not in ("sqlite+aiosqlite", "postgresql+asyncpg"):
             raise ValueError(f"the driver {driver!r} is not supported; {_URL_FORMS}")
+        if driver == "sqlite+aiosqlite":
+            from models.db import sqlite_busy_timeout
+
+            try:
+                busy = sqlite_busy_timeout(value)
+            except ValueError:
+                busy = math.nan
+            if not busy > 0 or math.isinf(busy):  # NaN fails the first test
+                raise ValueError(
+                    "the URL's timeout (seconds a write waits for the lock) must be a number above 0"
+                )
         if driver == "postgresql+asyncpg":
             from models.db import supported_parameters, unsupported_parameters
 
