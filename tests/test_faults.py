@@ -169,6 +169,23 @@ async def test_what_the_database_refuses_for_now_is_told_apart_from_bugs(tmp_pat
             await engine.dispose()
 
 
+async def test_a_full_sqlite_database_is_out_of_resources(tmp_path: Path) -> None:
+    """SQLite's "database or disk is full" (SQLITE_FULL; here the file's max_page_count) is the database
+    refusing work for now, as PostgreSQL's disk_full is, not a bug."""
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'full.db'}")
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(text("CREATE TABLE t (x TEXT)"))
+        with pytest.raises(Exception) as raised:
+            async with engine.begin() as conn:
+                await conn.execute(text("PRAGMA max_page_count = 4"))
+                await conn.execute(text("INSERT INTO t VALUES (:x)"), {"x": "x" * 100_000})
+        said = unavailability(raised.value)
+        assert said is not None and "out of resources" in said, repr(raised.value)
+    finally:
+        await engine.dispose()
+
+
 async def test_concurrent_saves_past_the_lock_table_are_retried_not_refused(tmp_path: Path) -> None:
     """A PostgreSQL write takes an advisory lock per thread it touches, in its transaction. Two saves
     of 10,000 messages in as many threads (RECALLQL_MAX_SAVE_BATCH's bound) at once filled the lock
