@@ -800,18 +800,18 @@ EDGE_CASES: list[tuple[str, str, dict[str, Any] | None, str, str | None]] = [
     [pytest.param(q, v, e, k, id=name) for name, q, v, e, k in EDGE_CASES],
 )
 async def test_edge_cases(
-    sqlite_services: Services,
+    fuzz_services: Services,
     query: str,
     variables: dict[str, Any] | None,
     expected: str,
     known_bug: str | None,
 ) -> None:
-    await sqlite_services.threads.create(resource_id="edge-r", thread_id="edge-thread", principal=OPEN)
+    await fuzz_services.threads.create(resource_id="edge-r", thread_id="edge-thread", principal=OPEN)
     schema = build_strawberry_schema()
     result = await schema.execute(
         query,
         variable_values=variables,
-        context_value=RequestContext(services=sqlite_services, principal=OPEN, request_id="edge"),
+        context_value=RequestContext(services=fuzz_services, principal=OPEN, request_id="edge"),
     )
     codes = [(e.extensions or {}).get("code") for e in result.errors or []]
     if "INTERNAL_SERVER_ERROR" in codes and known_bug:
