@@ -92,9 +92,16 @@ def create_engine(
     echo: bool = False,
     connect_timeout: float | None = None,
     transaction_pooler: bool = False,
+    lock_timeout: float | None = None,
 ) -> AsyncEngine:
     """`connect_timeout` (PostgreSQL): seconds a new connection may take, so that requests fail fast
     while the database is unreachable (asyncpg's own default is 60).
+
+    `lock_timeout` (PostgreSQL): seconds a statement may wait for a lock, on connections whose role and
+    database set none (PostgreSQL's default is to wait for ever). A session holding a lock RecallQL needs
+    (a DBA's long transaction, a table rewrite, a stuck client) otherwise held every write waiting on it,
+    each with a pooled connection, until the pool was exhausted and reads failed too. Not set behind a
+    transaction pooler, whose server connections are shared: set it on the role there.
 
     `transaction_pooler` (PostgreSQL): the URL is a pooler in transaction mode (PgBouncer, Supavisor,
     RDS Proxy), which hands each transaction to whichever server connection is free. A statement
@@ -145,7 +152,25 @@ def create_engine(
         **json_options,
     )
     event.listen(engine.sync_engine, "handle_error", _read_only_is_a_disconnect)
+    if lock_timeout and not transaction_pooler:
+        event.listen(
+            engine.sync_engine,
+            "connect",
+            functools.partial(_default_lock_timeout, round(lock_timeout * 1000)),
+        )
     return engine
+
+
+def _default_lock_timeout(milliseconds: int, dbapi_conn: Any, _record: Any) -> None:
+    # On the driver's connection, outside any transaction: the setting stays for the session (a
+    # transaction's rollback, which returns every pooled connection, would undo it). Conditional, so that
+    # a role's or a database's own lock_timeout, a DBA's choice, stays as it is.
+    dbapi_conn.run_async(
+        lambda conn: conn.execute(
+            "SELECT set_config('lock_timeout', $1, false) WHERE current_setting('lock_timeout') = '0'",
+            f"{milliseconds}ms",
+        )
+    )
 
 
 def _read_only_is_a_disconnect(context: ExceptionContext) -> None:

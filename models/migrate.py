@@ -98,6 +98,9 @@ def _state(connection: Connection) -> SchemaState:
 
 def _upgrade(connection: Connection) -> SchemaState:
     if connection.dialect.name == "postgresql":
+        # A migration waits for what it must (another replica's migration, locks on the tables it alters)
+        # however long that takes: RECALLQL_DB_LOCK_TIMEOUT bounds requests, not this.
+        connection.execute(text("SET LOCAL lock_timeout = 0"))
         connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_LOCK_KEY})
     # Read under the lock, so a process that waited for another's migration sees it done.
     state = _state(connection)

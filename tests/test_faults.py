@@ -1094,3 +1094,75 @@ def test_a_sqlite_timeout_that_is_not_a_number_is_a_setting_error(tmp_path: Path
     assert done.returncode == 2, done.stderr
     assert "timeout (seconds a write waits for the lock) must be a number above 0" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+async def test_a_lock_held_elsewhere_fails_requests_after_the_lock_timeout(tmp_path: Path) -> None:
+    """PostgreSQL waits for a lock for ever unless told otherwise: a session holding one that RecallQL
+    needs (here the messages table; a DBA's long transaction, a table rewrite, a stuck client) held every
+    request on it, each with a pooled connection, past any client's patience. Now a statement waits
+    RECALLQL_DB_LOCK_TIMEOUT, then the request is SERVICE_UNAVAILABLE and its connection is free. A
+    database's own lock_timeout is left as it is, and a migration waits as long as it must."""
+    import asyncpg
+
+    from models.migrate import _PG_LOCK_KEY
+
+    async with database("postgres", tmp_path) as url:
+        name = url.rsplit("/", 1)[1]
+        env = {
+            "RECALLQL_DATABASE_URL": url,
+            "RECALLQL_EMBEDDER": "off",
+            "RECALLQL_DB_POOL_SIZE": "1",
+            "RECALLQL_DB_MAX_OVERFLOW": "0",
+            "RECALLQL_DB_LOCK_TIMEOUT": "0.5",
+        }
+        with running_server(tmp_path / "data", env) as server:
+            async with httpx.AsyncClient(timeout=10) as client:
+                thread = uid("t")
+                body, _ = await gql(client, server.url, CREATE, input={"id": thread, "resourceId": "r"})
+                assert codes(body) == [], body
+                async with messages_held(url):
+                    saved, _ = await gql(client, server.url, SAVE, m=[text_message(thread_id=thread)])
+                    read, _ = await gql(client, server.url, RECALL_PAGE, t=thread)
+                    other, _ = await gql(client, server.url, THREAD, t=thread)  # no lock on messages
+                for body in (saved, read):
+                    assert codes(body) == ["SERVICE_UNAVAILABLE"], body
+                    assert "lock_timeout" in body["errors"][0]["message"], body
+                # The one pooled connection was freed each time, and is the same session still.
+                assert codes(other) == [] and other["data"]["thread"]["id"] == thread, other
+                body, _ = await gql(client, server.url, SAVE, m=[text_message(thread_id=thread)])
+                assert codes(body) == [], body
+
+        # The database's own setting wins over RecallQL's (here a longer one than the client waits).
+        admin = await asyncpg.connect(PG_ADMIN_DSN)
+        try:
+            await admin.execute(f'ALTER DATABASE "{name}" SET lock_timeout = 250')
+            with running_server(tmp_path / "data", {**env, "RECALLQL_DB_LOCK_TIMEOUT": "3600"}) as server:
+                async with httpx.AsyncClient(timeout=10) as client, messages_held(url):
+                    read, _ = await gql(client, server.url, RECALL_PAGE, t=thread)
+                assert codes(read) == ["SERVICE_UNAVAILABLE"], read
+        finally:
+            await admin.execute(f'ALTER DATABASE "{name}" RESET lock_timeout')
+            await admin.close()
+
+    # A migration waits for another's (its advisory lock held here for longer than the timeout).
+    async with database("postgres", tmp_path / "new") as new:
+        holder = await asyncpg.connect(new.replace("postgresql+asyncpg://", "postgresql://"))
+        try:
+            await holder.execute("SELECT pg_advisory_lock($1)", _PG_LOCK_KEY)
+            migrating = asyncio.create_task(
+                asyncio.to_thread(
+                    subprocess.run,
+                    [sys.executable, "-m", "web.cli", "migrate"],
+                    env={**os.environ, **env, "RECALLQL_DATABASE_URL": new},
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                )
+            )
+            await asyncio.sleep(2)
+            assert not migrating.done()
+            await holder.execute("SELECT pg_advisory_unlock($1)", _PG_LOCK_KEY)
+            done = await migrating
+        finally:
+            await holder.close()
+        assert done.returncode == 0 and done.stdout.startswith("applied "), (done.stdout, done.stderr)

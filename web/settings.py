@@ -34,6 +34,9 @@ class Settings(BaseSettings):
     db_connect_timeout: float = Field(default=5.0, gt=0)
     # PostgreSQL through a pooler in transaction mode (PgBouncer, Supavisor): no prepared statements kept.
     db_transaction_pooler: bool = False
+    # PostgreSQL: seconds a statement may wait for a lock before the request fails with
+    # SERVICE_UNAVAILABLE, where the role and database set no lock_timeout; 0 waits as they say.
+    db_lock_timeout: float = Field(default=30.0, ge=0, le=2_147_483)  # PostgreSQL's bound, in seconds
     auto_migrate: bool = True
 
     host: str = "127.0.0.1"
@@ -281,6 +284,7 @@ class Settings(BaseSettings):
             "max_overflow": self.db_max_overflow,
             "connect_timeout": self.db_connect_timeout,
             "transaction_pooler": self.db_transaction_pooler,
+            "lock_timeout": self.db_lock_timeout,
         }
 
     @property
