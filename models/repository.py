@@ -1842,7 +1842,7 @@ def _retry_pause(exc: DBAPIError) -> float | None:
     # thousands of threads each at once filled it; each one alone fits (RECALLQL_MAX_SAVE_BATCH), so
     # it is tried again once the others have had time to commit and free their locks.
     if code == "53200":
-        return 0.25
+        return 0.5
     return None
 
 
