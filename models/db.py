@@ -7,6 +7,7 @@ import functools
 import json
 import sqlite3
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -186,19 +187,16 @@ def _unnamed() -> str:
     return ""
 
 
-UNREACHABLE = "The database is unavailable; try again shortly."
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why the database cannot do the work now: `reason`, for programs (the API's
+    extensions.reason), and `message`, in words fit for a client."""
+
+    reason: str
+    message: str
 
 
-class DatabaseUnavailable(Exception):
-    """The database cannot do the work now: connection refused or timed out, or lost mid-operation; out
-    of resources; the statement cancelled. The driver's error is the __cause__; `public` says which, in
-    words fit for a client. Callers report it as a temporary outage, not as a bug."""
-
-    def __init__(self, detail: str, public: str = UNREACHABLE) -> None:
-        super().__init__(detail)
-        self.public = public
-
-
+UNREACHABLE = Refusal("unreachable", "The database is unavailable; try again shortly.")
 # SQLSTATE class 08 (connection exception) and 57P01-57P03 (shut down, crashed, starting up), which
 # pass.
 _UNAVAILABLE_STATES = ("57P01", "57P02", "57P03")
@@ -206,17 +204,34 @@ _UNAVAILABLE_STATES = ("57P01", "57P02", "57P03")
 # disk full, out of memory or of lock table slots, too many connections), and statements it cancelled:
 # a statement_timeout or lock_timeout of the role or database (managed services set them), an
 # operator's pg_cancel_backend. The transaction is rolled back whole and the session serves on.
-_RESOURCES = "The database is out of resources (disk, memory, locks or connections); try again shortly."
+_RESOURCES = Refusal(
+    "outOfResources",
+    "The database is out of resources (disk, memory, locks or connections); try again shortly.",
+)
+_STATEMENT_TIMEOUT = Refusal(
+    "statementTimeout", "The database cancelled the statement: it ran past its statement_timeout."
+)
+_CANCELLED = Refusal("cancelled", "The database cancelled the statement (an operator's cancel); try again.")
+_LOCK_TIMEOUT = Refusal(
+    "lockTimeout",
+    "The database cancelled the statement: a lock wait passed its lock_timeout; try again shortly.",
+)
 # SQLite: a write that waited out busy_timeout for another connection's write lock (another process
 # holding a long write transaction: a VACUUM, a bulk job); a full disk is SQLITE_FULL.
-_SQLITE_BUSY = (
-    "The database is busy: another connection held its write lock past the wait allowed; try again shortly."
+_SQLITE_BUSY = Refusal(
+    "busy",
+    "The database is busy: another connection held its write lock past the wait allowed; try again shortly.",
 )
-_REFUSALS = {
-    "57014": "The database cancelled the statement (its statement_timeout, or an operator); try again "
-    "shortly.",
-    "55P03": "The database cancelled the statement: a lock wait passed its lock_timeout; try again shortly.",
-}
+
+
+class DatabaseUnavailable(Exception):
+    """The database cannot do the work now: connection refused or timed out, or lost mid-operation; out
+    of resources; the statement cancelled. The driver's error is the __cause__; `refusal` says which.
+    Callers report it as a temporary outage, not as a bug."""
+
+    def __init__(self, detail: str, refusal: Refusal = UNREACHABLE) -> None:
+        super().__init__(detail)
+        self.refusal = refusal
 
 
 def causes(exc: BaseException) -> Iterator[BaseException]:
@@ -243,12 +258,12 @@ def is_unavailable(exc: BaseException) -> bool:
     return unavailability(exc) is not None
 
 
-def unavailability(exc: BaseException) -> str | None:
-    """What an exception raised by a database call says to a client, if it is an outage (see
-    DatabaseUnavailable); None if it is not one."""
+def unavailability(exc: BaseException) -> Refusal | None:
+    """Why the database could not do what an exception raised by a database call was about, if that is
+    an outage (see DatabaseUnavailable); None if it is not one."""
     for current in causes(exc):
         if isinstance(current, DatabaseUnavailable):
-            return current.public
+            return current.refusal
         if isinstance(current, OSError | TimeoutError | PoolTimeout):
             return UNREACHABLE  # refused, reset, unresolvable, connect timeout; no free pooled connection
         if isinstance(current, DBAPIError) and current.connection_invalidated:
@@ -259,8 +274,10 @@ def unavailability(exc: BaseException) -> str | None:
                 return UNREACHABLE
             if state.startswith("53"):
                 return _RESOURCES
-            if state in _REFUSALS:
-                return _REFUSALS[state]
+            if state == "57014":  # query_canceled: by statement_timeout, or by a cancel request
+                return _STATEMENT_TIMEOUT if "statement timeout" in str(current) else _CANCELLED
+            if state == "55P03":
+                return _LOCK_TIMEOUT
         sqlite_error = getattr(current, "sqlite_errorname", None)
         if isinstance(sqlite_error, str):
             if sqlite_error.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):

@@ -1893,9 +1893,9 @@ def _reporting_outages(method: Callable[..., Awaitable[_T]]) -> Callable[..., Aw
         except DatabaseUnavailable:
             raise
         except Exception as exc:
-            public = unavailability(exc)
-            if public is not None:
-                raise DatabaseUnavailable(f"the database cannot do this now: {exc!r}", public) from exc
+            refusal = unavailability(exc)
+            if refusal is not None:
+                raise DatabaseUnavailable(f"the database cannot do this now: {exc!r}", refusal) from exc
             raise
 
     return call

@@ -74,7 +74,7 @@ def outage(exc: BaseException) -> ServiceUnavailable | None:
     if isinstance(exc, ServiceUnavailable):
         return exc
     if isinstance(exc, DatabaseUnavailable):
-        return ServiceUnavailable(exc.public, service="database")
+        return ServiceUnavailable(exc.refusal.message, service="database", reason=exc.refusal.reason)
     return None
 
 

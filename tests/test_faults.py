@@ -139,32 +139,42 @@ async def test_repository_reports_an_unreachable_database(tmp_path: Path) -> Non
 async def test_what_the_database_refuses_for_now_is_told_apart_from_bugs(tmp_path: Path) -> None:
     """Errors PostgreSQL raises, through the driver and SQLAlchemy as the repository sees them: lack of
     resources (class 53: a full disk, memory or lock table slots, connection slots) and cancelled
-    statements (57014, 55P03) are the database refusing work for now, each said in its words; a
-    constraint violation or a deadlock is a bug, which the API masks and logs."""
+    statements (57014: a statement_timeout, or a cancel request; 55P03: a lock_timeout) are the database
+    refusing work for now, each with its reason and words; a constraint violation or a deadlock is a
+    bug, which the API masks and logs."""
     expected = {
-        "53100": "out of resources",
-        "53200": "out of resources",
-        "53300": "out of resources",
-        "53400": "out of resources",
-        "57014": "statement_timeout",
-        "55P03": "lock_timeout",
+        "53100": "outOfResources",
+        "53200": "outOfResources",
+        "53300": "outOfResources",
+        "53400": "outOfResources",
+        "57014": "cancelled",  # raised here as a cancel request's would be, without the timeout's words
+        "55P03": "lockTimeout",
         "23505": None,
         "40P01": None,
         "XX000": None,
     }
+    words = {"outOfResources": "out of resources", "cancelled": "an operator", "lockTimeout": "lock_timeout"}
     async with database("postgres", tmp_path) as url:
         engine = create_engine(url)
         try:
-            for state, words in expected.items():
+            for state, reason in expected.items():
                 with pytest.raises(Exception) as raised:
                     async with engine.connect() as conn:
                         await conn.exec_driver_sql(
                             f"DO $$ BEGIN RAISE EXCEPTION 'refused' USING ERRCODE = '{state}'; END $$"
                         )
                 said = unavailability(raised.value)
-                assert (said is None) == (words is None), (state, said)
-                assert words is None or (said is not None and words in said), (state, said)
-                assert is_unavailable(raised.value) == (words is not None), state
+                assert (said.reason if said else None) == reason, (state, said)
+                assert said is None or words[said.reason] in said.message, (state, said)
+                assert is_unavailable(raised.value) == (reason is not None), state
+            # A real statement_timeout: the same SQLSTATE as a cancel, told apart by PostgreSQL's words.
+            with pytest.raises(Exception) as raised:
+                async with engine.connect() as conn:
+                    await conn.exec_driver_sql("SET statement_timeout = 50")
+                    await conn.exec_driver_sql("SELECT pg_sleep(2)")
+            said = unavailability(raised.value)
+            assert said is not None and said.reason == "statementTimeout", repr(raised.value)
+            assert "statement_timeout" in said.message, said
         finally:
             await engine.dispose()
 
@@ -181,7 +191,8 @@ async def test_a_full_sqlite_database_is_out_of_resources(tmp_path: Path) -> Non
                 await conn.execute(text("PRAGMA max_page_count = 4"))
                 await conn.execute(text("INSERT INTO t VALUES (:x)"), {"x": "x" * 100_000})
         said = unavailability(raised.value)
-        assert said is not None and "out of resources" in said, repr(raised.value)
+        assert said is not None and said.reason == "outOfResources", repr(raised.value)
+        assert "out of resources" in said.message, said
     finally:
         await engine.dispose()
 
@@ -260,9 +271,10 @@ async def test_database_outage_fails_fast_and_service_resumes(tmp_path: Path) ->
                             error = body["errors"][0]
                             assert error["message"] == "The database is unavailable; try again shortly."
                             assert error["extensions"]["service"] == "database"
+                            assert error["extensions"]["reason"] == "unreachable"
                             assert error["extensions"]["requestId"]
-                            # Refused: at once. Black hole: the connect timeout (2 s), twice at most for a
-                            # read the compiled path tried first.
+                            # Refused: at once. Black hole: the connect timeout (2 s), once (the compiled
+                            # path answers an outage itself), with room for a loaded machine.
                             limit = 1.5 if outage is proxy.refuse else 6.0
                             assert took < limit, f"{outage.__name__}: {query[:30]} took {took:.1f}s"
                         assert (await client.get(f"{srv.url}/healthz")).status_code == 200
@@ -891,6 +903,10 @@ async def test_a_database_out_of_connections_is_unavailable_not_an_internal_erro
                     # One connection is allowed: some requests get it, the others are refused.
                     assert ["SERVICE_UNAVAILABLE"] in seen, seen
                     assert all(c in ([], ["SERVICE_UNAVAILABLE"]) for c in seen), seen
+                    reasons = {
+                        e["extensions"]["reason"] for body, _ in bodies for e in body.get("errors") or []
+                    }
+                    assert reasons == {"outOfResources"}, reasons
                     body, _ = await gql(client, server.url, THREAD, t="t0")
                     assert codes(body) == [], body  # one at a time goes through
     finally:
@@ -1004,6 +1020,7 @@ async def test_a_statement_the_database_cancels_is_unavailable_and_nothing_is_ha
                         error = body["errors"][0]
                         assert "cancelled" in error["message"] and "timeout" in error["message"], error
                         assert error["extensions"]["service"] == "database", error
+                        assert error["extensions"]["reason"] == "statementTimeout", error
                     # Nothing of the cancelled save was stored, and the pool's sessions go on serving.
                     body, _ = await gql(client, server.url, RECALL_PAGE, t=thread)
                     assert codes(body) == [], body
@@ -1029,6 +1046,7 @@ async def test_a_statement_the_database_cancels_is_unavailable_and_nothing_is_ha
                         await eventually(blocked, timeout=20, what="a recall waiting for the lock")
                         body, _ = await waiting
                     assert codes(body) == ["SERVICE_UNAVAILABLE"], body
+                    assert body["errors"][0]["extensions"]["reason"] == "cancelled", body
 
                     # A lock_timeout (55P03) in place of the statement_timeout.
                     await database_settings("SET lock_timeout = 300")
@@ -1036,6 +1054,7 @@ async def test_a_statement_the_database_cancels_is_unavailable_and_nothing_is_ha
                         body, _ = await gql(client, server.url, RECALL_PAGE, t=thread)
                     assert codes(body) == ["SERVICE_UNAVAILABLE"], body
                     assert "lock_timeout" in body["errors"][0]["message"], body
+                    assert body["errors"][0]["extensions"]["reason"] == "lockTimeout", body
             log = server.log_path.read_text()
             assert "Traceback" not in log and "internal error" not in log, log
         finally:
@@ -1067,6 +1086,7 @@ async def test_a_sqlite_write_lock_held_elsewhere_is_unavailable_after_the_wait(
                 holder.close()
             assert codes(saved) == ["SERVICE_UNAVAILABLE"], saved
             assert "busy" in saved["errors"][0]["message"], saved
+            assert saved["errors"][0]["extensions"]["reason"] == "busy", saved
             assert codes(read) == [] and read["data"]["recall"]["total"] == 0, read
             kept = text_message(thread_id=thread, id=f"{thread}-kept")
             body, _ = await gql(client, server.url, SAVE, m=[kept])
@@ -1127,6 +1147,7 @@ async def test_a_lock_held_elsewhere_fails_requests_after_the_lock_timeout(tmp_p
                 for body in (saved, read):
                     assert codes(body) == ["SERVICE_UNAVAILABLE"], body
                     assert "lock_timeout" in body["errors"][0]["message"], body
+                    assert body["errors"][0]["extensions"]["reason"] == "lockTimeout", body
                 # The one pooled connection was freed each time, and is the same session still.
                 assert codes(other) == [] and other["data"]["thread"]["id"] == thread, other
                 body, _ = await gql(client, server.url, SAVE, m=[text_message(thread_id=thread)])

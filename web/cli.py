@@ -572,8 +572,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # an unreachable database is an outage to report, not a bug
         from models.db import UNREACHABLE, unavailability
 
-        if (public := unavailability(exc)) is not None:
-            what = "cannot be reached" if public == UNREACHABLE else "refused the work for now"
+        if (refusal := unavailability(exc)) is not None:
+            what = "cannot be reached" if refusal == UNREACHABLE else "refused the work for now"
             print(f"recallql: the database {what}: {_root_cause(exc)}", file=sys.stderr)  # noqa: T201
             return 1
         if _refused(exc):
