@@ -176,3 +176,9 @@ def test_pooled_layout_runs() -> None:
         if calls is not None:
             # two batches of three saves each, one pool: one write call per batch
             assert rows[layout].split(" | ")[2] == calls, rows[layout]
+
+
+def test_error_answers_runs() -> None:
+    out = run("error_answers.py", "--requests", "8", "--rounds", "1")
+    rows = {line.rsplit(None, 3)[0]: line.split()[-3:] for line in out.splitlines()[1:]}
+    assert set(rows) == {"recall (answered)", "recall, BAD_USER_INPUT", "recall, FORBIDDEN"}, out
