@@ -136,6 +136,13 @@ async def test_repository_reports_an_unreachable_database(tmp_path: Path) -> Non
                 await engine.dispose()
 
 
+def assert_refusal(exc: BaseException, reason: str, words: str) -> None:
+    """`exc` is the database refusing work for now, for `reason`, saying `words`."""
+    said = unavailability(exc)
+    assert said is not None and said.reason == reason, (reason, said, repr(exc))
+    assert words in said.message, (words, said)
+
+
 async def test_what_the_database_refuses_for_now_is_told_apart_from_bugs(tmp_path: Path) -> None:
     """Errors PostgreSQL raises, through the driver and SQLAlchemy as the repository sees them: lack of
     resources (class 53: a full disk, memory or lock table slots, connection slots) and cancelled
@@ -163,18 +170,17 @@ async def test_what_the_database_refuses_for_now_is_told_apart_from_bugs(tmp_pat
                         await conn.exec_driver_sql(
                             f"DO $$ BEGIN RAISE EXCEPTION 'refused' USING ERRCODE = '{state}'; END $$"
                         )
-                said = unavailability(raised.value)
-                assert (said.reason if said else None) == reason, (state, said)
-                assert said is None or words[said.reason] in said.message, (state, said)
-                assert is_unavailable(raised.value) == (reason is not None), state
+                if reason is None:
+                    assert unavailability(raised.value) is None and not is_unavailable(raised.value), state
+                else:
+                    assert_refusal(raised.value, reason, words[reason])
+                    assert is_unavailable(raised.value), state
             # A real statement_timeout: the same SQLSTATE as a cancel, told apart by PostgreSQL's words.
             with pytest.raises(Exception) as raised:
                 async with engine.connect() as conn:
                     await conn.exec_driver_sql("SET statement_timeout = 50")
                     await conn.exec_driver_sql("SELECT pg_sleep(2)")
-            said = unavailability(raised.value)
-            assert said is not None and said.reason == "statementTimeout", repr(raised.value)
-            assert "statement_timeout" in said.message, said
+            assert_refusal(raised.value, "statementTimeout", "statement_timeout")
         finally:
             await engine.dispose()
 
@@ -190,9 +196,7 @@ async def test_a_full_sqlite_database_is_out_of_resources(tmp_path: Path) -> Non
             async with engine.begin() as conn:
                 await conn.execute(text("PRAGMA max_page_count = 4"))
                 await conn.execute(text("INSERT INTO t VALUES (:x)"), {"x": "x" * 100_000})
-        said = unavailability(raised.value)
-        assert said is not None and said.reason == "outOfResources", repr(raised.value)
-        assert "out of resources" in said.message, said
+        assert_refusal(raised.value, "outOfResources", "out of resources")
     finally:
         await engine.dispose()
 

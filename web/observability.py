@@ -496,8 +496,9 @@ def describe_operation(execution_context: Any, schema: Any = None) -> tuple[str,
     return op_type, name_label, _root_field_sets(",".join(fields) or "none")
 
 
-def _error_code(error: Any) -> str:
-    code = (getattr(error, "extensions", None) or {}).get("code")
+def _error_code(extensions: Mapping[str, Any] | None) -> str:
+    """An error's extensions.code, for the metric's label ("NONE" without one)."""
+    code = (extensions or {}).get("code")
     return code if isinstance(code, str) and code else "NONE"
 
 
@@ -525,7 +526,7 @@ class GraphQLMetrics(SchemaExtension):
             GRAPHQL_DURATION.labels(op_type, name, fields).observe(time.perf_counter() - start)
         result = ec.result
         for result_error in (getattr(result, "errors", None) or []) if result is not None else []:
-            GRAPHQL_ERRORS.labels(_error_code(result_error)).inc()
+            GRAPHQL_ERRORS.labels(_error_code(result_error.extensions)).inc()
 
 
 def observe_compiled_operation(
@@ -545,7 +546,7 @@ def observe_compiled_operation(
         child = memo["duration"] = GRAPHQL_DURATION.labels(*describe_operation(context, schema))
     child.observe(seconds)
     for error in errors:
-        labelled(GRAPHQL_ERRORS, _error_code(SimpleNamespace(extensions=error.get("extensions")))).inc()
+        labelled(GRAPHQL_ERRORS, _error_code(error.get("extensions"))).inc()
 
 
 _children: dict[tuple[Any, ...], Any] = {}

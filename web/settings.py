@@ -234,7 +234,7 @@ class Settings(BaseSettings):
                 busy = sqlite_busy_timeout(value)
             except ValueError:
                 busy = math.nan
-            if not busy > 0 or math.isinf(busy):  # NaN fails the first test
+            if not (math.isfinite(busy) and busy > 0):
                 raise ValueError(
                     "the URL's timeout (seconds a write waits for the lock) must be a number above 0"
                 )
