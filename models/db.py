@@ -101,8 +101,9 @@ def create_engine(
     `lock_timeout` (PostgreSQL): seconds a statement may wait for a lock, on connections whose role and
     database set none (PostgreSQL's default is to wait for ever). A session holding a lock RecallQL needs
     (a DBA's long transaction, a table rewrite, a stuck client) otherwise held every write waiting on it,
-    each with a pooled connection, until the pool was exhausted and reads failed too. Not set behind a
-    transaction pooler, whose server connections are shared: set it on the role there.
+    each with a pooled connection, until the pool was exhausted and reads failed too. Behind a
+    transaction pooler, whose server connections are shared, a session setting would leak to other
+    clients: there it bounds each write transaction alone (`transaction_lock_timeout`).
 
     `transaction_pooler` (PostgreSQL): the URL is a pooler in transaction mode (PgBouncer, Supavisor,
     RDS Proxy), which hands each transaction to whichever server connection is free. A statement
@@ -139,6 +140,9 @@ def create_engine(
             "prepared_statement_cache_size": 0,  # SQLAlchemy's
             "prepared_statement_name_func": _unnamed,
         }
+    execution_options: dict[str, Any] = {}
+    if lock_timeout and transaction_pooler:
+        execution_options[_TRANSACTION_LOCK_TIMEOUT] = f"{round(lock_timeout * 1000)}ms"
     engine = create_async_engine(
         parsed,
         echo=echo,
@@ -150,6 +154,7 @@ def create_engine(
         max_overflow=max_overflow,
         pool_pre_ping=True,
         connect_args=connect_args,
+        execution_options=execution_options,
         **json_options,
     )
     event.listen(engine.sync_engine, "handle_error", _read_only_is_a_disconnect)
@@ -160,6 +165,16 @@ def create_engine(
             functools.partial(_default_lock_timeout, round(lock_timeout * 1000)),
         )
     return engine
+
+
+_TRANSACTION_LOCK_TIMEOUT = "recallql_transaction_lock_timeout"
+
+
+def transaction_lock_timeout(engine: AsyncEngine) -> str | None:
+    """The lock_timeout each write transaction sets for itself (`set_config(…, true)`: the transaction's
+    own, like SET LOCAL), where the session cannot hold one: behind a transaction pooler."""
+    value = engine.get_execution_options().get(_TRANSACTION_LOCK_TIMEOUT)
+    return value if isinstance(value, str) else None
 
 
 def _default_lock_timeout(milliseconds: int, dbapi_conn: Any, _record: Any) -> None:

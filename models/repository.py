@@ -48,7 +48,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from models.db import DatabaseUnavailable, create_read_engine, unavailability
+from models.db import DatabaseUnavailable, create_read_engine, transaction_lock_timeout, unavailability
 from models.records import (
     IncludeWindow,
     MessageQuery,
@@ -239,6 +239,7 @@ class Repository:
     def __init__(self, engine: AsyncEngine, *, read_engine: Engine | None = None) -> None:
         self.engine = engine
         self.dialect = engine.dialect.name
+        self._transaction_lock_timeout = transaction_lock_timeout(engine)
         self._statements: dict[tuple[Any, ...], _AnySelect] = {}
         self._thread_statements: dict[tuple[Any, ...], tuple[_AnySelect, _AnySelect]] = {}  # (page, count)
         # Include windows' statements by shape (which windows read neighbours after the target, bound
@@ -602,12 +603,17 @@ class Repository:
             return await _retried(attempt_on_sqlite)
 
         keys = sorted(set(lock_keys))
+        lock_timeout = self._transaction_lock_timeout
 
         async def attempt() -> _T:
             async with self.engine.begin() as conn:
-                if keys:
+                if keys and lock_timeout:
+                    await conn.execute(_TIMED_ADVISORY_LOCKS, {"keys": keys, "timeout": lock_timeout})
+                elif keys:
                     # One round trip for all of them, taken in the array's (sorted) order.
                     await conn.execute(_ADVISORY_LOCKS, {"keys": keys})
+                elif lock_timeout:
+                    await conn.execute(_LOCAL_LOCK_TIMEOUT, {"timeout": lock_timeout})
                 return await conn.run_sync(body)
 
         return await _retried(attempt)
@@ -1863,6 +1869,21 @@ def _json_kind(value: Any) -> str:
 _ADVISORY_LOCKS = text(
     "SELECT pg_advisory_xact_lock(hashtextextended(k, 0)) "
     "FROM unnest(CAST(:keys AS text[])) WITH ORDINALITY AS l(k, n) ORDER BY n"
+)
+# Behind a transaction pooler: the write transaction's own lock_timeout (set_config's third argument:
+# the transaction's alone, like SET LOCAL), where the role and database set none. A session setting would
+# stay on a server connection the pooler hands to other clients. Folded into the statement that takes
+# the thread locks, at no extra round trip; the CTE yields its row before any lock is asked for, and
+# always one row (the setting as it was where one is set), so that every lock is taken.
+_TIMED_ADVISORY_LOCKS = text(
+    "WITH s AS MATERIALIZED (SELECT set_config('lock_timeout', CASE current_setting('lock_timeout') "
+    "WHEN '0' THEN CAST(:timeout AS text) ELSE current_setting('lock_timeout') END, true)) "
+    "SELECT pg_advisory_xact_lock(hashtextextended(k, 0)) "
+    "FROM s, unnest(CAST(:keys AS text[])) WITH ORDINALITY AS l(k, n) ORDER BY n"
+)
+_LOCAL_LOCK_TIMEOUT = text(
+    "SELECT set_config('lock_timeout', CAST(:timeout AS text), true) "
+    "WHERE current_setting('lock_timeout') = '0'"
 )
 
 

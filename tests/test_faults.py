@@ -54,6 +54,7 @@ from tests.support import (
     engines,
     eventually,
     free_port,
+    pgbouncer,
     require,
     running_server,
     text_message,
@@ -91,6 +92,7 @@ def codes(body: dict[str, Any]) -> list[str]:
 # -------------------------------------------------------------------------------------- 2. database outage
 RECALL_PAGE = "query($t: ID!) { recall(threadId: $t, perPage: 50) { total messages { id } } }"
 THREAD = "query($t: ID!) { thread(id: $t) { id title } }"
+DELETE_MESSAGES = "mutation($ids: [ID!]!) { deleteMessages(ids: $ids) { deleted } }"
 
 
 def through_proxy(url: str, port: int) -> str:
@@ -1191,3 +1193,96 @@ async def test_a_lock_held_elsewhere_fails_requests_after_the_lock_timeout(tmp_p
         finally:
             await holder.close()
         assert done.returncode == 0 and done.stdout.startswith("applied "), (done.stdout, done.stderr)
+
+
+async def test_behind_a_transaction_pooler_the_lock_timeout_bounds_each_write_alone(tmp_path: Path) -> None:
+    """Behind a pooler in transaction mode, server connections are shared between clients, so
+    RECALLQL_DB_LOCK_TIMEOUT was not set at all there: one stuck lock held every write on it for ever,
+    and the pooler's few server connections with them. Now each write transaction sets it for itself
+    (like SET LOCAL), in the statement that takes its thread locks or, for a write without them, in one
+    of its own: the write answers SERVICE_UNAVAILABLE after the timeout, and no server connection keeps
+    the setting for the next client. A database's own lock_timeout still wins."""
+    import asyncpg
+
+    async with database("postgres", tmp_path) as url:
+        name = url.rsplit("/", 1)[1]
+        direct = url.replace("postgresql+asyncpg://", "postgresql://")
+        env = {
+            "RECALLQL_DB_TRANSACTION_POOLER": "true",
+            "RECALLQL_EMBEDDER": "off",
+            "RECALLQL_DB_LOCK_TIMEOUT": "0.5",
+        }
+        thread = uid("t")
+        with pgbouncer() as port:
+            pooled = through_proxy(url, port)
+            with running_server(tmp_path / "data", {**env, "RECALLQL_DATABASE_URL": pooled}) as server:
+                async with httpx.AsyncClient(timeout=10) as client:
+                    body, _ = await gql(client, server.url, CREATE, input={"id": thread, "resourceId": "r"})
+                    assert codes(body) == [], body
+                    kept = text_message(thread_id=thread, id=uid("m"))
+                    body, _ = await gql(client, server.url, SAVE, m=[kept])
+                    assert codes(body) == [], body
+
+                    # Another writer of the thread (its advisory lock, as a save of it takes it), stuck.
+                    holder = await asyncpg.connect(direct)
+                    try:
+                        async with holder.transaction():
+                            await holder.execute(
+                                "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", thread
+                            )
+                            saved, seconds = await gql(
+                                client, server.url, SAVE, m=[text_message(thread_id=thread)]
+                            )
+                    finally:
+                        await holder.close()
+                    assert codes(saved) == ["SERVICE_UNAVAILABLE"], saved
+                    assert saved["errors"][0]["extensions"]["reason"] == "lockTimeout", saved
+                    assert seconds < 5, seconds
+
+                    # A write that takes no thread lock (a deletion), on a table held elsewhere.
+                    async with messages_held(direct):
+                        deleted, _ = await gql(client, server.url, DELETE_MESSAGES, ids=[kept["id"]])
+                    assert codes(deleted) == ["SERVICE_UNAVAILABLE"], deleted
+                    assert deleted["errors"][0]["extensions"]["reason"] == "lockTimeout", deleted
+
+                    # Both of the pooler's server connections (each held by a transaction here) still
+                    # wait as the database says: the timeout was the write transactions' own.
+                    first = await asyncpg.connect(pooled.replace("postgresql+asyncpg://", "postgresql://"))
+                    second = await asyncpg.connect(pooled.replace("postgresql+asyncpg://", "postgresql://"))
+                    try:
+                        async with first.transaction(), second.transaction():
+                            settings = [await c.fetchval("SHOW lock_timeout") for c in (first, second)]
+                            backends = {await c.fetchval("SELECT pg_backend_pid()") for c in (first, second)}
+                    finally:
+                        await first.close()
+                        await second.close()
+                    assert settings == ["0", "0"] and len(backends) == 2, (settings, backends)
+
+                    # Nothing was half-written, and the writes go on once the locks are gone.
+                    page, _ = await gql(client, server.url, RECALL_PAGE, t=thread)
+                    assert [m["id"] for m in page["data"]["recall"]["messages"]] == [kept["id"]], page
+                    body, _ = await gql(client, server.url, SAVE, m=[text_message(thread_id=thread)])
+                    assert codes(body) == [], body
+
+        # The database's own setting wins over RECALLQL_DB_LOCK_TIMEOUT (here longer than the client waits).
+        admin = await asyncpg.connect(PG_ADMIN_DSN)
+        try:
+            await admin.execute(f'ALTER DATABASE "{name}" SET lock_timeout = 250')
+            with pgbouncer() as port:
+                pooled = through_proxy(url, port)
+                settings = {**env, "RECALLQL_DATABASE_URL": pooled, "RECALLQL_DB_LOCK_TIMEOUT": "3600"}
+                with running_server(tmp_path / "data", settings) as server:
+                    holder = await asyncpg.connect(direct)
+                    try:
+                        async with holder.transaction(), httpx.AsyncClient(timeout=10) as client:
+                            await holder.execute(
+                                "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", thread
+                            )
+                            saved, _ = await gql(client, server.url, SAVE, m=[text_message(thread_id=thread)])
+                    finally:
+                        await holder.close()
+                    assert codes(saved) == ["SERVICE_UNAVAILABLE"], saved
+                    assert saved["errors"][0]["extensions"]["reason"] == "lockTimeout", saved
+        finally:
+            await admin.execute(f'ALTER DATABASE "{name}" RESET lock_timeout')
+            await admin.close()
