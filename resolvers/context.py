@@ -11,6 +11,7 @@ from models.records import MessageRecord, ResourceRecord, ThreadRecord
 from models.repository import Repository
 from resolvers.auth import Principal
 from resolvers.budget import RowBudget
+from resolvers.errors import BadUserInput
 from resolvers.events import EventBroker, InProcessBroker
 from resolvers.loaders import DataLoader
 from resolvers.messages import MessageService
@@ -33,6 +34,8 @@ class Services:
     titles: TitleGenerator = field(default=None)  # type: ignore[assignment]
     # Messages and threads one request may read across its fields (resolvers.budget; None: unlimited).
     max_request_rows: int | None = None
+    # Thread.recall fields one request may resolve (None: unlimited): each is a recall of its own.
+    max_thread_recalls: int | None = None
 
     def __post_init__(self) -> None:
         # Services built by hand (tests) get the memory-API collaborators with their defaults.
@@ -60,6 +63,7 @@ class Services:
         max_all_rows: int | None = None,
         max_search_chars: int | None = None,
         max_request_rows: int | None = None,
+        max_thread_recalls: int | None = None,
     ) -> Services:
         broker: EventBroker = events if events is not None else InProcessBroker()
         titles = TitleGenerator(repository, chat=chat, events=broker, timeout=title_timeout)
@@ -97,6 +101,7 @@ class Services:
             events=broker,
             titles=titles,
             max_request_rows=max_request_rows,
+            max_thread_recalls=max_thread_recalls,
         )
 
     async def aclose(self) -> None:
@@ -125,10 +130,12 @@ class RequestContext:
     messages: DataLoader[str, MessageRecord | None] = field(init=False)
     resources: DataLoader[str, ResourceRecord | None] = field(init=False)
     rows: RowBudget = field(init=False)  # what the request's fields may still read
+    thread_recalls: int = field(init=False, default=0)  # Thread.recall fields resolved so far
 
     def __post_init__(self) -> None:
         repo = self.services.repository
         self.rows = RowBudget(self.services.max_request_rows)
+        self.thread_recalls = 0
 
         async def load_threads(ids: Sequence[str]) -> list[ThreadRecord | None]:
             found = await repo.get_threads(ids)
@@ -149,6 +156,21 @@ class RequestContext:
     def clear_caches(self) -> None:
         """Forgets loaded rows (a subscription's context lives as long as its connection)."""
         self.__post_init__()
+
+    def count_thread_recall(self) -> None:
+        """Counts one Thread.recall, or refuses it past the request's limit. Each is a recall of its own
+        (a statement at least), and a page of a thousand threads could otherwise ask for a thousand; its
+        rows are drawn on the request's row budget as any recall's are, but a page of none (perPage: 0,
+        for the total) reads no rows."""
+        limit = self.services.max_thread_recalls
+        if limit is not None and self.thread_recalls >= limit:
+            raise BadUserInput(
+                f"One request may resolve Thread.recall for at most {limit} threads; ask for fewer "
+                "threads (perPage) or send the rest in another request.",
+                limit="maxThreadRecalls",
+                max=limit,
+            )
+        self.thread_recalls += 1
 
     async def resource(self, resource_id: str) -> ResourceRecord | None:
         """A resource by id (None when unknown); another resource than the principal's is FORBIDDEN."""

@@ -10,13 +10,8 @@ from strawberry import UNSET
 
 from models.records import DateRange
 from resolvers.recall import IncludeItem
-from schema.scalars import JSON, DateTime, PerPage
+from schema.scalars import JSON, DateTime, PerPage, given
 from schema.types import SignalType, SortDirection
-
-
-def given(value: Any) -> Any:
-    """UNSET and an explicit null both mean "omitted" (the contract's rule for GraphQL nulls)."""
-    return None if value is UNSET else value
 
 
 @strawberry.enum(description="The field messages are ordered by.")

@@ -12,7 +12,6 @@ from strawberry.types import Info
 
 from resolvers.context import RequestContext
 from resolvers.messages import MessageInput as MessageData
-from resolvers.recall import OrderBy, RecallArgs
 from schema.inputs import (
     CreateThreadInput,
     HideSignalsInput,
@@ -27,7 +26,15 @@ from schema.inputs import (
 )
 from schema.memory import THREADS_PER_PAGE, MemoryMutation, MemoryQuery, thread_page
 from schema.scalars import JSON, PerPage
-from schema.types import EmbeddingUsage, Message, RecallResult, SaveMessagesPayload, Thread, ThreadPage
+from schema.types import (
+    Message,
+    RecallResult,
+    SaveMessagesPayload,
+    Thread,
+    ThreadPage,
+    recall_argument,
+    recall_field,
+)
 
 Ctx = Info[RequestContext, None]
 
@@ -51,23 +58,12 @@ class Query(MemoryQuery):
                 "When given, the thread must belong to it (FORBIDDEN otherwise) and only its rows are read."
             ),
         ] = UNSET,
-        per_page: Annotated[
-            PerPage | None, _arg("Page size; false returns everything. Omitted: threadConfig.lastMessages.")
-        ] = UNSET,
-        page: Annotated[int | None, _arg("Zero-based page (with perPage).")] = UNSET,
-        include: Annotated[
-            list[IncludeInput] | None,
-            _arg("Messages to return as well, with neighbours in their own thread."),
-        ] = UNSET,
-        filter: Annotated[
-            RecallFilter | None, _arg("dateRange and metadata filters on the page query.")
-        ] = UNSET,
-        order_by: Annotated[
-            MessageOrderBy | None, _arg("Which window is read; default the newest. Output is chronological.")
-        ] = UNSET,
-        hide_signals: Annotated[
-            HideSignalsInput | None, _arg("Hide typed signals: all of them, or the given types.")
-        ] = UNSET,
+        per_page: Annotated[PerPage | None, recall_argument("per_page")] = UNSET,
+        page: Annotated[int | None, recall_argument("page")] = UNSET,
+        include: Annotated[list[IncludeInput] | None, recall_argument("include")] = UNSET,
+        filter: Annotated[RecallFilter | None, recall_argument("filter")] = UNSET,
+        order_by: Annotated[MessageOrderBy | None, recall_argument("order_by")] = UNSET,
+        hide_signals: Annotated[HideSignalsInput | None, recall_argument("hide_signals")] = UNSET,
         include_system_reminders: Annotated[
             bool | None,
             strawberry.argument(
@@ -75,47 +71,25 @@ class Query(MemoryQuery):
                 deprecation_reason="Use hideSignals.",
             ),
         ] = UNSET,
-        thread_config: Annotated[
-            MemoryConfigInput | None, _arg("Memory configuration for this call, over the server defaults.")
-        ] = UNSET,
-        vector_search_string: Annotated[
-            str | None, _arg("With semantic recall on: also return the messages most similar to this text.")
-        ] = UNSET,
+        thread_config: Annotated[MemoryConfigInput | None, recall_argument("thread_config")] = UNSET,
+        vector_search_string: Annotated[str | None, recall_argument("vector_search_string")] = UNSET,
         include_total: Annotated[
             bool | None, _arg("Accepted for compatibility; total is always counted.")
         ] = UNSET,
     ) -> RecallResult:
-        flt = given(filter)
-        date_range = given(flt.date_range) if flt else None
-        order = given(order_by)
-        hide = given(hide_signals)
-        include_items = given(include)
-        config = given(thread_config)
-        result = await info.context.services.recall.recall(
-            RecallArgs(
-                thread_id=str(thread_id),
-                resource_id=given(resource_id),
-                per_page=given(per_page),
-                page=given(page),
-                include=[i.to_item() for i in include_items] if include_items is not None else None,
-                date_range=date_range.to_range() if date_range else None,
-                metadata=given(flt.metadata) if flt else None,
-                order_by=OrderBy(order.field.value, order.direction.value) if order else None,
-                hide_signals=hide.to_value() if hide else None,
-                include_system_reminders=given(include_system_reminders),
-                thread_config=config.to_value() if config else None,
-                vector_search_string=given(vector_search_string),
-            ),
-            principal=info.context.principal,
-            budget=info.context.rows,
-        )
-        return RecallResult(
-            messages=[Message(_record=m) for m in result.messages],
-            total=result.total,
-            page=result.page,
-            per_page=PerPage(result.per_page),
-            has_more=result.has_more,
-            usage=EmbeddingUsage(tokens=result.usage["tokens"]) if result.usage else None,
+        return await recall_field(
+            info,
+            thread_id=str(thread_id),
+            resource_id=given(resource_id),
+            per_page=per_page,
+            page=page,
+            include=include,
+            filter=filter,
+            order_by=order_by,
+            hide_signals=hide_signals,
+            include_system_reminders=include_system_reminders,
+            thread_config=thread_config,
+            vector_search_string=vector_search_string,
         )
 
     @strawberry.field(description="A thread by id (null when unknown or owned by another resource).")

@@ -73,3 +73,8 @@ PER_PAGE = strawberry.scalar(
 SCALAR_MAP: dict[object, ScalarDefinition] = {DateTime: DATETIME, PerPage: PER_PAGE}
 
 __all__ = ["JSON", "SCALAR_MAP", "DateTime", "PerPage"]
+
+
+def given(value: Any) -> Any:
+    """UNSET and an explicit null both mean "omitted" (the contract's rule for GraphQL nulls)."""
+    return None if value is strawberry.UNSET else value

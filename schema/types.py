@@ -10,11 +10,18 @@ from strawberry.types import Info
 
 from models.records import MessageRecord, ThreadRecord
 from resolvers.context import RequestContext
+from resolvers.recall import OrderBy, RecallArgs
 from schema.federation import ENTITY_TAG, message_reference, thread_reference
-from schema.scalars import JSON, DateTime, PerPage
+from schema.scalars import JSON, DateTime, PerPage, given
 
 if TYPE_CHECKING:
-    from schema.inputs import MemoryConfigInput
+    from schema.inputs import (
+        HideSignalsInput,
+        IncludeInput,
+        MemoryConfigInput,
+        MessageOrderBy,
+        RecallFilter,
+    )
 
 
 @strawberry.enum(description="The six stored signal types (exact strings, no aliasing).")
@@ -285,6 +292,73 @@ class RecallResult:
     usage: EmbeddingUsage | None = strawberry.field(description="Embedding usage when a vector search ran.")
 
 
+# Query.recall's and Thread.recall's arguments, described once.
+RECALL_ARGUMENTS = {
+    "per_page": "Page size; false returns everything. Omitted: threadConfig.lastMessages.",
+    "page": "Zero-based page (with perPage).",
+    "include": "Messages to return as well, with neighbours in their own thread.",
+    "filter": "dateRange and metadata filters on the page query.",
+    "order_by": "Which window is read; default the newest. Output is chronological.",
+    "hide_signals": "Hide typed signals: all of them, or the given types.",
+    "thread_config": "Memory configuration for this call, over the server defaults.",
+    "vector_search_string": "With semantic recall on: also return the messages most similar to this text.",
+}
+
+
+def recall_argument(name: str) -> Any:
+    return strawberry.argument(description=RECALL_ARGUMENTS[name])
+
+
+async def recall_field(
+    info: Info[RequestContext, None],
+    *,
+    thread_id: str,
+    resource_id: str | None,
+    per_page: PerPage | None,
+    page: int | None,
+    include: list[IncludeInput] | None,
+    filter: RecallFilter | None,
+    order_by: MessageOrderBy | None,
+    hide_signals: HideSignalsInput | None,
+    include_system_reminders: bool | None,
+    thread_config: MemoryConfigInput | None,
+    vector_search_string: str | None,
+) -> RecallResult:
+    """A recall, from the GraphQL arguments (each UNSET, null or given) to its result."""
+    flt = given(filter)
+    date_range = given(flt.date_range) if flt else None
+    order = given(order_by)
+    hide = given(hide_signals)
+    include_items = given(include)
+    config = given(thread_config)
+    result = await info.context.services.recall.recall(
+        RecallArgs(
+            thread_id=thread_id,
+            resource_id=resource_id,
+            per_page=given(per_page),
+            page=given(page),
+            include=[i.to_item() for i in include_items] if include_items is not None else None,
+            date_range=date_range.to_range() if date_range else None,
+            metadata=given(flt.metadata) if flt else None,
+            order_by=OrderBy(order.field.value, order.direction.value) if order else None,
+            hide_signals=hide.to_value() if hide else None,
+            include_system_reminders=given(include_system_reminders),
+            thread_config=config.to_value() if config else None,
+            vector_search_string=given(vector_search_string),
+        ),
+        principal=info.context.principal,
+        budget=info.context.rows,
+    )
+    return RecallResult(
+        messages=[Message(_record=m) for m in result.messages],
+        total=result.total,
+        page=result.page,
+        per_page=PerPage(result.per_page),
+        has_more=result.has_more,
+        usage=EmbeddingUsage(tokens=result.usage["tokens"]) if result.usage else None,
+    )
+
+
 # ---------------------------------------------------------------------------------------------- threads
 @strawberry.federation.type(
     keys=["id"], tags=[ENTITY_TAG], description="A conversation thread, owned by one resource."
@@ -347,6 +421,56 @@ class Thread:
         if cfg.scope == "resource":
             resource = await info.context.resources.load(self._record.resource_id)
         return service.of_thread(self._record, resource, cfg)
+
+    @strawberry.field(
+        description="Query.recall for this thread and its resource, with every other option and the same "
+        "rules and errors, so that a listing of threads brings each one's messages along: "
+        "`threads(resourceId: ...) { threads { title recall(perPage: 1) { total messages { ... } } } }`. "
+        "Each is a recall of its own: at most RECALLQL_MAX_THREAD_RECALLS per request, its rows counted "
+        "towards RECALLQL_MAX_REQUEST_ROWS. Null, with the error, when it is refused or fails."
+    )
+    async def recall(
+        self,
+        info: Info[RequestContext, None],
+        per_page: Annotated[PerPage | None, recall_argument("per_page")] = strawberry.UNSET,
+        page: Annotated[int | None, recall_argument("page")] = strawberry.UNSET,
+        include: Annotated[
+            list[Annotated[IncludeInput, strawberry.lazy("schema.inputs")]] | None,
+            recall_argument("include"),
+        ] = strawberry.UNSET,
+        filter: Annotated[
+            Annotated[RecallFilter, strawberry.lazy("schema.inputs")] | None, recall_argument("filter")
+        ] = strawberry.UNSET,
+        order_by: Annotated[
+            Annotated[MessageOrderBy, strawberry.lazy("schema.inputs")] | None, recall_argument("order_by")
+        ] = strawberry.UNSET,
+        hide_signals: Annotated[
+            Annotated[HideSignalsInput, strawberry.lazy("schema.inputs")] | None,
+            recall_argument("hide_signals"),
+        ] = strawberry.UNSET,
+        thread_config: Annotated[
+            Annotated[MemoryConfigInput, strawberry.lazy("schema.inputs")] | None,
+            recall_argument("thread_config"),
+        ] = strawberry.UNSET,
+        vector_search_string: Annotated[
+            str | None, recall_argument("vector_search_string")
+        ] = strawberry.UNSET,
+    ) -> RecallResult | None:
+        info.context.count_thread_recall()
+        return await recall_field(
+            info,
+            thread_id=self._record.id,
+            resource_id=self._record.resource_id,
+            per_page=per_page,
+            page=page,
+            include=include,
+            filter=filter,
+            order_by=order_by,
+            hide_signals=hide_signals,
+            include_system_reminders=None,
+            thread_config=thread_config,
+            vector_search_string=vector_search_string,
+        )
 
 
 @strawberry.type(description="A page of threads.")

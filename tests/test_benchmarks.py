@@ -182,3 +182,11 @@ def test_error_answers_runs() -> None:
     out = run("error_answers.py", "--requests", "8", "--rounds", "1")
     rows = {line.rsplit(None, 3)[0]: line.split()[-3:] for line in out.splitlines()[1:]}
     assert set(rows) == {"recall (answered)", "recall, BAD_USER_INPUT", "recall, FORBIDDEN"}, out
+
+
+def test_thread_recall_runs() -> None:
+    # The script itself checks that every way answers the same newest messages.
+    out = run("thread_recall.py", "--threads", "3", "--messages", "4", "--requests", "4", "--rounds", "1")
+    rows = {line.rsplit(None, 2)[0]: line.split()[-2:] for line in out.splitlines()[2:]}
+    assert set(rows) == {"nested", "threads, then aliases", "threads, then one each", "threads alone"}, out
+    assert rows["nested"][1] == "1.00", out

@@ -68,6 +68,7 @@ LIMITS = {
     "RECALLQL_MAX_SUBSCRIPTIONS_PER_CONNECTION": "2",
     "RECALLQL_INTROSPECTION": "false",
     "RECALLQL_MAX_ENTITIES": "5",
+    "RECALLQL_MAX_THREAD_RECALLS": "3",
 }
 CREATE = "mutation($i: CreateThreadInput!) { createThread(input: $i) { id } }"
 SAVE = "mutation($m: [MessageInput!]!) { saveMessages(messages: $m) { messages { id } } }"
@@ -336,6 +337,45 @@ async def test_a_request_reads_at_most_max_request_rows(api: Api, limited: Serve
     assert [e["extensions"]["limit"] for e in body["errors"]] == ["maxRequestRows"], body
     # The next request has its own budget.
     assert (await post(limited.url, two, t=thread))["data"]["a"]["messages"][0] == {"id": f"{thread}-m0"}
+
+
+async def test_thread_recalls_are_bounded_per_request(limited: ServerProcess, api: Api) -> None:
+    """Thread.recall is a recall of its own for each thread listed: a page of a thousand threads could
+    ask for a thousand, each one at least a statement, with no rows to count (perPage: 0 reads none).
+    One request resolves at most RECALLQL_MAX_THREAD_RECALLS (here 3); the others are null with the
+    error, and the listing answers. Their rows draw on the request's row budget as any recall's do."""
+    resource = uid("r")
+    for _ in range(5):
+        await thread_with(api, 1, resource=resource)
+    listing = """query($r: String!, $p: PerPage) { threads(resourceId: $r, perPage: $p) {
+      total threads { id recall(perPage: 0) { total } } } }"""
+    body = await post(limited.url, listing, r=resource, p=10)
+    assert body["data"] is not None, body
+    threads = body["data"]["threads"]["threads"]
+    answered = [t for t in threads if t["recall"] is not None]
+    assert len(threads) == 5 and [t["recall"] for t in answered] == [{"total": 0}] * 3, body
+    refused = {tuple(e["path"]) for e in body["errors"]}
+    assert refused == {
+        ("threads", "threads", n, "recall") for n, t in enumerate(threads) if t["recall"] is None
+    }
+    for error in body["errors"]:
+        assert error["extensions"]["code"] == "BAD_USER_INPUT", error
+        assert (error["extensions"]["limit"], error["extensions"]["max"]) == ("maxThreadRecalls", 3), error
+    # Aliases count too; the next request has its own count.
+    three = """query($r: String!) { threads(resourceId: $r, perPage: 1) { threads {
+      a: recall(perPage: 0) { total } b: recall(perPage: 0) { total } c: recall(perPage: 0) { total } } } }"""
+    assert "errors" not in await post(limited.url, three, r=resource)
+
+    # Rows: the listing takes 2 (threads), the first thread's recall 30, and the second finds 28 left.
+    big = uid("r")
+    for _ in range(2):
+        await thread_with(api, 30, resource=big)
+    body = await post(limited.url, listing.replace("perPage: 0", "perPage: false"), r=big, p=10)
+    totals = [t["recall"] and t["recall"]["total"] for t in body["data"]["threads"]["threads"]]
+    assert sorted(totals, key=str) == [30, None], body
+    [error] = body["errors"]
+    assert (error["extensions"]["limit"], error["extensions"]["max"]) == ("maxRequestRows", 60), error
+    assert "this recall would read 30 with 28 left" in error["message"], error
 
 
 async def test_a_clone_copies_at_most_max_all_rows(api: Api, limited: ServerProcess) -> None:

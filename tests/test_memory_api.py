@@ -7,14 +7,16 @@ import asyncio
 import http.server
 import itertools
 import json
+import os
 import threading
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from resolvers.config import DEFAULT_WORKING_MEMORY_TEMPLATE
-from tests.support import Api, at, text_message, uid
+from tests.support import Api, at, require, text_message, uid
 
 CREATE = "mutation($i: CreateThreadInput!) { createThread(input: $i) { id createdAt updatedAt } }"
 SAVE = "mutation($m: [MessageInput!]!) { saveMessages(messages: $m) { messages { id createdAt } } }"
@@ -300,6 +302,109 @@ async def test_threads_listing_pages_orders_and_filters(api: Api) -> None:
     assert await page(p=1, page=3, m={"n": 2}) == (1, False, 0)
     got = await error(api, q, r=resource_id, p=-1)
     assert (got["extensions"]["code"], got["message"]) == ("BAD_USER_INPUT", "perPage must be >= 0")
+
+
+MESSAGE_FIELDS = "id threadId resourceId role type createdAt signalType content { raw }"
+RECALL_SELECTION = f"total page perPage hasMore usage {{ tokens }} messages {{ {MESSAGE_FIELDS} }}"
+RECALL_OPTIONS = (
+    "perPage: $p, page: $page, orderBy: $o, filter: $f, include: $i, hideSignals: $h, "
+    "threadConfig: $c, vectorSearchString: $s"
+)
+RECALL_VARIABLES = (
+    "$p: PerPage, $page: Int, $o: MessageOrderBy, $f: RecallFilter, $i: [IncludeInput!], "
+    "$h: HideSignalsInput, $c: MemoryConfigInput, $s: String"
+)
+THREAD_SEARCH = {"semanticRecall": {"options": {"topK": 1, "messageRange": {"size": 0}, "scope": "THREAD"}}}
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"p": 1},
+        {"p": 2, "page": 1, "o": {"field": "CREATED_AT", "direction": "ASC"}},
+        {"p": False, "f": {"metadata": {"n": 2}}},
+        {"p": 3, "f": {"dateRange": {"start": at(1), "end": at(3), "endExclusive": True}}},
+        {"p": 1, "h": {"all": True}},
+        {"p": 0},
+        {"p": 1, "s": "text 1", "c": THREAD_SEARCH},
+    ],
+)
+async def test_a_threads_recall_is_query_recall_for_that_thread(api: Api, options: dict[str, Any]) -> None:
+    """Thread.recall, wherever a thread is listed (a page of threads, a resource's threads, one thread,
+    a message's thread, a federation entity), answers what Query.recall answers for the thread and its
+    resource with the same options."""
+    if "s" in options:
+        require(
+            bool(os.environ.get("RECALLQL_EMBEDDING_MODEL_DIR")),
+            "the search needs the embedding model (RECALLQL_EMBEDDING_MODEL_DIR; scripts/test sets it)",
+        )
+    resource_id = uid("r")
+    threads = [f"{resource_id}-t{n}" for n in range(3)]
+    for n, thread_id in enumerate(threads):
+        await new_thread(api, id=thread_id, resourceId=resource_id, createdAt=at(n))
+        await seed(api, thread_id, 2 + 2 * n)
+    signal = text_message(
+        thread_id=threads[2],
+        id=f"{threads[2]}-signal",
+        role="signal",
+        created_at=at(9),
+        metadata={"signal": {"type": "state"}},
+    )
+    await api.execute(SAVE, m=[signal])
+    include = [{"id": f"{threads[0]}-m0", "withNextMessages": 1}]
+    options = {"i": include, **options}
+
+    nested = f"""query($r: String!, $t: ID!, $m: [ID!]!, $reps: [_Any!]!, {RECALL_VARIABLES}) {{
+      threads(resourceId: $r) {{ threads {{ id recall({RECALL_OPTIONS}) {{ {RECALL_SELECTION} }} }} }}
+      resource(id: $r) {{ threads {{ threads {{ id recall({RECALL_OPTIONS}) {{ {RECALL_SELECTION} }} }} }} }}
+      thread(id: $t) {{ id recall({RECALL_OPTIONS}) {{ {RECALL_SELECTION} }} }}
+      messages(ids: $m) {{ thread {{ id recall({RECALL_OPTIONS}) {{ {RECALL_SELECTION} }} }} }}
+      _entities(representations: $reps) {{
+        ... on Thread {{ id recall({RECALL_OPTIONS}) {{ {RECALL_SELECTION} }} }} }} }}"""
+    got = await api.execute(
+        nested,
+        r=resource_id,
+        t=threads[1],
+        m=[f"{threads[2]}-m0", f"{threads[0]}-m1"],
+        reps=[{"__typename": "Thread", "id": threads[0]}],
+        **options,
+    )
+    direct = f"""query($t: ID!, $r: String, {RECALL_VARIABLES}) {{
+      recall(threadId: $t, resourceId: $r, {RECALL_OPTIONS}) {{ {RECALL_SELECTION} }} }}"""
+    expected = {}
+    for thread_id in threads:
+        expected[thread_id] = (await api.execute(direct, t=thread_id, r=resource_id, **options))["recall"]
+    listed = [*got["threads"]["threads"], *got["resource"]["threads"]["threads"]]
+    assert sorted(t["id"] for t in listed) == sorted(threads * 2)
+    for thread in [*listed, got["thread"], *(m["thread"] for m in got["messages"]), *got["_entities"]]:
+        assert thread["recall"] == expected[thread["id"]], thread["id"]
+    # Not empty answers: the threads' own pages differ (their sizes do); with perPage 0 only the
+    # include window, in the thread it names, is returned, alike for every thread.
+    assert all(e["messages"] for e in expected.values())
+    if "s" in options:  # the search ran (MiniLM, the tests' default embedder), once for each thread
+        assert all(e["usage"] and e["usage"]["tokens"] > 0 for e in expected.values()), expected
+    zero_page = type(options.get("p")) is int and options["p"] == 0
+    assert len({str(e) for e in expected.values()}) == (1 if zero_page else 3)
+
+
+async def test_a_threads_recall_reports_the_errors_of_recall(api: Api) -> None:
+    """Bad options are refused as Query.recall refuses them, on each thread's own field: the listing
+    itself answers."""
+    resource_id = uid("r")
+    thread_id, _ = await new_thread(api, resourceId=resource_id)
+    query = """query($r: String!) { threads(resourceId: $r) {
+      total threads { id recall(perPage: -1) { total } } } }"""
+    async with httpx.AsyncClient(timeout=30) as client:
+        response = await client.post(
+            f"{api.base_url}/graphql", json={"query": query, "variables": {"r": resource_id}}
+        )
+    body = response.json()
+    assert body["data"] == {"threads": {"total": 1, "threads": [{"id": thread_id, "recall": None}]}}, body
+    [error] = body["errors"]
+    assert error["message"] == "perPage must be >= 0"
+    assert error["path"] == ["threads", "threads", 0, "recall"]
+    assert error["extensions"]["code"] == "BAD_USER_INPUT"
 
 
 async def test_updated_at_follows_every_write(api: Api) -> None:

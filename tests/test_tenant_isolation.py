@@ -313,7 +313,8 @@ RECALL = f"""query($t: ID!, $r: String, $inc: [IncludeInput!], $cfg: MemoryConfi
     total usage {{ tokens }} messages {{ {MESSAGE_FIELDS} }} }} }}"""
 RECALL_NESTED = """query($t: ID!, $r: String, $inc: [IncludeInput!], $cfg: MemoryConfigInput, $q: String) {
   recall(threadId: $t, resourceId: $r, include: $inc, threadConfig: $cfg, vectorSearchString: $q) {
-    messages { id resourceId content { raw } thread { id title metadata resourceId workingMemory } } } }"""
+    messages { id resourceId content { raw } thread { id title metadata resourceId workingMemory
+      recall(perPage: false) { total messages { id resourceId content { raw } } } } } } }"""
 THREAD = "query($id: ID!, $r: String) { thread(id: $id, resourceId: $r) { id title metadata resourceId } }"
 THREAD_WM = """query($id: ID!) { thread(id: $id) { id workingMemory
   tw: workingMemory(memoryConfig: {workingMemory: {enabled: true, scope: THREAD}}) } }"""
@@ -321,11 +322,11 @@ THREADS = "query($r: String!) { threads(resourceId: $r, perPage: false) { total 
 THREADS_FULL = (
     "query($r: String!) { threads(resourceId: $r, perPage: false) { threads { id title metadata } } }"
 )
-RESOURCE = (
-    """query($r: String!) { resource(id: $r) { id workingMemory threads { total threads { id title } } } }"""
-)
+RESOURCE = """query($r: String!) { resource(id: $r) { id workingMemory threads { total threads { id title
+      recall(perPage: 5) { total messages { id resourceId content { raw } } } } } } }"""
 MESSAGES = "query($ids: [ID!]!) { messages(ids: $ids) { id resourceId threadId content { raw } } }"
-MESSAGES_NESTED = "query($ids: [ID!]!) { messages(ids: $ids) { id thread { id title workingMemory } } }"
+MESSAGES_NESTED = """query($ids: [ID!]!) { messages(ids: $ids) { id thread { id title workingMemory
+  recall(perPage: 3) { messages { id resourceId content { raw } } } } } }"""
 WORKING_MEMORY = """query($t: ID!, $r: String, $c: MemoryConfigInput) {
   workingMemory(threadId: $t, resourceId: $r, memoryConfig: $c) }"""
 UPDATE_THREAD = "mutation($i: UpdateThreadInput!) { updateThread(input: $i) { id title } }"

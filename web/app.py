@@ -231,6 +231,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
                 max_all_rows=settings.max_all_rows,
                 max_search_chars=settings.max_search_chars,
                 max_request_rows=settings.max_request_rows,
+                max_thread_recalls=settings.max_thread_recalls,
             )
         app.state.services = built
         observability.instrument(built)

@@ -157,6 +157,7 @@ class Settings(BaseSettings):
         default=20_000, ge=1
     )  # messages and threads one request may read across its fields (aliases repeat a field)
     max_entities: int = Field(default=1000, ge=1)  # representations per federation `_entities` call
+    max_thread_recalls: int = Field(default=100, ge=0)  # Thread.recall fields per request
     max_search_chars: int = Field(default=16_384 * 4, ge=1)  # vectorSearchString length
     max_subscriptions_per_connection: int = Field(default=16, ge=1)  # operations at once on one WebSocket
     introspection: bool = True  # __schema / __type (GraphiQL needs them)

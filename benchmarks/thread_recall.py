@@ -1,0 +1,160 @@
+"""A thread listing with each thread's newest message: Thread.recall nested in one request, against the
+requests a client makes without it.
+
+    python benchmarks/thread_recall.py [--threads 20] [--messages 50] [--requests 200] [--rounds 5]
+                                       [--database-url URL]
+
+The whole app in process (middleware, request ids, error policy, compiled reads on), over httpx's ASGI
+transport, on one database (a fresh SQLite file unless --database-url) with one resource of --threads
+threads of --messages messages each. Each way of getting the page of threads with each one's newest
+message runs --requests times, one after another, in --rounds rounds; prints the best round's µs per
+listing and its ratio to the nested field. The answers are checked equal (the same newest messages).
+
+- nested: one request, `threads { threads { ... recall(perPage: 1) { ... } } }`;
+- threads, then aliases: the page of threads, then one request with a recall alias per thread;
+- threads, then one each: the page of threads, then one recall request per thread;
+- threads alone: the page of threads without messages (the floor).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from models.db import create_engine
+from models.migrate import upgrade
+from models.repository import Repository
+from resolvers.auth import OPEN
+from resolvers.config import BUILTIN_DEFAULTS
+from resolvers.context import Services
+from resolvers.messages import MessageInput
+from web.app import create_app
+from web.settings import Settings
+
+THREAD_FIELDS = "id title updatedAt"
+MESSAGE = "total messages { id role createdAt content { parts { ... on TextPart { text } } } }"
+THREADS = "query($r: String!, $p: PerPage!) { threads(resourceId: $r, perPage: $p) { threads { %s } } }"
+NESTED = THREADS % f"{THREAD_FIELDS} recall(perPage: 1) {{ {MESSAGE} }}"
+ALONE = THREADS % THREAD_FIELDS
+RECALL = f"query($t: ID!, $r: String) {{ recall(threadId: $t, resourceId: $r, perPage: 1) {{ {MESSAGE} }} }}"
+
+Listing = list[tuple[str, dict[str, Any] | None]]  # (thread id, its newest-message recall)
+
+
+async def post(http: httpx.AsyncClient, query: str, **variables: Any) -> dict[str, Any]:
+    body = (await http.post("/graphql", json={"query": query, "variables": variables})).json()
+    assert "errors" not in body, body
+    return body["data"]
+
+
+def ways(resource: str, threads: int) -> dict[str, Callable[[httpx.AsyncClient], Awaitable[Listing]]]:
+    async def nested(http: httpx.AsyncClient) -> Listing:
+        data = await post(http, NESTED, r=resource, p=threads)
+        return [(t["id"], t["recall"]) for t in data["threads"]["threads"]]
+
+    async def aliases(http: httpx.AsyncClient) -> Listing:
+        ids = [t["id"] for t in (await post(http, ALONE, r=resource, p=threads))["threads"]["threads"]]
+        fields = " ".join(
+            f'a{n}: recall(threadId: "{t}", resourceId: $r, perPage: 1) {{ {MESSAGE} }}'
+            for n, t in enumerate(ids)
+        )
+        data = await post(http, f"query($r: String) {{ {fields} }}", r=resource)
+        return [(t, data[f"a{n}"]) for n, t in enumerate(ids)]
+
+    async def one_each(http: httpx.AsyncClient) -> Listing:
+        ids = [t["id"] for t in (await post(http, ALONE, r=resource, p=threads))["threads"]["threads"]]
+        return [(t, (await post(http, RECALL, t=t, r=resource))["recall"]) for t in ids]
+
+    async def alone(http: httpx.AsyncClient) -> Listing:
+        return [
+            (t["id"], None) for t in (await post(http, ALONE, r=resource, p=threads))["threads"]["threads"]
+        ]
+
+    return {
+        "nested": nested,
+        "threads, then aliases": aliases,
+        "threads, then one each": one_each,
+        "threads alone": alone,
+    }
+
+
+async def best(
+    http: httpx.AsyncClient,
+    way: Callable[[httpx.AsyncClient], Awaitable[Listing]],
+    requests: int,
+    rounds: int,
+) -> tuple[float, Listing]:
+    """The best round's µs per listing, and the last listing."""
+    for _ in range(max(1, requests // 4)):  # warm: plans, caches
+        listing = await way(http)
+    fastest = float("inf")
+    for _ in range(rounds):
+        started = time.perf_counter()
+        for _ in range(requests):
+            listing = await way(http)
+        fastest = min(fastest, (time.perf_counter() - started) / requests * 1e6)
+    return fastest, listing
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--threads", type=int, default=20)
+    parser.add_argument("--messages", type=int, default=50)
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--database-url")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        url = args.database_url or f"sqlite+aiosqlite:///{folder}/bench.db"
+        engine = create_engine(url)
+        await upgrade(engine)
+        services = Services.build(Repository(engine), memory_defaults=dict(BUILTIN_DEFAULTS))
+        resource = f"bench-{uuid.uuid4().hex[:8]}"
+        for n in range(args.threads):
+            thread = f"{resource}-t{n}"
+            await services.threads.create(resource_id=resource, thread_id=thread, principal=OPEN)
+            messages = [
+                MessageInput(
+                    thread_id=thread,
+                    role="user" if k % 2 == 0 else "assistant",
+                    created_at=1767225600000 + (n * args.messages + k) * 1000,
+                    content={"format": 2, "parts": [{"type": "text", "text": f"thread {n}, message {k}"}]},
+                )
+                for k in range(args.messages)
+            ]
+            await services.messages.save(messages, principal=OPEN)
+        app = create_app(Settings(access_log=False, metrics=False), services=services)
+        print(f"{args.threads} threads of {args.messages} messages, {engine.dialect.name}")
+        print(f"{'listing':24s} {'µs':>9s} {'÷ nested':>9s}")
+        try:
+            async with app.router.lifespan_context(app):
+                transport = httpx.ASGITransport(app=app)
+                async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+                    results = {
+                        name: await best(http, way, args.requests, args.rounds)
+                        for name, way in ways(resource, args.threads).items()
+                    }
+        finally:
+            await services.aclose()
+            await engine.dispose()
+        reference = results["nested"][1]
+        assert len(reference) == args.threads and all(r and r["messages"] for _, r in reference), reference
+        for name, (micros, listing) in results.items():
+            if name != "threads alone":
+                assert listing == reference, name
+            print(f"{name:24s} {micros:9.0f} {micros / results['nested'][0]:9.2f}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
