@@ -240,7 +240,18 @@ async def test_explorer_recall_matches_the_api(
     assert await page.title() == "RecallQL · Memory explorer"
     await page.get_by_label("Resource id").fill(resource)
     await page.get_by_label("Resource id").press("Enter")
-    await page.locator(f'#threads button[data-thread-id="{thread}"]').click()
+    # The listing shows each thread's size and newest message (Thread.recall, in the same request).
+    item = page.locator(f'#threads button[data-thread-id="{thread}"]')
+    newest = await api.execute(
+        "query($t: ID!) { recall(threadId: $t, perPage: 1) { total messages { role content { parts {"
+        " ... on TextPart { text } } } } } }",
+        t=thread,
+    )
+    [message] = newest["recall"]["messages"]
+    preview = " ".join(message["content"]["parts"][0]["text"].split())
+    assert await item.locator(".thread-preview").inner_text() == f"{message['role']}: {preview}"
+    assert f"{newest['recall']['total']} messages · updated" in await item.inner_text()
+    await item.click()
     await page.locator("#thread-title", has_text="Trip planning").wait_for()
     assert f"#resource={resource}&thread={thread}" in page.url
 

@@ -111,7 +111,13 @@
   const THREADS_QUERY = `query ExplorerThreads($resourceId: String!, $page: Int!, $perPage: PerPage!) {
   threads(resourceId: $resourceId, page: $page, perPage: $perPage) {
     total hasMore
-    threads { id title createdAt updatedAt }
+    threads {
+      id title createdAt updatedAt
+      recall(perPage: 1, hideSignals: {all: true}) {
+        total
+        messages { role content { parts { ... on TextPart { text } } } }
+      }
+    }
   }
 }`;
 
@@ -342,9 +348,31 @@
         },
         el('span', { class: 'thread-title', text: thread.title || '(untitled)' }),
         el('code', { class: 'thread-id', text: thread.id }),
-        el('span', { class: 'muted small' }, 'updated ', timeElement(thread.updatedAt)),
+        threadPreview(thread.recall),
+        el(
+          'span',
+          { class: 'muted small' },
+          thread.recall ? `${thread.recall.total} message${thread.recall.total === 1 ? '' : 's'} · ` : '',
+          'updated ',
+          timeElement(thread.updatedAt),
+        ),
       ),
     );
+  }
+
+  /** The newest message's text, one line (a signal or a message without text shows none). */
+  function threadPreview(recall) {
+    const newest = recall && recall.messages[recall.messages.length - 1];
+    const text = newest
+      ? newest.content.parts
+          .map((part) => part.text || '')
+          .join(' ')
+          .replace(/\s+/g, ' ')
+          .trim()
+      : '';
+    if (!text) return null;
+    const attrs = { class: 'thread-preview small', dataset: { role: newest.role } };
+    return el('span', attrs, `${newest.role}: ${text}`);
   }
 
   function markCurrentThread() {
