@@ -61,6 +61,9 @@ class GatedEmbedder:
         self.requests: list[str | None] = []  # REQUEST as each call saw it
         self.fail = False
         self.delay = 0.0  # seconds per call, for a pipeline that saves can outrun
+        # While this answers False, each call waits (at most 10 s) before it answers: a pipeline that
+        # saves outrun however slow the machine is.
+        self.hold: Callable[[], bool] | None = None
         # As hosted endpoints answer (HTTP 400) a request holding a text they refuse, or too many texts.
         self.refuse: str | None = None
         self.max_inputs: int | None = None
@@ -78,6 +81,9 @@ class GatedEmbedder:
         self.calls.append(len(texts))
         self.requests.append(REQUEST.get())
         await asyncio.sleep(self.delay)
+        deadline = asyncio.get_running_loop().time() + 10
+        while self.hold is not None and not self.hold() and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.005)
         if self.fail:
             raise EmbeddingError("the embedder is down")
         if self.refuse is not None and any(self.refuse in t for t in texts):
@@ -466,12 +472,14 @@ async def test_a_writer_that_outruns_the_pipeline_keeps_its_batches_whole(make: 
     # A save that found the queue full used to wait for its own vectors; the pipeline then found only
     # that save's messages to take next, and ran on in small batches.
     setup = make(background=True, pipeline_batch=6, max_backlog=6)
-    # Slow enough that the writer fills the queue during every embedder call, even with PostgreSQL saves
-    # on a loaded machine (the pipeline reads SQL while it embeds, so a call is all the writer gets).
-    setup.embedder.delay = 0.6
+    # Each embedder call lasts until the writer has filled the queue (or is done): a fixed delay (0.6 s)
+    # was outrun by a slow save now and then on a loaded machine, and a short batch followed.
+    writing = True
+    setup.embedder.hold = lambda: not writing or setup.semantic._queued >= 6
     thread_id, resource_id = await new_thread(setup)
     for n in range(15):
         await setup.save(thread_id, resource_id, [f"message {n} part {k}" for k in range(2)])
+    writing = False
     assert await setup.semantic.flush(30)
     assert sum(setup.embedder.calls) == 30
     # The first save is taken alone, the last batch takes what is left; every other one is whole.
