@@ -65,6 +65,9 @@ class RecallArgs:
     include_system_reminders: bool | None = None
     thread_config: dict[str, Any] | None = None
     vector_search_string: str | None = None
+    # The thread (thread_id's) as this request already read it (Thread.recall): its owner is known, so
+    # the ownership check does not read it again.
+    thread: ThreadRecord | None = None
 
 
 @dataclass(slots=True)
@@ -170,7 +173,7 @@ class RecallEngine:
         usage: dict[str, int] | None = None
         if search_runs:
             if args.resource_id:
-                thread = await self.repository.get_thread(args.thread_id)
+                thread = args.thread or await self.repository.get_thread(args.thread_id)
                 self._check_owner(args, thread, resource_scope, principal)
             if scope_error is not None:
                 raise scope_error
@@ -227,7 +230,7 @@ class RecallEngine:
                         offset=spec.offset,
                         windows=_merged(windows),
                         window_resource_id=args.resource_id or None,
-                        with_thread=check_owner,
+                        with_thread=check_owner and args.thread is None,
                         # Counted first, and not read at all over the limit (perPage false) or over
                         # what is left of the request's rows.
                         max_rows=budget.cap(all_rows),
@@ -254,7 +257,12 @@ class RecallEngine:
                     if not budget.take(rows):
                         over_budget = budget.refusal(rows, "this recall")
         if check_owner:
-            thread = read.thread if read is not None else await self.repository.get_thread(args.thread_id)
+            if args.thread is not None:
+                thread = args.thread
+            elif read is not None:
+                thread = read.thread
+            else:
+                thread = await self.repository.get_thread(args.thread_id)
             self._check_owner(args, thread, resource_scope, principal)
         if scope_error is not None:
             raise scope_error

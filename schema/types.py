@@ -323,8 +323,10 @@ async def recall_field(
     include_system_reminders: bool | None,
     thread_config: MemoryConfigInput | None,
     vector_search_string: str | None,
+    thread: ThreadRecord | None = None,
 ) -> RecallResult:
-    """A recall, from the GraphQL arguments (each UNSET, null or given) to its result."""
+    """A recall, from the GraphQL arguments (each UNSET, null or given) to its result. `thread`: the
+    thread as this request read it (resolvers.recall.RecallArgs.thread)."""
     flt = given(filter)
     date_range = given(flt.date_range) if flt else None
     order = given(order_by)
@@ -345,6 +347,7 @@ async def recall_field(
             include_system_reminders=given(include_system_reminders),
             thread_config=config.to_value() if config else None,
             vector_search_string=given(vector_search_string),
+            thread=thread,
         ),
         principal=info.context.principal,
         budget=info.context.rows,
@@ -470,6 +473,7 @@ class Thread:
             include_system_reminders=None,
             thread_config=thread_config,
             vector_search_string=vector_search_string,
+            thread=self._record,
         )
 
 

@@ -130,6 +130,36 @@ async def test_resource_ownership_and_row_filter(services: Services) -> None:
     assert summary(result) == ([], 0, 0, 10, False)
 
 
+async def test_a_thread_the_caller_read_is_not_read_again(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Thread.recall hands over the thread its request read: the ownership check uses it (the page
+    read leaves the thread out, one statement fewer per listed thread) and still refuses a mismatch."""
+    await seed(services, msg("a", at=1), msg("b", at=2), msg("c", at=3, resource="rX"))
+    thread = await services.repository.get_thread("t1")
+    assert thread is not None and thread.resource_id == "r1"
+    asked: list[bool] = []
+    read_page = services.repository.read_page
+
+    async def spy(*args: Any, **kwargs: Any) -> Any:
+        asked.append(kwargs["with_thread"])
+        return await read_page(*args, **kwargs)
+
+    monkeypatch.setattr(services.repository, "read_page", spy)
+    unknown = await recall(services, resource_id="r1")
+    assert asked == [True]  # without it, the page read brings the thread for the check
+
+    async def no_thread_read(thread_id: str) -> Any:
+        raise AssertionError(f"thread {thread_id} read again")
+
+    monkeypatch.setattr(services.repository, "get_thread", no_thread_read)
+    asked.clear()
+    known = await recall(services, resource_id="r1", thread=thread)
+    assert summary(known) == summary(unknown) == (["a", "b"], 2, 0, 10, False) and asked == [False]
+    with pytest.raises(Forbidden, match="is for resource with id r1 but resource r2 was queried"):
+        await recall(services, resource_id="r2", thread=thread)
+
+
 async def test_blank_thread_id(services: Services) -> None:
     with pytest.raises(BadUserInput, match="threadId must be a non-empty string"):
         await recall(services, thread_id="  ")
