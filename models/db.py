@@ -140,9 +140,11 @@ def create_engine(
             "prepared_statement_cache_size": 0,  # SQLAlchemy's
             "prepared_statement_name_func": _unnamed,
         }
+    # PostgreSQL's own text for the setting (0: none of RecallQL's).
+    lock_wait = f"{round(lock_timeout * 1000)}ms" if lock_timeout else None
     execution_options: dict[str, Any] = {}
-    if lock_timeout and transaction_pooler:
-        execution_options[_TRANSACTION_LOCK_TIMEOUT] = f"{round(lock_timeout * 1000)}ms"
+    if lock_wait and transaction_pooler:
+        execution_options[_TRANSACTION_LOCK_TIMEOUT] = lock_wait
     engine = create_async_engine(
         parsed,
         echo=echo,
@@ -158,12 +160,8 @@ def create_engine(
         **json_options,
     )
     event.listen(engine.sync_engine, "handle_error", _read_only_is_a_disconnect)
-    if lock_timeout and not transaction_pooler:
-        event.listen(
-            engine.sync_engine,
-            "connect",
-            functools.partial(_default_lock_timeout, round(lock_timeout * 1000)),
-        )
+    if lock_wait and not transaction_pooler:
+        event.listen(engine.sync_engine, "connect", functools.partial(_default_lock_timeout, lock_wait))
     return engine
 
 
@@ -177,14 +175,14 @@ def transaction_lock_timeout(engine: AsyncEngine) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _default_lock_timeout(milliseconds: int, dbapi_conn: Any, _record: Any) -> None:
+def _default_lock_timeout(lock_wait: str, dbapi_conn: Any, _record: Any) -> None:
     # On the driver's connection, outside any transaction: the setting stays for the session (a
     # transaction's rollback, which returns every pooled connection, would undo it). Conditional, so that
     # a role's or a database's own lock_timeout, a DBA's choice, stays as it is.
     dbapi_conn.run_async(
         lambda conn: conn.execute(
             "SELECT set_config('lock_timeout', $1, false) WHERE current_setting('lock_timeout') = '0'",
-            f"{milliseconds}ms",
+            lock_wait,
         )
     )
 

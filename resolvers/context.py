@@ -130,7 +130,7 @@ class RequestContext:
     messages: DataLoader[str, MessageRecord | None] = field(init=False)
     resources: DataLoader[str, ResourceRecord | None] = field(init=False)
     rows: RowBudget = field(init=False)  # what the request's fields may still read
-    thread_recalls: int = field(init=False, default=0)  # Thread.recall fields resolved so far
+    thread_recalls: int = field(init=False)  # Thread.recall fields resolved so far
 
     def __post_init__(self) -> None:
         repo = self.services.repository
