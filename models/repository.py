@@ -17,7 +17,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeAlias, TypeVar
 
 import orjson
@@ -28,6 +28,7 @@ from sqlalchemy import (
     Executable,
     Select,
     Table,
+    Text,
     and_,
     bindparam,
     delete,
@@ -926,9 +927,14 @@ class Repository:
         )
         return shape, params
 
-    def _filter_conditions(self, shape: tuple[Any, ...]) -> list[ColumnElement[bool]]:
+    def _filter_conditions(
+        self, shape: tuple[Any, ...], thread: ColumnElement[bool] | None = None
+    ) -> list[ColumnElement[bool]]:
+        """The page query's WHERE: `thread` (default: thread_id = :thread_id), then the filter's."""
         has_resource, has_start, start_exclusive, has_end, end_exclusive, kinds = shape
-        where: list[ColumnElement[bool]] = [M.c.thread_id == bindparam("thread_id")]
+        where: list[ColumnElement[bool]] = [
+            thread if thread is not None else M.c.thread_id == bindparam("thread_id")
+        ]
         if has_resource:
             where.append(M.c.resource_id == bindparam("resource_id"))
         if has_start:
@@ -962,15 +968,10 @@ class Repository:
         key = ("page", shape, descending)
         stmt = self._statements.get(key)
         if stmt is None:
-            order = (
-                (M.c.created_at.desc(), M.c.seq.desc())
-                if descending
-                else (M.c.created_at.asc(), M.c.seq.asc())
-            )
             stmt = (
                 select(*_MESSAGE_COLUMNS)
                 .where(*self._filter_conditions(shape))
-                .order_by(*order)
+                .order_by(*_page_order(descending))
                 .limit(bindparam("limit"))
                 .offset(bindparam("offset"))
             )
@@ -1020,12 +1021,17 @@ class Repository:
         if not scan:
             raise _NeedsWorker
         total = int(conn.execute(self._count_template(shape), params).scalar_one())
-        with self._count_lock:
-            self._count_cache[key] = (version, total, int(maintained))
-            self._count_cache.move_to_end(key)
-            if len(self._count_cache) > _COUNT_CACHE_SIZE:
-                self._count_cache.popitem(last=False)
+        self._cache_counts([(key, (version, total, int(maintained)))])
         return total
+
+    def _cache_counts(self, counts: Iterable[tuple[tuple[Any, ...], tuple[int, int, int]]]) -> None:
+        """Remembers filtered counts: (key, (thread version, matching rows, the thread's rows))."""
+        with self._count_lock:
+            for key, value in counts:
+                self._count_cache[key] = value
+                self._count_cache.move_to_end(key)
+            while len(self._count_cache) > _COUNT_CACHE_SIZE:
+                self._count_cache.popitem(last=False)
 
     def page_statement(self, q: MessageQuery, *, descending: bool, limit: int, offset: int) -> _AnySelect:
         """The page query with its values bound (for EXPLAIN in tests)."""
@@ -1092,6 +1098,184 @@ class Repository:
             )
 
         return await self._read(read, bounded=inline)
+
+    async def read_pages(
+        self,
+        queries: Sequence[MessageQuery],
+        *,
+        descending: bool,
+        limit: int,
+        offset: int,
+        max_rows: int | None = None,
+    ) -> list[tuple[int, list[MessageRecord] | None]]:
+        """What read_page reads for each query (a page of `limit` > 0 rows, without windows or the
+        thread), for queries that differ only in their thread, in one read: one statement counts every
+        thread (the maintained counts; a filter's uncached counts in one more), one reads every page
+        (PostgreSQL: a LATERAL join of the thread ids; SQLite, in process, runs the page statement per
+        thread on one connection). Each query's (total, page). With `max_rows`, the queries take their
+        pages in order while the rows fit, as read_page calls drawing on one budget one after another
+        would: a page that would go past what is left is not read (None) and takes nothing."""
+        if not queries:
+            return []
+        shape, params = self._filter_params(queries[0])
+        if any(replace(q, thread_id=queries[0].thread_id) != queries[0] for q in queries):
+            raise ValueError("read_pages reads queries that differ only in their thread")
+        ids = list(dict.fromkeys(q.thread_id for q in queries))
+        per_thread = [{**params, "thread_id": i} for i in ids]
+        inline = len(ids) * (offset + limit) <= _INLINE_ROWS and all(
+            self._inline_page(
+                queries[0], shape, p, limit=limit, offset=offset, windows=(), window_resource_id=None
+            )
+            for p in per_thread
+        )
+        loop_thread = threading.get_ident()
+
+        def read(conn: Connection) -> list[tuple[int, list[MessageRecord] | None]]:
+            scan = self.read_engine is None or threading.get_ident() != loop_thread
+            totals = self._counts(conn, queries[0], shape, per_thread, scan=scan)
+            left = max_rows
+            taken: list[bool] = []
+            for q in queries:
+                rows = page_rows(totals[q.thread_id], limit, offset)
+                fits = left is None or rows <= left
+                if fits and left is not None:
+                    left -= rows
+                taken.append(fits)
+            pages = self._pages(
+                conn,
+                shape,
+                params,
+                [i for i in ids if any(t and q.thread_id == i for q, t in zip(queries, taken, strict=True))],
+                descending=descending,
+                limit=min(limit, _SQL_INT_MAX),
+                offset=min(offset, _SQL_INT_MAX),
+            )
+            return [
+                (totals[q.thread_id], pages.get(q.thread_id, []) if t else None)
+                for q, t in zip(queries, taken, strict=True)
+            ]
+
+        return await self._read(read, bounded=inline)
+
+    def _counts(
+        self,
+        conn: Connection,
+        q: MessageQuery,
+        shape: tuple[Any, ...],
+        per_thread: list[dict[str, Any]],
+        *,
+        scan: bool,
+    ) -> dict[str, int]:
+        """_count for several threads under one filter, in one statement (two when a filter's counts
+        are not all cached): each thread's count by id."""
+        key = ("stats-many", bool(q.resource_id))
+        stats = self._statements.get(key)
+        if stats is None:
+            stats = (
+                select(
+                    TR.c.thread_id,
+                    func.coalesce(func.sum(TR.c.message_count), 0),
+                    func.coalesce(func.sum(TR.c.version), 0),
+                )
+                .where(TR.c.thread_id.in_(bindparam("thread_ids", expanding=True)))
+                .group_by(TR.c.thread_id)
+            )
+            if q.resource_id:
+                stats = stats.where(TR.c.resource_id == bindparam("resource_id"))
+            self._statements[key] = stats
+        resource = {"resource_id": q.resource_id} if q.resource_id else {}
+        maintained: dict[str, tuple[int, int]] = {}
+        for chunk in _slices([p["thread_id"] for p in per_thread]):
+            for thread_id, count, version in conn.execute(stats, {"thread_ids": chunk, **resource}):
+                maintained[thread_id] = (int(count), int(version))
+        totals: dict[str, int] = {}
+        if q.date_range is None and not q.metadata:
+            for p in per_thread:
+                totals[p["thread_id"]] = maintained.get(p["thread_id"], (0, 0))[0]
+            return totals
+        missing: list[dict[str, Any]] = []
+        with self._count_lock:
+            for p in per_thread:
+                cached = self._count_cache.get(("count", shape, tuple(p.items())))
+                version = maintained.get(p["thread_id"], (0, 0))[1]
+                if cached is not None and cached[0] == version:
+                    totals[p["thread_id"]] = cached[1]
+                else:
+                    missing.append(p)
+        if not missing:
+            return totals
+        if not scan:
+            raise _NeedsWorker
+        count_key = ("count-many", shape)
+        count = self._statements.get(count_key)
+        if count is None:
+            thread_in = M.c.thread_id.in_(bindparam("thread_ids", expanding=True))
+            count = (
+                select(M.c.thread_id, func.count())
+                .where(*self._filter_conditions(shape, thread_in))
+                .group_by(M.c.thread_id)
+            )
+            self._statements[count_key] = count
+        values = {k: v for k, v in missing[0].items() if k != "thread_id"}
+        counted: dict[str, int] = {}
+        for chunk in _slices([p["thread_id"] for p in missing]):
+            counted.update((t, int(n)) for t, n in conn.execute(count, {**values, "thread_ids": chunk}))
+        fresh = []
+        for p in missing:
+            thread_id = p["thread_id"]
+            totals[thread_id] = counted.get(thread_id, 0)
+            thread_rows, version = maintained.get(thread_id, (0, 0))
+            fresh.append((("count", shape, tuple(p.items())), (version, totals[thread_id], thread_rows)))
+        self._cache_counts(fresh)
+        return totals
+
+    def _pages(
+        self,
+        conn: Connection,
+        shape: tuple[Any, ...],
+        params: dict[str, Any],
+        thread_ids: list[str],
+        *,
+        descending: bool,
+        limit: int,
+        offset: int,
+    ) -> dict[str, list[MessageRecord]]:
+        """The page of each thread (one statement on PostgreSQL), by thread id."""
+        pages: dict[str, list[MessageRecord]] = {i: [] for i in thread_ids}
+        if not thread_ids:
+            return pages
+        values = {**params, "limit": limit, "offset": offset}
+        if not self.is_postgres:
+            # In process, a statement costs microseconds: the page statement per thread, on one connection.
+            page = self._page_template(shape, descending)
+            for thread_id in thread_ids:
+                pages[thread_id] = [
+                    _message(row) for row in conn.execute(page, {**values, "thread_id": thread_id})
+                ]
+            return pages
+        key = ("pages", shape, descending)
+        stmt = self._statements.get(key)
+        if stmt is None:
+            ids = (
+                func.unnest(bindparam("thread_ids", type_=postgresql.ARRAY(Text)))
+                .table_valued("id")
+                .render_derived(name="ids")
+            )
+            each = (
+                select(*_MESSAGE_COLUMNS)
+                .where(*self._filter_conditions(shape, M.c.thread_id == ids.c.id))
+                .order_by(*_page_order(descending))
+                .limit(bindparam("limit"))
+                .offset(bindparam("offset"))
+                .lateral("page")
+            )
+            stmt = select(*each.c).select_from(ids.join(each, true()))
+            self._statements[key] = stmt
+        values.pop("thread_id")
+        for row in conn.execute(stmt, {**values, "thread_ids": thread_ids}):
+            record = _message(row)
+            pages[record.thread_id].append(record)
+        return pages
 
     def _inline_page(
         self,
@@ -1780,6 +1964,13 @@ class Repository:
         )
         async with self.engine.connect() as conn:
             return [_message(r) for r in await conn.execute(stmt)]
+
+
+def _page_order(descending: bool) -> tuple[ColumnElement[Any], ...]:
+    """A page's order: createdAt, ties by insertion (seq)."""
+    if descending:
+        return (M.c.created_at.desc(), M.c.seq.desc())
+    return (M.c.created_at.asc(), M.c.seq.asc())
 
 
 def page_rows(total: int, limit: int | None, offset: int) -> int:

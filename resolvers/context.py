@@ -15,7 +15,7 @@ from resolvers.errors import BadUserInput
 from resolvers.events import EventBroker, InProcessBroker
 from resolvers.loaders import DataLoader
 from resolvers.messages import MessageService
-from resolvers.recall import RecallEngine
+from resolvers.recall import PageBatch, RecallEngine
 from resolvers.semantic import SemanticMemory
 from resolvers.threads import ThreadService
 from resolvers.titles import Chat, TitleGenerator
@@ -130,11 +130,13 @@ class RequestContext:
     messages: DataLoader[str, MessageRecord | None] = field(init=False)
     resources: DataLoader[str, ResourceRecord | None] = field(init=False)
     rows: RowBudget = field(init=False)  # what the request's fields may still read
+    pages: PageBatch = field(init=False)  # nested recalls' page reads, batched (drawing on `rows`)
     thread_recalls: int = field(init=False)  # Thread.recall fields resolved so far
 
     def __post_init__(self) -> None:
         repo = self.services.repository
         self.rows = RowBudget(self.services.max_request_rows)
+        self.pages = PageBatch(repo, self.rows)
         self.thread_recalls = 0
 
         async def load_threads(ids: Sequence[str]) -> list[ThreadRecord | None]:

@@ -6,6 +6,7 @@ Pure application logic: it talks to the repository and (optionally) a semantic s
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 from collections.abc import Sequence
@@ -132,10 +133,17 @@ class RecallEngine:
         return deep_merge(self.defaults, thread_config)
 
     async def recall(
-        self, args: RecallArgs, *, principal: Principal, budget: RowBudget | None = None
+        self,
+        args: RecallArgs,
+        *,
+        principal: Principal,
+        budget: RowBudget | None = None,
+        pages: PageBatch | None = None,
     ) -> RecallResult:
         """`budget`: the rows the request may still read (resolvers.budget); None: this call's limits
-        only."""
+        only. `pages`: the request's batch of page reads (PageBatch, drawing on the same budget), for
+        a recall of a thread the request already read (RecallArgs.thread): its page, when it has no
+        windows, is read with the other recalls' of the same event loop turn."""
         # 0: who asks. A restricted credential always reads as one of its resources (see _scoped).
         if principal.restricted:
             args = await self._scoped(args, principal)
@@ -218,7 +226,12 @@ class RecallEngine:
         check_owner = bool(args.resource_id) and not search_runs
         read: PageRead | None = None
         over_budget: BadUserInput | None = None
-        if spec is not None:
+        if spec is not None and spec.limit and pages is not None and args.thread is not None and not windows:
+            total, page, over_budget = await pages.read(
+                spec.query, descending=spec.descending, limit=spec.limit, offset=spec.offset
+            )
+            read = PageRead(None, page, total, [])
+        elif spec is not None:
             budget = budget if budget is not None else RowBudget(None)
             async with budget.turn():
                 all_rows = self.max_all_rows if spec.limit is None else None
@@ -350,6 +363,83 @@ class RecallEngine:
                 raise BadUserInput(f"include[{n}]: withPreviousMessages and withNextMessages must be >= 0.")
             windows.append(IncludeWindow(item.id, before, after))
         return windows
+
+
+_PageKey = tuple[MessageQuery, bool, int, int]  # the query without its thread, order, size, offset
+
+
+class PageBatch:
+    """The page reads of one request's nested recalls (Thread.recall), read together: a listing of 20
+    threads with each one's newest message is two statements (every count, every page) rather than
+    two for each thread, which on PostgreSQL is 40 round trips. Reads asked for in one turn of the
+    event loop are batched by their page (filter, order, size, offset); in each batch the reads take
+    their rows from the request's budget in the order they were asked for, as reads taking turns one
+    after another would, and a page that would go past what is left is not read."""
+
+    def __init__(self, repository: Repository, budget: RowBudget) -> None:
+        self._repository = repository
+        self._budget = budget
+        self._pending: list[tuple[_PageKey, MessageQuery, asyncio.Future[_BatchedPage]]] = []
+        self._tasks: set[asyncio.Future[None]] = set()
+        self.batches = 0  # how many reads ran (tests read it)
+
+    def read(
+        self, query: MessageQuery, *, descending: bool, limit: int, offset: int
+    ) -> asyncio.Future[_BatchedPage]:
+        """(total, page rows, None), or (total, [], the refusal) over the request's budget."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[_BatchedPage] = loop.create_future()
+        if not self._pending:
+            loop.call_soon(self._dispatch)
+        self._pending.append(((replace(query, thread_id=""), descending, limit, offset), query, future))
+        return future
+
+    def _dispatch(self) -> None:
+        pending, self._pending = self._pending, []
+        batches: list[tuple[_PageKey, list[tuple[MessageQuery, asyncio.Future[_BatchedPage]]]]] = []
+        for key, query, future in pending:
+            batch = next((members for k, members in batches if k == key), None)
+            if batch is None:
+                batches.append((key, batch := []))
+            batch.append((query, future))
+        for key, members in batches:
+            task = asyncio.ensure_future(self._run(key, members))
+            # The loop keeps only weak references to tasks: hold this one until it is done.
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _run(
+        self, key: _PageKey, members: list[tuple[MessageQuery, asyncio.Future[_BatchedPage]]]
+    ) -> None:
+        _, descending, limit, offset = key
+        self.batches += 1
+        try:
+            async with self._budget.turn():
+                reads = await self._repository.read_pages(
+                    [query for query, _ in members],
+                    descending=descending,
+                    limit=limit,
+                    offset=offset,
+                    max_rows=self._budget.cap(None),
+                )
+                results: list[_BatchedPage] = []
+                for total, rows in reads:
+                    wanted = page_rows(total, limit, offset)
+                    if rows is not None and self._budget.take(wanted):
+                        results.append((total, rows, None))
+                    else:
+                        results.append((total, [], self._budget.refusal(wanted, "this recall")))
+        except Exception as exc:  # every waiter sees the failure, none hangs
+            for _, future in members:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for (_, future), result in zip(members, results, strict=True):
+            if not future.done():
+                future.set_result(result)
+
+
+_BatchedPage = tuple[int, list[MessageRecord], BadUserInput | None]
 
 
 @dataclass(slots=True, frozen=True)

@@ -351,6 +351,7 @@ async def recall_field(
         ),
         principal=info.context.principal,
         budget=info.context.rows,
+        pages=info.context.pages if thread is not None else None,
     )
     return RecallResult(
         messages=[Message(_record=m) for m in result.messages],

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -26,6 +26,10 @@ import pytest
 from gql import Client, GraphQLRequest
 from gql.transport.exceptions import TransportQueryError
 from gql.transport.httpx import HTTPXAsyncTransport
+from sqlalchemy import event
+
+if TYPE_CHECKING:
+    from resolvers.context import Services
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("RECALLQL_SHARED_DIR", REPO.parent / "shared"))
@@ -413,3 +417,22 @@ def at(seconds: float) -> str:
     from resolvers.clock import to_iso
 
     return to_iso(1767225600000 + round(seconds * 1000))
+
+
+@contextlib.contextmanager
+def statements(services: Services) -> Iterator[list[str]]:
+    """Every SQL statement the repository's engines run meanwhile."""
+    seen: list[str] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        seen.append(statement)
+
+    repo = services.repository
+    engines = [repo.engine.sync_engine, *([repo.read_engine] if repo.read_engine is not None else [])]
+    for engine in engines:
+        event.listen(engine, "before_cursor_execute", count)
+    try:
+        yield seen
+    finally:
+        for engine in engines:
+            event.remove(engine, "before_cursor_execute", count)

@@ -46,7 +46,6 @@ from graphql import (
 )
 from graphql.language import Visitor
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import event
 
 from resolvers.auth import OPEN, Principal
 from resolvers.context import RequestContext, Services
@@ -54,7 +53,7 @@ from schema import build_schema as build_recallql_schema
 from schema.build import SDL_PATH, SUBGRAPH_SDL_PATH, export_sdl, export_subgraph_sdl
 from schema.federation import ENTITY_TAG, FEDERATION_FIELDS, FEDERATION_VERSION
 from tests.factories import msg, seed
-from tests.support import REPO, require, running_server, text_message, uid
+from tests.support import REPO, require, running_server, statements, text_message, uid
 
 FEDERATION_DIR = REPO / "tests" / "federation"
 BUILT_IN_DIRECTIVES = {d.name for d in specified_directives} | {"oneOf"}
@@ -68,25 +67,6 @@ async def run(
     context = RequestContext(services=services, principal=principal or OPEN)
     result = await SCHEMA.execute(query, variable_values=variables or None, context_value=context)
     return result.data, list(result.errors or [])
-
-
-@contextlib.contextmanager
-def statements(services: Services) -> Iterator[list[str]]:
-    """Every SQL statement the repository's engines run meanwhile."""
-    seen: list[str] = []
-
-    def count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        seen.append(statement)
-
-    repo = services.repository
-    engines = [repo.engine.sync_engine, *([repo.read_engine] if repo.read_engine is not None else [])]
-    for engine in engines:
-        event.listen(engine, "before_cursor_execute", count)
-    try:
-        yield seen
-    finally:
-        for engine in engines:
-            event.remove(engine, "before_cursor_execute", count)
 
 
 def directives(sdl: str) -> dict[str, list[DirectiveNode]]:

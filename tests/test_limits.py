@@ -377,6 +377,19 @@ async def test_thread_recalls_are_bounded_per_request(limited: ServerProcess, ap
     assert (error["extensions"]["limit"], error["extensions"]["max"]) == ("maxRequestRows", 60), error
     assert "this recall would read 30 with 28 left" in error["message"], error
 
+    # Numbered pages are read in one batch (PageBatch), and take their rows in the listing's order: the
+    # listing 3, the first two pages 25 each, and the third finds 7 left. Nothing is read for it.
+    three = uid("r")
+    for _ in range(3):
+        await thread_with(api, 30, resource=three)
+    body = await post(limited.url, listing.replace("perPage: 0", "perPage: 25"), r=three, p=10)
+    totals = [t["recall"] and t["recall"]["total"] for t in body["data"]["threads"]["threads"]]
+    assert totals == [30, 30, None], body
+    [error] = body["errors"]
+    assert error["path"] == ["threads", "threads", 2, "recall"], error
+    assert (error["extensions"]["limit"], error["extensions"]["max"]) == ("maxRequestRows", 60), error
+    assert "this recall would read 25 with 7 left" in error["message"], error
+
 
 async def test_a_clone_copies_at_most_max_all_rows(api: Api, limited: ServerProcess) -> None:
     """A clone copies its messages in one transaction: without messageLimit a thread of any size was

@@ -13,6 +13,7 @@ from resolvers.context import Services
 from resolvers.errors import BadUserInput, Forbidden, NotFound
 from resolvers.recall import IncludeItem, OrderBy, RecallArgs, RecallResult
 from tests.factories import msg, seed, t
+from tests.support import statements
 
 
 async def recall(services: Services, **kwargs: Any) -> RecallResult:
@@ -470,3 +471,96 @@ async def test_thread_config_accepts_generate_title(services: Services) -> None:
     await seed(services, msg("a", at=1))
     result = await recall(services, thread_config={"threads": {"generateTitle": True}, "generateTitle": True})
     assert ids(result) == ["a"]
+
+
+async def test_pages_of_several_threads_read_as_each_alone(services: Services) -> None:
+    """read_pages (Thread.recall's batch) answers what read_page answers for each thread: counts,
+    pages, filters, order, offsets, repeated and unknown threads, another resource's rows, and the
+    filtered counts it caches (recounted once a thread changes). PostgreSQL reads every page in one
+    statement whatever the number of threads."""
+    threads = {"t1": "r1", "t2": "r1", "t3": "r1", "t4": "r1", "t5": "r2"}
+    sizes = {"t1": 7, "t2": 3, "t3": 12, "t4": 0, "t5": 4}
+    await seed(
+        services,
+        *(
+            msg(
+                f"{thread}-m{n}",
+                thread=thread,
+                at=n // 2,  # pairs share a createdAt: ties follow the insertion order
+                metadata={"n": n % 3, "tag": "x" if n % 2 else "y"},
+                resource="rX" if thread == "t3" and n in (4, 9) else threads[thread],
+            )
+            for thread, size in sizes.items()
+            for n in range(size)
+        ),
+        threads=threads,
+    )
+    repo = services.repository
+    asked = ["t3", "t1", "t2", "t3", "ghost", "t4", "t5"]
+    filters: list[dict[str, Any]] = [
+        {},
+        {"resource_id": None},
+        {"date_range": DateRange(start=t(1), end=t(4), end_exclusive=True)},
+        {"metadata": {"n": 1}},
+        {"metadata": {"tag": "x"}, "date_range": DateRange(start=t(1))},
+    ]
+
+    async def compare() -> None:
+        for flt in filters:
+            for descending in (True, False):
+                for limit, offset in ((1, 0), (2, 1), (3, 4), (50, 0)):
+                    queries = [MessageQuery(**{"thread_id": i, "resource_id": "r1", **flt}) for i in asked]
+                    with statements(services) as seen:
+                        got = await repo.read_pages(
+                            queries, descending=descending, limit=limit, offset=offset
+                        )
+                    pages = [s for s in seen if "FROM messages" in s and "count" not in s.lower()]
+                    if repo.is_postgres:
+                        assert len(pages) == 1, pages
+                    expected = []
+                    for q in queries:
+                        read = await repo.read_page(q, descending=descending, limit=limit, offset=offset)
+                        expected.append((read.total, sorted(m.id for m in read.rows)))
+                    answered = [(total, sorted(m.id for m in rows or [])) for total, rows in got]
+                    assert answered == expected, (flt, descending, limit, offset)
+                    assert all(rows is not None for _, rows in got)
+        # Not vacuous: the threads' answers differ (t5 is r2's, so r1 has none of it; 2 of t3's are rX's).
+        first = await repo.read_pages(
+            [MessageQuery(thread_id=i, resource_id="r1") for i in asked], descending=True, limit=2, offset=0
+        )
+        assert [(total, sorted(m.id for m in rows or [])) for total, rows in first] == [
+            (10, ["t3-m10", "t3-m11"]),
+            (sizes["t1"], [f"t1-m{sizes['t1'] - 2}", f"t1-m{sizes['t1'] - 1}"]),
+            (3, ["t2-m1", "t2-m2"]),
+            (10, ["t3-m10", "t3-m11"]),
+            (0, []),
+            (0, []),
+            (0, []),
+        ]
+
+    await compare()
+    await compare()  # the filtered counts now come from the cache
+    await services.messages.save(
+        [msg("t1-m7", thread="t1", at=9, metadata={"n": 1, "tag": "x"})], principal=OPEN
+    )
+    sizes["t1"] += 1
+    await compare()  # t1 changed: its cached counts are stale
+
+    # A budget: the threads take their pages in the order asked while the rows fit; one that would go
+    # past what is left is not read and takes nothing, and a smaller one after it may still fit.
+    queries = [MessageQuery(thread_id=i, resource_id="r1") for i in ("t3", "t2", "t1", "t2")]
+    got = await repo.read_pages(queries, descending=True, limit=3, offset=5, max_rows=3)
+    # Rows of each page: t3 (10 of r1) 3, t2 (3) 0, t1 (8) 3, t2 0; 3 left after t3.
+    assert [(total, rows is not None and len(rows)) for total, rows in got] == [
+        (10, 3),
+        (3, 0),
+        (8, False),
+        (3, 0),
+    ]
+    with pytest.raises(ValueError, match="differ only in their thread"):
+        await repo.read_pages(
+            [MessageQuery(thread_id="t1"), MessageQuery(thread_id="t2", resource_id="r1")],
+            descending=True,
+            limit=1,
+            offset=0,
+        )
