@@ -130,6 +130,10 @@ class RecallEngine:
         self.max_search_chars = max_search_chars
 
     def merged_config(self, thread_config: dict[str, Any] | None) -> dict[str, Any]:
+        """The configuration a recall reads (and never changes): without threadConfig, the defaults
+        themselves. Copying them cost every recall about 20 µs (a listing's 20 nested ones, 0.4 ms)."""
+        if not thread_config:
+            return self.defaults
         return deep_merge(self.defaults, thread_config)
 
     async def recall(
