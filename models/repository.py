@@ -1145,7 +1145,7 @@ class Repository:
                 conn,
                 shape,
                 params,
-                [i for i in ids if any(t and q.thread_id == i for q, t in zip(queries, taken, strict=True))],
+                list(dict.fromkeys(q.thread_id for q, t in zip(queries, taken, strict=True) if t)),
                 descending=descending,
                 limit=min(limit, _SQL_INT_MAX),
                 offset=min(offset, _SQL_INT_MAX),
