@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import MODEL_DIR, REPO, database, require
+from tests.support import MODEL_DIR, PG_ADMIN_DSN, REPO, database, postgres_available, require
 from tests.test_import_export import oracle_node_modules
 
 
@@ -190,3 +190,17 @@ def test_thread_recall_runs() -> None:
     rows = {line.rsplit(None, 2)[0]: line.split()[-2:] for line in out.splitlines()[2:]}
     assert set(rows) == {"nested", "threads, then aliases", "threads, then one each", "threads alone"}, out
     assert rows["nested"][1] == "1.00", out
+
+
+async def test_tenant_recall_runs() -> None:
+    # The script itself checks each scenario's answer (its page, its dated page, its include window).
+    require(await postgres_available(), f"PostgreSQL is not reachable at {PG_ADMIN_DSN}")
+    out = run(
+        "tenant_recall.py",
+        *("--resources", "6", "--threads", "2", "--messages", "30"),
+        *("--fresh-threads", "3", "--fresh-messages", "40", "--calls", "10"),
+    )
+    rows = [
+        [cell.strip() for cell in line.split("|")[1:3]] for line in out.splitlines() if line.startswith("| ")
+    ]
+    assert rows[1:] == [[e, t] for e in ("sqlite", "postgres") for t in ("established", "fresh")], out

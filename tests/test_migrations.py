@@ -20,12 +20,12 @@ from sqlalchemy.engine import Connection
 
 from models.db import create_engine
 from models.migrate import alembic_config, include_object_for, schema_state, upgrade
-from models.records import IncludeWindow, MessageQuery
+from models.records import DateRange, IncludeWindow, MessageQuery
 from models.repository import Repository
 from models.tables import metadata
 from resolvers.auth import OPEN
 from resolvers.context import Services
-from tests.factories import msg, seed
+from tests.factories import msg, seed, t
 from tests.support import MODEL_DIR, PG_ADMIN_DSN, ServerProcess, postgres_available, require
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,6 +110,38 @@ async def test_hot_queries_use_indexes(services: Services) -> None:
     else:
         plan = await repo.explain(repo.page_statement(filtered, descending=True, limit=20, offset=0))
         assert "ix_messages_thread_order" in plan, plan
+
+
+async def test_reads_of_a_resource_in_a_thread_walk_the_thread(services: Services) -> None:
+    """Recall names the resource beside the thread. Neither PostgreSQL's estimates from fresh statistics
+    of many resources (which multiply the two selectivities) nor those without statistics of the
+    resource (a tenant newer than the last ANALYZE) may read the resource's index for a thread's page,
+    count or window; nor may SQLite, which RecallQL never analyzes."""
+    old = {f"t{n}": f"r{n // 2}" for n in range(100)}
+    messages = [msg(f"m{n}", thread=f"t{n % 100}", resource=old[f"t{n % 100}"], at=n) for n in range(2000)]
+    for thread_id, resource_id in old.items():
+        await services.threads.create(resource_id=resource_id, thread_id=thread_id, principal=OPEN)
+    for start in range(0, len(messages), 500):
+        await services.messages.save(messages[start : start + 500], principal=OPEN)
+    repo = services.repository
+    if repo.is_postgres:  # autovacuum's work, done now; SQLite databases are never analyzed
+        async with repo.engine.begin() as conn:
+            await conn.exec_driver_sql("ANALYZE")
+    await services.threads.create(resource_id="fresh", thread_id="new", principal=OPEN)
+    await services.messages.save(
+        [msg(f"n{n}", thread="new", resource="fresh", at=3000 + n) for n in range(200)], principal=OPEN
+    )
+    for thread_id, resource_id, target in (("t15", "r7", "m415"), ("new", "fresh", "n42")):
+        plain = MessageQuery(thread_id=thread_id, resource_id=resource_id)
+        dated = MessageQuery(thread_id=thread_id, resource_id=resource_id, date_range=DateRange(start=t(10)))
+        plans = [
+            await repo.explain(repo.page_statement(plain, descending=True, limit=20, offset=0)),
+            await repo.explain(repo.page_statement(dated, descending=False, limit=20, offset=0)),
+            await repo.explain(repo.count_statement(dated)),
+            await repo.explain(repo.window_statement([IncludeWindow(target, 3, 3)], resource_id)),
+        ]
+        for plan in plans:
+            assert "ix_messages_thread_order" in plan and "ix_messages_resource_order" not in plan, plan
 
 
 @pytest.mark.parametrize("resource_id", [None, "r1"])
