@@ -7,12 +7,8 @@ the answer must be encodable by orjson (what web/compiled.py's _answer does with
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 import os
-import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -28,11 +24,11 @@ from hypothesis import strategies as st
 
 from models.records import MessageRecord, ThreadRecord
 from resolvers.auth import NOBODY, OPEN, Principal
-from resolvers.context import RequestContext, Services
+from resolvers.context import Services
 from schema import build_schema
 from tests.factories import msg, seed, t
 from tests.support import app_client
-from tests.test_fastpath import as_answered
+from tests.test_fastpath import as_answered, both
 from web.auth import key_entry, new_key
 
 # Generous alias and depth limits: generated documents repeat fields under many aliases (both paths
@@ -202,8 +198,6 @@ class Doc:
             return " ".join(items)
         assert isinstance(gql_type, GraphQLObjectType)
         names = list(gql_type.fields)
-        if type_name == "Thread" and depth < 8:
-            names += ["recall"] * 8  # the one nested field the compiled path resolves: often
         count = draw(st.integers(1, 5 if depth < 4 else 3))
         for _ in range(count):
             kind = draw(
@@ -225,42 +219,22 @@ class Doc:
             else:
                 name = draw(st.sampled_from(names))
                 field = gql_type.fields[name]
-                args = ""
-                alias = draw(st.sampled_from(["", "", f"{name}_a: ", f"{name}_b: "]))
-                if (type_name, name) == ("Thread", "recall"):
-                    n = draw(st.integers(0, len(THREAD_RECALL_ARGUMENTS) - 1))
-                    args = THREAD_RECALL_ARGUMENTS[n]
-                    # Mostly a key per argument set (they merge); now and then one key for two sets.
-                    alias = draw(st.sampled_from([alias, f"recall{n}: ", f"recall{n}: ", f"recall{n}: "]))
-                elif field.args and draw(st.integers(0, 9)) != 0:
-                    continue  # other fields with arguments (Thread.workingMemory): now and then
+                if field.args and draw(st.integers(0, 9)) != 0:
+                    continue  # fields with arguments (Thread.workingMemory): now and then
                 if name in ("thread", "threadResourceId") and draw(st.integers(0, 4)) != 0:
                     continue  # async fields: now and then
+                alias = draw(st.sampled_from(["", "", f"{name}_a: ", f"{name}_b: "]))
                 inner = _unwrap(field.type)
                 if isinstance(inner, GraphQLObjectType | GraphQLUnionType):
                     if depth >= 8:
                         continue
-                    items.append(f"{alias}{name}{args} {{ {self.selection(inner.name, depth + 1)} }}")
+                    items.append(f"{alias}{name} {{ {self.selection(inner.name, depth + 1)} }}")
                 else:
                     items.append(f"{alias}{name}")
         if not items:
             items.append("__typename")
         return " ".join(items)
 
-
-# Thread.recall (resolved by the compiled path after the roots, its reads batched): every kind of page,
-# include windows (read one by one), refused pages (the whole answer left to the normal path) and, when
-# two of these meet under one key, a document neither path runs.
-THREAD_RECALL_ARGUMENTS = [
-    "",
-    "(perPage: 1)",
-    "(perPage: false)",
-    "(perPage: 2, page: 1, orderBy: {direction: ASC})",
-    "(filter: {metadata: {even: true}}, perPage: 3)",
-    "(hideSignals: {all: true}, threadConfig: {lastMessages: 2})",
-    '(include: [{id: "f1", withPreviousMessages: 1}, {id: "m2", withNextMessages: 1}], perPage: 1)',
-    "(page: -1)",
-]
 
 ROOTS = {
     "recall": (
@@ -357,43 +331,13 @@ def documents(draw: Any) -> tuple[str, dict[str, Any], str]:
     return query, variables, principal
 
 
-@contextlib.contextmanager
-def _abandoned_by_graphql_core() -> Iterator[None]:
-    """Normal execution, with what graphql-core abandons collected quietly. When a non-null field's
-    error nulls the whole answer (a root other than `threads` failing beside a listing whose
-    Thread.recall fields are still pending), graphql-core 3.3 leaves some of those fields' coroutines
-    (its get_results and complete_awaitable_value, Strawberry's _async_resolver) never awaited: Python
-    warns when they are collected, which this suite turns into errors. Found by recording the dropped
-    coroutines' frames: every one belonged to normal execution's context, none to the compiled path's.
-    The compiled path runs first and is collected outside this block, so its own leftovers would
-    still fail the test."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", r"coroutine '.*' was never awaited", RuntimeWarning)
-        yield
-        gc.collect()
-
-
-async def _both(services: Services, query: str, variables: dict[str, Any], principal: Principal) -> Any:
-    plan = SCHEMA.fast_path.plan(query, None)
-    context = RequestContext(services=services, principal=principal)
-    fast = await SCHEMA.fast_path.execute(plan, variables, context) if plan else None
-    gc.collect()  # anything the compiled path left unawaited is reported now, as an error
-    with _abandoned_by_graphql_core():
-        normal = await SCHEMA.execute(
-            query,
-            variable_values=variables,
-            context_value=RequestContext(services=services, principal=principal),
-        )
-    return fast, normal
-
-
 @settings(max_examples=EXAMPLES, **FUZZ)
 @given(case=documents())
 async def test_compiled_path_agrees_with_normal_execution(
     odd: Services, case: tuple[str, dict[str, Any], str]
 ) -> None:
     query, variables, principal = case
-    fast, normal = await _both(odd, query, variables, PRINCIPALS[principal])
+    fast, normal = await both(odd, query, variables, schema=SCHEMA, principal=PRINCIPALS[principal])
     if normal.errors:
         # Answered only as the normal path answers (an expected error of a lone root), else declined.
         assert fast is None or json.dumps(as_answered(fast)) == json.dumps(as_answered(normal)), (
@@ -464,11 +408,8 @@ async def test_http_answers_agree(clients: Any, case: tuple[dict[str, Any], str]
     payload, principal = case
     key = KEYS.get(principal, KEYS["admin"] if principal == "open" else KEYS["none"])
     headers = {"Authorization": f"Bearer {key}"}
-    # Either may run normal execution (the compiled app when it declines); the compiled path's own
-    # leftovers are held to account by test_compiled_path_agrees_with_normal_execution.
-    with _abandoned_by_graphql_core():
-        a = await compiled.post("/graphql", json=payload, headers=headers)
-        b = await plain.post("/graphql", json=payload, headers=headers)
+    a = await compiled.post("/graphql", json=payload, headers=headers)
+    b = await plain.post("/graphql", json=payload, headers=headers)
     assert a.status_code == b.status_code, (payload, a.text[:500], b.text[:500])
     body_a, body_b = a.json(), b.json()
     for body in (body_a, body_b):  # request ids differ
