@@ -29,9 +29,7 @@ import contextlib
 import datetime as dt
 import os
 import platform
-import statistics
 import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from functools import partial
@@ -39,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scale_bench import database  # this folder: a fresh SQLite file or PostgreSQL database
+from scale_bench import database, summary, timed  # this folder: a fresh SQLite file or PostgreSQL database
 
 from models.db import create_engine
 from models.migrate import upgrade
@@ -94,6 +92,7 @@ async def loaded(kind: str, args: argparse.Namespace) -> AsyncIterator[dict[str,
                 created.update(await tenant(services, f"r{r}", args.threads, args.messages, BASE_MS + r))
             if kind == "postgres":
                 async with engine.begin() as conn:
+                    # Off, so that the fresh tenant stays out of the statistics while it is timed.
                     await conn.exec_driver_sql("ALTER TABLE messages SET (autovacuum_enabled = false)")
                     await conn.exec_driver_sql("ANALYZE")
             created |= await tenant(services, "fresh", args.fresh_threads, args.fresh_messages, BASE_MS)
@@ -110,7 +109,7 @@ async def loaded(kind: str, args: argparse.Namespace) -> AsyncIterator[dict[str,
                 cases = {
                     "newest 20": (replace(base, per_page=20), range(messages - 20, messages)),
                     "old thread": (
-                        RecallArgs(thread_id=idle, resource_id=resource_id, per_page=20),
+                        replace(base, thread_id=idle, per_page=20),
                         range(messages - 20, messages),
                     ),
                     "since": (
@@ -146,19 +145,6 @@ async def loaded(kind: str, args: argparse.Namespace) -> AsyncIterator[dict[str,
             await engine.dispose()
 
 
-async def timed(fn: Scenario, calls: int, samples: list[float]) -> None:
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        await fn()
-        samples.append((time.perf_counter() - t0) * 1000)
-
-
-def summary(samples: list[float]) -> str:
-    ordered = sorted(samples)
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return f"{statistics.median(ordered):.3f} / {p99:.3f}"
-
-
 async def run(kind: str, args: argparse.Namespace, rounds: int = 10) -> dict[str, str]:
     async with loaded(kind, args) as scenarios:
         for fn in scenarios.values():  # warm-up, untimed
@@ -167,7 +153,7 @@ async def run(kind: str, args: argparse.Namespace, rounds: int = 10) -> dict[str
         for _ in range(rounds):
             for name, fn in scenarios.items():
                 await timed(fn, max(1, args.calls // rounds), samples[name])
-        return {name: summary(s) for name, s in samples.items()}
+        return {name: "{:.3f} / {:.3f}".format(*summary(s)) for name, s in samples.items()}
 
 
 def report(results: dict[str, dict[str, str]], args: argparse.Namespace) -> str:

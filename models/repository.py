@@ -936,7 +936,7 @@ class Repository:
             thread if thread is not None else M.c.thread_id == bindparam("thread_id")
         ]
         if has_resource:
-            where.append(_of_resource(M.c.resource_id, bindparam("resource_id")))
+            where.append(_resource_filter(M.c.resource_id == bindparam("resource_id")))
         if has_start:
             start: BindParameter[int] = bindparam("start")
             where.append(M.c.created_at > start if start_exclusive else M.c.created_at >= start)
@@ -1419,7 +1419,7 @@ class Repository:
         def target(column: Any) -> Any:
             stmt = select(column).where(t.c.id == message_id)
             if resource_id:
-                stmt = stmt.where(_of_resource(t.c.resource_id, bindparam("window_resource")))
+                stmt = stmt.where(_resource_filter(t.c.resource_id == bindparam("window_resource")))
             if thread_id:
                 stmt = stmt.where(t.c.thread_id == bindparam(f"window_thread_{n}"))
             return stmt.scalar_subquery()
@@ -1428,7 +1428,7 @@ class Repository:
         target_key = tuple_(target(t.c.created_at), target(t.c.seq))
         cond = [M.c.thread_id == target(t.c.thread_id), key <= target_key if previous else key > target_key]
         if resource_id:
-            cond.append(_of_resource(M.c.resource_id, bindparam("window_resource")))
+            cond.append(_resource_filter(M.c.resource_id == bindparam("window_resource")))
         order = (M.c.created_at.desc(), M.c.seq.desc()) if previous else (M.c.created_at.asc(), M.c.seq.asc())
         limit: BindParameter[int] = bindparam(f"window_before_{n}" if previous else f"window_after_{n}")
         inner = select(*_MESSAGE_COLUMNS).where(*cond).order_by(*order).limit(limit).subquery()
@@ -1761,8 +1761,7 @@ class Repository:
             if resources is not None:
                 # Before the limit: the newest `limit` messages a caller may see, not those of the newest
                 # `limit` it may see (which told it when others' messages were written).
-                # In a COALESCE for the reason _of_resource gives.
-                where.append(func.coalesce(M.c.resource_id.in_(sorted(resources)), false()))
+                where.append(_resource_filter(M.c.resource_id.in_(sorted(resources))))
             wanted = list(dict.fromkeys(message_ids or ()))
             # A long id list is matched here, not bound: the engines cap a statement's parameters
             # (SQLite 32,766, asyncpg 32,767), and the thread's rows are read for the copy anyway.
@@ -1959,7 +1958,7 @@ class Repository:
         """A thread's oldest messages of one resource (its owner), chronologically."""
         stmt = (
             select(*_MESSAGE_COLUMNS)
-            .where(M.c.thread_id == thread_id, _of_resource(M.c.resource_id, literal(resource_id)))
+            .where(M.c.thread_id == thread_id, _resource_filter(M.c.resource_id == resource_id))
             .order_by(M.c.created_at.asc(), M.c.seq.asc())
             .limit(limit)
         )
@@ -1967,8 +1966,8 @@ class Repository:
             return [_message(r) for r in await conn.execute(stmt)]
 
 
-def _of_resource(column: ColumnElement[Any], value: ColumnElement[Any]) -> ColumnElement[bool]:
-    """`column = value` (a message's resource) as a filter on rows found otherwise, never an index
+def _resource_filter(condition: ColumnElement[bool]) -> ColumnElement[bool]:
+    """A condition on a message's resource as a filter on rows found otherwise, never an index
     condition.
 
     Every read that names a resource names the thread or the message too, and a thread's rows in order
@@ -1976,10 +1975,10 @@ def _of_resource(column: ColumnElement[Any], value: ColumnElement[Any]) -> Colum
     rows of its resource as the product of two selectivities, far below the truth (nearly all of them
     are), and on statistics older than a new resource it thinks the resource nearly empty: it then reads
     the resource's index, ANDed with the thread's and sorted, or alone (walking the resource's rows for
-    the thread's). Measured (benchmarks/tenant_recall.py): 1.8-3.3 ms a recall instead of 1.1-1.3 ms.
+    the thread's). Measured (benchmarks/tenant_recall.py): 1.7-3.3 ms a recall instead of 1.1-1.3 ms.
     COALESCE keeps NULLs out as `=` does, and PostgreSQL estimates it at one half, near the truth.
     """
-    return func.coalesce(column == value, false())
+    return func.coalesce(condition, false())
 
 
 def _page_order(descending: bool) -> tuple[ColumnElement[Any], ...]:
