@@ -211,6 +211,9 @@ def shape_error(error: GraphQLError, request_id: str | None, *, mask: bool) -> G
 
 # Read-only root fields whose results the compiled path may serialise (schema/fastpath.py).
 FAST_ROOT_FIELDS = frozenset({"recall", "thread", "threads", "messages"})
+# Nested fields with arguments and async resolvers that it resolves too, after the roots: a listing of
+# threads with each one's messages.
+FAST_NESTED_FIELDS = frozenset({("Thread", "recall")})
 
 
 class RecallQLSchema(FederatedSchema):
@@ -361,6 +364,7 @@ def build_schema(
     schema.fast_path = FastPath(
         schema,
         root_fields=FAST_ROOT_FIELDS,
+        nested_fields=FAST_NESTED_FIELDS,
         max_tokens=max_tokens,
         extra_rules=fast_rules,
         answer_error=answered_error,

@@ -6,20 +6,25 @@ recall itself. This module compiles a validated query document once into a plan:
 through their normal Strawberry resolvers (same argument coercion, same engine, same errors), and the
 result objects are then serialised by precomputed per-type field getters.
 
-It handles queries whose selections below the root are plain fields: no arguments, no directives, no
-async resolvers. Anything else (mutations, subscriptions, @skip/@include, `Message.thread`, a bug in a
-resolver, a null in a non-null position) returns None, and the caller runs the normal Strawberry
-execution instead, which produces identical results and the proper errors. A root resolver's expected
-error or outage is answered here, shaped by the schema's error policy (FastPath's answer_error).
+It handles queries whose selections below the root are plain fields (no arguments, no directives, no
+async resolvers) or nested fields it is told to resolve (`nested_fields`: Thread.recall). Those run
+through their resolvers too, after the roots and all at once, so that what batches their reads (the
+request's PageBatch) sees them together as it does under normal execution. Anything else (mutations,
+subscriptions, @skip/@include, `Message.thread`, a bug in a resolver, a null in a non-null position, a
+nested field's error) returns None, and the caller runs the normal Strawberry execution instead, which
+produces identical results and the proper errors. A root resolver's expected error or outage is
+answered here, shaped by the schema's error policy (FastPath's answer_error).
 Equivalence with that path is tested in tests/test_fastpath.py.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from contextvars import ContextVar
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any, cast
@@ -32,6 +37,7 @@ from graphql import (
     FragmentSpreadNode,
     GraphQLBoolean,
     GraphQLError,
+    GraphQLField,
     GraphQLID,
     GraphQLInterfaceType,
     GraphQLList,
@@ -49,7 +55,7 @@ from graphql import (
     parse,
     specified_rules,
 )
-from graphql.execution.values import get_argument_values, get_variable_values
+from graphql.execution.values import VariableValues, get_argument_values, get_variable_values
 from graphql.pyutils import Path
 from strawberry.schema.schema import validate_document
 from strawberry.types.base import get_object_definition
@@ -77,6 +83,17 @@ class _Field:
     item_nullable: bool
     # The Python attribute the getter reads, when it is a plain attribute (the serializer reads it inline).
     attr: str | None = None
+    # Set for a nested field resolved after the roots (the serializer leaves a placeholder, see _defer).
+    nested: _Nested | None = None
+
+
+@dataclass(slots=True)
+class _Nested:
+    name: str
+    field_def: GraphQLField
+    parent: GraphQLObjectType
+    nodes: list[FieldNode]
+    shape: _Field  # how the resolver's value is completed (its getter is unused)
 
 
 @dataclass(slots=True)
@@ -103,6 +120,7 @@ class FastPath:
         schema: strawberry.Schema,
         *,
         root_fields: frozenset[str],
+        nested_fields: frozenset[tuple[str, str]] = frozenset(),
         max_tokens: int,
         extra_rules: tuple[Any, ...] = (),
         cache_size: int = 512,
@@ -114,6 +132,7 @@ class FastPath:
         self.strawberry_schema = schema
         self.schema: GraphQLSchema = schema._schema
         self.root_fields = root_fields
+        self.nested_fields = nested_fields  # (type, field) pairs, resolved after the roots
         self.max_tokens = max_tokens
         self._plans = TextBudgetCache(max_entries=cache_size)
         self._getters: dict[tuple[str, str], tuple[_Getter, str | None]] = {}
@@ -234,6 +253,14 @@ class FastPath:
                 plan.append(_Field(key, _constant(type_name), False, _identity, None, None, 0, False))
                 continue
             field_def = parent.fields[name]
+            if (parent.name, name) in self.nested_fields:
+                # Validation made every node of this key ask the same arguments (fields merge only so).
+                shape = self._compile_field(
+                    parent, key, name, field_def.type, sub_nodes, fragments, root=True
+                )
+                nested = _Nested(name, field_def, parent, sub_nodes, shape)
+                plan.append(_Field(key, _identity, shape.nullable, None, None, None, 0, False, nested=nested))
+                continue
             if any(n.arguments for n in sub_nodes) or field_def.args:
                 raise _Unsupported
             plan.append(self._compile_field(parent, key, name, field_def.type, sub_nodes, fragments))
@@ -328,42 +355,32 @@ class FastPath:
         | None = None,
     ) -> dict[str, Any] | None:
         """The plan's answer, or None for the normal path to give. `around_field`: entered around each
-        root field's resolver (tracing spans; the schema's extensions do not run here)."""
+        resolver that runs here, the roots' and the nested fields' (tracing spans; the schema's
+        extensions do not run here)."""
         coerced = get_variable_values(self.schema, plan.operation.variable_definitions or [], variables or {})
         if isinstance(coerced, list):  # variable errors: the normal path reports them
             return None
         query_type = self.schema.query_type
         assert query_type is not None
         data: dict[str, Any] = {}
+        pending: list[_Deferred] = []
+        token = _PENDING.set(pending)
         try:
             for root in plan.roots:
                 field_def = query_type.fields[root.field_name]
-                args = get_argument_values(field_def, root.field_nodes[0], coerced)
-                info = GraphQLResolveInfo(
-                    root.field_name,
-                    root.field_nodes,
-                    field_def.type,
-                    query_type,
-                    Path(None, root.key, "Query"),
-                    self.schema,
-                    plan.fragments,
-                    None,
-                    plan.operation,
-                    coerced,
-                    context,
-                    # graphql-core types this as returning TypeGuard, typeshed's isawaitable as TypeIs:
-                    # the same check, the two stubs disagree.
-                    inspect.isawaitable,  # type: ignore[arg-type]
-                    None,
-                    # No async-work helpers: the root fields allowed here do not track or gather work.
-                    None,  # type: ignore[arg-type]
-                )
-                assert field_def.resolve is not None
+                path = Path(None, root.key, "Query")
                 try:
-                    with nullcontext() if around_field is None else around_field(info, args):
-                        value = field_def.resolve(None, info, **args)
-                        if inspect.isawaitable(value):
-                            value = await value
+                    value = await self._resolve(
+                        plan,
+                        field_def,
+                        root.field_nodes,
+                        query_type,
+                        path,
+                        None,
+                        coerced,
+                        context,
+                        around_field,
+                    )
                 except Exception as exc:
                     return self._failed(plan, root, exc, context)
                 if value is None:
@@ -371,9 +388,85 @@ class FastPath:
                     data[root.key] = None
                 else:
                     data[root.key] = _complete(value, root.shape, root.shape.list_depth)
+            while pending:
+                # Every nested field the answer so far holds, resolved concurrently: their reads batch.
+                batch = pending[:]
+                pending.clear()
+                paths = _paths(data, {id(target) for _, _, target in batch})
+                # Everything that can fail is worked out before the first coroutine exists: one created
+                # and then dropped by an exception would never be awaited.
+                calls = [
+                    (obj, field, _nested(field), paths[id(target)], target) for obj, field, target in batch
+                ]
+                outcomes = await asyncio.gather(
+                    *(
+                        self._resolve(
+                            plan,
+                            nested.field_def,
+                            nested.nodes,
+                            nested.parent,
+                            path.add_key(field.key, nested.parent.name),
+                            obj,
+                            coerced,
+                            context,
+                            around_field,
+                        )
+                        for obj, field, nested, path, _ in calls
+                    ),
+                    return_exceptions=True,
+                )
+                for (_, field, nested, _, target), outcome in zip(calls, outcomes, strict=True):
+                    if isinstance(outcome, BaseException):
+                        return None  # the normal path places the error (and nulls) where they belong
+                    if outcome is None:
+                        _check_nullable(field)
+                    else:
+                        target[field.key] = _complete(outcome, nested.shape, nested.shape.list_depth)
         except Exception:  # any failure: the normal path re-runs the query and reports it properly
             return None
+        finally:
+            _PENDING.reset(token)
         return {"data": data}
+
+    async def _resolve(
+        self,
+        plan: Plan,
+        field_def: GraphQLField,
+        nodes: list[FieldNode],
+        parent: GraphQLObjectType,
+        path: Path,
+        source: Any,
+        coerced: VariableValues,
+        context: Any,
+        around_field: Callable[[GraphQLResolveInfo, dict[str, Any]], AbstractContextManager[Any]] | None,
+    ) -> Any:
+        """A field's value through its resolver, as graphql-core calls it."""
+        args = get_argument_values(field_def, nodes[0], coerced)
+        info = GraphQLResolveInfo(
+            nodes[0].name.value,
+            nodes,
+            field_def.type,
+            parent,
+            path,
+            self.schema,
+            plan.fragments,
+            None,
+            plan.operation,
+            coerced,
+            context,
+            # graphql-core types this as returning TypeGuard, typeshed's isawaitable as TypeIs:
+            # the same check, the two stubs disagree.
+            inspect.isawaitable,  # type: ignore[arg-type]
+            None,
+            # No async-work helpers: the fields resolved here do not track or gather work.
+            None,  # type: ignore[arg-type]
+        )
+        assert field_def.resolve is not None
+        with nullcontext() if around_field is None else around_field(info, args):
+            value = field_def.resolve(source, info, **args)
+            if inspect.isawaitable(value):
+                value = await value
+        return value
 
     def _failed(self, plan: Plan, root: _RootField, exc: Exception, context: Any) -> dict[str, Any] | None:
         """The answer to a query whose one root resolver raised, as the normal path gives it (the error
@@ -391,6 +484,42 @@ class _NullInNonNull(Exception):
     pass
 
 
+# A nested field met while serialising: (its parent object, the field, the dict its value goes into).
+_Deferred = tuple[Any, _Field, dict[str, Any]]
+# The nested fields met so far by the execute() running in this context (serializers are synchronous and
+# generated, so they report through here rather than through a parameter).
+_PENDING: ContextVar[list[_Deferred] | None] = ContextVar("fastpath_pending", default=None)
+
+
+def _nested(field: _Field) -> _Nested:
+    assert field.nested is not None
+    return field.nested
+
+
+def _defer(obj: Any, field: _Field, target: dict[str, Any]) -> None:
+    pending = _PENDING.get()
+    if pending is None:  # serialised outside execute(): nothing would ever resolve it
+        raise _Unsupported
+    pending.append((obj, field, target))
+
+
+def _paths(data: dict[str, Any], wanted: set[int]) -> dict[int, Path]:
+    """The response path of each wanted dict (by id) in the answer so far: the path its nested fields'
+    resolvers see (info.path, in traced spans), found by a walk rather than carried through every
+    serializer call."""
+    found: dict[int, Path] = {}
+    stack: list[tuple[Any, Path]] = [(value, Path(None, key, "Query")) for key, value in data.items()]
+    while stack and len(found) < len(wanted):
+        value, path = stack.pop()
+        if isinstance(value, dict):
+            if id(value) in wanted:
+                found[id(value)] = path
+            stack.extend((v, path.add_key(k)) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, path.add_key(i)) for i, v in enumerate(value))
+    return found
+
+
 # Leaf serializers that return a value of this exact class unchanged (graphql-core's String, ID and
 # Boolean): the generated code skips the call for such values.
 _PASS_THROUGH: dict[Any, str] = {
@@ -406,11 +535,16 @@ def _serializer(plan: list[_Field]) -> _Serializer:
     A page of 20 messages runs this hundreds of times per request; generated straight-line code with
     attributes read inline costs about half of a loop over field descriptions.
     """
-    env: dict[str, Any] = {"_NullInNonNull": _NullInNonNull, "_complete": _complete}
+    env: dict[str, Any] = {"_NullInNonNull": _NullInNonNull, "_complete": _complete, "_defer": _defer}
     lines = ["def serialize(obj):"]
     entries = []
+    deferred = []
     for i, field in enumerate(plan):
         env[f"get{i}"], env[f"leaf{i}"], env[f"field{i}"] = field.getter, field.leaf, field
+        if field.nested is not None:  # its key in its place, its value once resolved (execute)
+            entries.append(f"{field.key!r}: None")
+            deferred.append(f"    _defer(obj, field{i}, d)")
+            continue
         value = f"v{i}"
         read = f"obj.{field.attr}" if field.attr and field.attr.isidentifier() else f"get{i}(obj)"
         lines.append(f"    {value} = {read}")
@@ -431,7 +565,12 @@ def _serializer(plan: list[_Field]) -> _Serializer:
         elif convert:
             lines.append(f"    if {value} is not None: {value} = {convert}")
         entries.append(f"{field.key!r}: {value}")
-    lines.append("    return {" + ", ".join(entries) + "}")
+    if deferred:
+        lines.append("    d = {" + ", ".join(entries) + "}")
+        lines.extend(deferred)
+        lines.append("    return d")
+    else:
+        lines.append("    return {" + ", ".join(entries) + "}")
     # The source holds only GraphQL names (validated: [_A-Za-z][_0-9A-Za-z]*, written with repr) and
     # Python attribute names of the schema's types; every value is passed in through env.
     exec(compile("\n".join(lines), "<fastpath serializer>", "exec"), env)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -45,12 +47,23 @@ SUPPORTED = [
     '{ messages(ids: ["m1", "nope", "m2"]) { id role } }',
     '{ recall(threadId: "t1", include: [{id: "o1", withNextMessages: 1}], perPage: 1) '
     "{ messages { id threadId } } }",
+    # Thread.recall, resolved after the roots: a listing with each thread's newest messages, ...
+    '{ threads(resourceId: "r1") { total threads { id recall(perPage: 1) { total messages { id } } } } }',
+    # ... two recalls of one thread under aliases, and the same fragment at two depths, with variables.
+    '{ thread(id: "t1") { title a: recall(perPage: 2, orderBy: {direction: ASC}) { messages { id } } '
+    "b: recall(filter: {metadata: {even: true}}) { total hasMore } } }",
+    "query Q($t: ID!, $p: PerPage, $h: HideSignalsInput) { thread(id: $t) { ...T } "
+    'threads(resourceId: "r1", perPage: false) { threads { ...T } } } '
+    "fragment T on Thread { id recall(perPage: $p, hideSignals: $h, "
+    'include: [{id: "o1", withNextMessages: 1}]) { perPage messages { id threadId } } }',
 ]
 FALLBACK = [
     '{ recall(threadId: "t1") { messages { id thread { id } } } }',  # async field
     '{ recall(threadId: "t1") @include(if: true) { total } }',  # directives
     'mutation { createThread(input: {resourceId: "r9"}) { resourceId } }',
     '{ recall(threadId: "t1") { nope } }',  # invalid
+    '{ threads(resourceId: "r1") { threads { id recall(page: -1) { total } } } }',  # a nested error
+    '{ thread(id: "t1") { recall { messages { thread { id } } } } }',  # an async field inside one
 ]
 
 
@@ -200,6 +213,38 @@ async def test_a_failing_root_beside_others_runs_on_the_normal_path(populated: S
 async def test_other_queries_fall_back(populated: Services, query: str) -> None:
     fast, _ = await both(populated, query)
     assert fast is None
+
+
+async def test_nested_recalls_are_read_in_one_batch_with_their_paths(services: Services) -> None:
+    """The compiled path resolves a listing's Thread.recall fields together, after the listing: their
+    pages are read in one batch, as under normal execution. Each resolver sees its own response path
+    (what a traced span reports)."""
+    threads = {f"t{n}": "r1" for n in range(4)}
+    await seed(services, *(msg(f"m{n}", thread=f"t{n % 4}", at=n) for n in range(12)), threads=threads)
+    query = (
+        '{ list: threads(resourceId: "r1", orderBy: {field: CREATED_AT, direction: ASC}) '
+        "{ threads { id recall(perPage: 1) { messages { id } } } } }"
+    )
+    schema = build_schema()
+    plan = schema.fast_path.plan(query, None)
+    assert plan is not None
+    context = RequestContext(services=services, principal=OPEN)
+    paths: list[list[str | int]] = []
+
+    @contextlib.contextmanager
+    def around(info: Any, _args: dict[str, Any]) -> Iterator[None]:
+        paths.append(info.path.as_list())
+        yield
+
+    fast = await schema.fast_path.execute(plan, None, context, around)
+    assert fast is not None
+    assert [t["recall"]["messages"] for t in fast["data"]["list"]["threads"]] == [
+        [{"id": f"m{n + 8}"}] for n in range(4)
+    ]
+    assert context.pages.batches == 1
+    assert paths == [["list"], *(["list", "threads", n, "recall"] for n in range(4))]
+    normal = await schema.execute(query, context_value=RequestContext(services=services, principal=OPEN))
+    assert json.dumps(fast) == json.dumps({"data": normal.data})
 
 
 async def test_document_caches_are_bounded_by_characters(populated: Services) -> None:

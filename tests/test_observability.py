@@ -548,6 +548,12 @@ def test_scripts_serve_reads_relative_paths_from_where_it_runs(tmp_path: Path) -
         server.stop()
 
 
+LISTING = (
+    "query Listing($r: String!) "
+    "{ list: threads(resourceId: $r) { threads { recall(perPage: 1) { total } } } }"
+)
+
+
 def test_compiled_reads_are_traced_as_operations(tmp_path: Path, otlp: OtlpReceiver) -> None:
     """A hot read answered by the compiled path (web/compiled.py) skips Strawberry's extensions, and
     with them the OpenTelemetry one: a traced server showed GraphQL spans only for errors and cold
@@ -558,7 +564,7 @@ def test_compiled_reads_are_traced_as_operations(tmp_path: Path, otlp: OtlpRecei
         "OTEL_BSP_SCHEDULE_DELAY": "100",
         "RECALLQL_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}",
     }
-    trace_id = "0af7651916cd43dd8448eb211c80319c"
+    trace_id, listing_trace = "0af7651916cd43dd8448eb211c80319c", "1bf7651916cd43dd8448eb211c80319d"
     query = (
         "query HotRead($t: ID!) { recall(threadId: $t, perPage: 2) { total } "
         "again: recall(threadId: $t, perPage: false) { total } }"
@@ -574,6 +580,27 @@ def test_compiled_reads_are_traced_as_operations(tmp_path: Path, otlp: OtlpRecei
             headers={"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"},
         )
         assert response.json() == {"data": {"recall": {"total": 0}, "again": {"total": 0}}}
+        listing = client.post(
+            f"{srv.url}/graphql",
+            json={"query": LISTING, "variables": {"r": "r"}},
+            headers={"traceparent": f"00-{listing_trace}-00f067aa0ba902b7-01"},
+        )
+        assert listing.json() == {"data": {"list": {"threads": [{"recall": {"total": 0}}]}}}
+    # A nested Thread.recall, resolved by the compiled path after its root: its span has its real path.
+    spans = [span for _, span in otlp.spans if span.trace_id.hex() == listing_trace]
+    (listed,) = (s for s in spans if s.name == "GraphQL Query: Listing")
+    assert not any(a.key == "recallql.compiled_fallback" for a in listed.attributes)
+    # Answered by the compiled path: Strawberry's extension (parsing and validation spans) never ran.
+    assert not {"GraphQL Parsing", "GraphQL Validation"} & {s.name for s in spans}, [s.name for s in spans]
+    nested = {
+        s.name: {a.key: a.value.string_value for a in s.attributes}["graphql.path"]
+        for s in spans
+        if s.name.startswith("GraphQL Resolving") and s.parent_span_id == listed.span_id
+    }
+    assert nested == {
+        "GraphQL Resolving: threads": "list",
+        "GraphQL Resolving: recall": "list.threads.0.recall",
+    }
     ours = [span for _, span in otlp.spans if span.trace_id.hex() == trace_id]
     by_id = {span.span_id: span for span in ours}
     http_span = next(s for s in ours if s.kind == s.SPAN_KIND_SERVER and s.name.startswith("POST"))
