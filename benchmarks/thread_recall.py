@@ -2,7 +2,7 @@
 requests a client makes without it.
 
     python benchmarks/thread_recall.py [--threads 20] [--messages 50] [--requests 200] [--rounds 5]
-                                       [--database-url URL]
+                                       [--database-url URL] [--search]
 
 The whole app in process (middleware, request ids, error policy, compiled reads on), over httpx's ASGI
 transport, on one database (a fresh SQLite file unless --database-url) with one resource of --threads
@@ -14,12 +14,20 @@ listing and its ratio to the nested field. The answers are checked equal (the sa
 - threads, then aliases: the page of threads, then one request with a recall alias per thread;
 - threads, then one each: the page of threads, then one recall request per thread;
 - threads alone: the page of threads without messages (the floor).
+
+--search: semantic recall on (all-MiniLM-L6-v2 from RECALLQL_EMBEDDING_MODEL_DIR or ../shared/models,
+embedded Chroma), and every recall also searches its thread for a text that is new with each listing
+(vectorSearchString, topK 2, no neighbours), so each listing embeds its text afresh: the cost of a
+listing searched, where the nested recalls all search for one text. The answers then differ from way to
+way (different texts); each thread's recall is checked to hold its newest message and a hit.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
+import os
 import sys
 import tempfile
 import time
@@ -33,21 +41,38 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models.db import create_engine
+from models.embedders import OnnxMiniLMEmbedder
 from models.migrate import upgrade
 from models.repository import Repository
+from models.vector_index import ChromaIndex
 from resolvers.auth import OPEN
 from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import Services
 from resolvers.messages import MessageInput
+from resolvers.semantic import SemanticMemory
 from web.app import create_app
 from web.settings import Settings
 
 THREAD_FIELDS = "id title updatedAt"
 MESSAGE = "total messages { id role createdAt content { parts { ... on TextPart { text } } } }"
-THREADS = "query($r: String!, $p: PerPage!) { threads(resourceId: $r, perPage: $p) { threads { %s } } }"
-NESTED = THREADS % f"{THREAD_FIELDS} recall(perPage: 1) {{ {MESSAGE} }}"
-ALONE = THREADS % THREAD_FIELDS
-RECALL = f"query($t: ID!, $r: String) {{ recall(threadId: $t, resourceId: $r, perPage: 1) {{ {MESSAGE} }} }}"
+THREADS = "query($r: String!, $p: PerPage!%s) { threads(resourceId: $r, perPage: $p) { threads { %s } } }"
+ALONE = THREADS % ("", THREAD_FIELDS)
+# With --search, every recall also takes this (and the request the variable $s).
+SEARCH = (
+    "vectorSearchString: $s, threadConfig: {semanticRecall: "
+    "{options: {topK: 2, messageRange: {size: 0}, scope: THREAD}}}"
+)
+SHARED_MODEL = Path(__file__).resolve().parents[2] / "shared" / "models" / "all-MiniLM-L6-v2"
+
+
+def queries(search: bool) -> tuple[str, str, str]:
+    """The nested listing, the recall of one thread, and the recall arguments an alias repeats."""
+    args = f"perPage: 1, {SEARCH}" if search else "perPage: 1"
+    nested = THREADS % (", $s: String" if search else "", f"{THREAD_FIELDS} recall({args}) {{ {MESSAGE} }}")
+    variables = "$t: ID!, $r: String, $s: String" if search else "$t: ID!, $r: String"
+    recall = f"query({variables}) {{ recall(threadId: $t, resourceId: $r, {args}) {{ {MESSAGE} }} }}"
+    return nested, recall, args
+
 
 Listing = list[tuple[str, dict[str, Any] | None]]  # (thread id, its newest-message recall)
 
@@ -58,23 +83,33 @@ async def post(http: httpx.AsyncClient, query: str, **variables: Any) -> dict[st
     return body["data"]
 
 
-def ways(resource: str, threads: int) -> dict[str, Callable[[httpx.AsyncClient], Awaitable[Listing]]]:
+def ways(
+    resource: str, threads: int, search: bool
+) -> dict[str, Callable[[httpx.AsyncClient], Awaitable[Listing]]]:
+    nested_query, recall_query, args = queries(search)
+    texts = itertools.count()
+
+    def text() -> dict[str, Any]:  # a search text no listing has asked for before (--search)
+        return {"s": f"what did we say about message {next(texts)} of the trip?"} if search else {}
+
     async def nested(http: httpx.AsyncClient) -> Listing:
-        data = await post(http, NESTED, r=resource, p=threads)
+        data = await post(http, nested_query, r=resource, p=threads, **text())
         return [(t["id"], t["recall"]) for t in data["threads"]["threads"]]
 
     async def aliases(http: httpx.AsyncClient) -> Listing:
         ids = [t["id"] for t in (await post(http, ALONE, r=resource, p=threads))["threads"]["threads"]]
         fields = " ".join(
-            f'a{n}: recall(threadId: "{t}", resourceId: $r, perPage: 1) {{ {MESSAGE} }}'
+            f'a{n}: recall(threadId: "{t}", resourceId: $r, {args}) {{ {MESSAGE} }}'
             for n, t in enumerate(ids)
         )
-        data = await post(http, f"query($r: String) {{ {fields} }}", r=resource)
+        variables = "$r: String, $s: String" if search else "$r: String"
+        data = await post(http, f"query({variables}) {{ {fields} }}", r=resource, **text())
         return [(t, data[f"a{n}"]) for n, t in enumerate(ids)]
 
     async def one_each(http: httpx.AsyncClient) -> Listing:
         ids = [t["id"] for t in (await post(http, ALONE, r=resource, p=threads))["threads"]["threads"]]
-        return [(t, (await post(http, RECALL, t=t, r=resource))["recall"]) for t in ids]
+        variables = text()  # one text for the listing's requests
+        return [(t, (await post(http, recall_query, t=t, r=resource, **variables))["recall"]) for t in ids]
 
     async def alone(http: httpx.AsyncClient) -> Listing:
         return [
@@ -87,6 +122,10 @@ def ways(resource: str, threads: int) -> dict[str, Callable[[httpx.AsyncClient],
         "threads, then one each": one_each,
         "threads alone": alone,
     }
+
+
+def newest(listing: Listing) -> list[tuple[str, str | None]]:
+    return [(t, r["messages"][-1]["id"] if r and r["messages"] else None) for t, r in listing]
 
 
 async def best(
@@ -114,12 +153,22 @@ async def main() -> None:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--database-url")
+    parser.add_argument("--search", action="store_true", help="every recall also runs a vector search")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         url = args.database_url or f"sqlite+aiosqlite:///{folder}/bench.db"
         engine = create_engine(url)
         await upgrade(engine)
-        services = Services.build(Repository(engine), memory_defaults=dict(BUILTIN_DEFAULTS))
+        repository = Repository(engine)
+        semantic = None
+        if args.search:
+            embedder = OnnxMiniLMEmbedder(
+                Path(os.environ.get("RECALLQL_EMBEDDING_MODEL_DIR") or SHARED_MODEL)
+            )
+            await embedder.warmup()
+            index = ChromaIndex(path=Path(folder) / "chroma", model_name="all-MiniLM-L6-v2", dimension=384)
+            semantic = SemanticMemory(repository, embedder, lambda _m, _d: index)
+        services = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS), semantic=semantic)
         resource = f"bench-{uuid.uuid4().hex[:8]}"
         for n in range(args.threads):
             thread = f"{resource}-t{n}"
@@ -135,7 +184,8 @@ async def main() -> None:
             ]
             await services.messages.save(messages, principal=OPEN)
         app = create_app(Settings(access_log=False, metrics=False), services=services)
-        print(f"{args.threads} threads of {args.messages} messages, {engine.dialect.name}")
+        searched = ", each recall searched" if args.search else ""
+        print(f"{args.threads} threads of {args.messages} messages, {engine.dialect.name}{searched}")
         print(f"{'listing':24s} {'µs':>9s} {'÷ nested':>9s}")
         try:
             async with app.router.lifespan_context(app):
@@ -143,7 +193,7 @@ async def main() -> None:
                 async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
                     results = {
                         name: await best(http, way, args.requests, args.rounds)
-                        for name, way in ways(resource, args.threads).items()
+                        for name, way in ways(resource, args.threads, args.search).items()
                     }
         finally:
             await services.aclose()
@@ -151,7 +201,12 @@ async def main() -> None:
         reference = results["nested"][1]
         assert len(reference) == args.threads and all(r and r["messages"] for _, r in reference), reference
         for name, (micros, listing) in results.items():
-            if name != "threads alone":
+            if name == "threads alone":
+                pass
+            elif args.search:  # other texts: other hits, beside the same newest message
+                assert newest(listing) == newest(reference), name
+                assert all(r and len(r["messages"]) > 1 for _, r in listing), name
+            else:
                 assert listing == reference, name
             print(f"{name:24s} {micros:9.0f} {micros / results['nested'][0]:9.2f}")
 

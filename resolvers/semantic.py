@@ -187,6 +187,7 @@ class SemanticMemory:
         self._index_lock = asyncio.Lock()
         self._cache: OrderedDict[str, Embedding] = OrderedDict()
         self._cache_size = query_cache_size
+        self._embedding: dict[str, asyncio.Future[Embedding]] = {}  # query embeddings under way
         self.drain_batch = drain_batch
         # The write pipeline (see the module docstring). `background`: saves do not wait for their
         # vectors (searches in this process still see them, see _barrier); a save that finds more
@@ -311,11 +312,24 @@ class SemanticMemory:
         if cached is not None:
             self._cache.move_to_end(key)
             return cached
-        embedding = await self.embedder.embed(chunk_text(text))
-        self._cache[key] = embedding
+        flight = self._embedding.get(key)
+        if flight is None:
+            # Searches of one text at once (a listing's Thread.recall fields, or many users asking the
+            # same) share one embedding: the cache only answers those that come after it.
+            flight = asyncio.ensure_future(self.embedder.embed(chunk_text(text)))
+            self._embedding[key] = flight
+            flight.add_done_callback(partial(self._embedded, key))
+        # Shielded: a caller that is cancelled (its client gone) leaves the others their embedding.
+        return await asyncio.shield(flight)
+
+    def _embedded(self, key: str, flight: asyncio.Future[Embedding]) -> None:
+        if self._embedding.get(key) is flight:
+            del self._embedding[key]
+        if flight.cancelled() or flight.exception() is not None:
+            return  # each waiter has it; the next search asks the embedder again
+        self._cache[key] = flight.result()
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
-        return embedding
 
     # ------------------------------------------------------------------ write side
     async def sync(
@@ -991,6 +1005,11 @@ class SemanticMemory:
                 async with self._progress:
                     self._progress.notify_all()  # saves waiting for room: there is no queue any more
         await self._stop_rebuilds()  # and any the flush started
+        if flights := list(self._embedding.values()):
+            # The searches waiting for them get their answer (or the embedder's error), not a cancel.
+            _, late = await asyncio.wait(flights, timeout=flush_timeout)
+            for flight in late:
+                flight.cancel()
         if self._index is not None:
             with contextlib.suppress(Exception):
                 await self._index.aclose()

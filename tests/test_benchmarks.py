@@ -192,6 +192,25 @@ def test_thread_recall_runs() -> None:
     assert rows["nested"][1] == "1.00", out
 
 
+def test_thread_recall_runs_searched() -> None:
+    # The script checks that every thread's recall holds its newest message and a vector hit.
+    out = run(
+        "thread_recall.py",
+        "--threads",
+        "3",
+        "--messages",
+        "4",
+        "--requests",
+        "2",
+        "--rounds",
+        "1",
+        "--search",
+    )
+    assert "each recall searched" in out.splitlines()[0], out
+    rows = {line.rsplit(None, 2)[0]: line.split()[-2:] for line in out.splitlines()[2:]}
+    assert set(rows) == {"nested", "threads, then aliases", "threads, then one each", "threads alone"}, out
+
+
 async def test_tenant_recall_runs() -> None:
     # The script itself checks each scenario's answer (its page, its dated page, its include window).
     require(await postgres_available(), f"PostgreSQL is not reachable at {PG_ADMIN_DSN}")

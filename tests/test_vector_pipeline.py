@@ -34,6 +34,7 @@ from resolvers.messages import MessageInput, MessagePatch
 from resolvers.semantic import SemanticMemory
 from tests.support import (
     Api,
+    app_client,
     database,
     embed_reference,
     embed_server_process,
@@ -220,6 +221,79 @@ async def test_concurrent_saves_share_embedder_calls_and_index_writes(make: Any)
     assert sum(setup.index.upserts) == 36 and len(setup.index.upserts) <= 3, setup.index.upserts
     assert sum(setup.embedder.calls) >= 36 and len(setup.embedder.calls) <= 4, setup.embedder.calls
     assert await setup.services.repository.outbox_backlog() == 0
+
+
+async def test_searches_of_one_text_at_once_share_one_embedding(make: Any) -> None:
+    setup = make()
+    thread_id, resource_id = await new_thread(setup)
+    ids = await setup.save(thread_id, resource_id, ["zebra crossing", "apple pie"])
+    calls = len(setup.embedder.calls)
+    setup.embedder.gate.clear()
+    zebras = [asyncio.create_task(setup.hits("zebra", thread_id, resource_id)) for _ in range(8)]
+    apple = asyncio.create_task(setup.hits("apple", thread_id, resource_id))
+    for _ in range(3):  # every search has asked for its text's embedding (nothing before it awaits I/O)
+        await asyncio.sleep(0)
+    zebras[0].cancel()  # the search that started the embedding leaves: the others still get it
+    setup.embedder.gate.set()
+    found = await asyncio.gather(*zebras[1:])
+    assert all(hits == found[0] for hits in found) and sorted(found[0]) == sorted(ids)
+    assert sorted(await apple) == sorted(ids)
+    assert zebras[0].cancelled()
+    assert len(setup.embedder.calls) - calls == 2  # one per text, not one per search
+    # The embedding is cached once made: the same text again asks the embedder nothing.
+    assert await setup.hits("zebra", thread_id, resource_id) == found[0]
+    assert len(setup.embedder.calls) - calls == 2
+
+
+async def test_a_failed_shared_embedding_fails_its_searches_and_is_asked_again(make: Any) -> None:
+    setup = make()
+    thread_id, resource_id = await new_thread(setup)
+    ids = await setup.save(thread_id, resource_id, ["zebra crossing"])
+    calls = len(setup.embedder.calls)
+    setup.embedder.gate.clear()
+    setup.embedder.fail = True
+    searches = [asyncio.create_task(setup.hits("zebra", thread_id, resource_id)) for _ in range(4)]
+    for _ in range(3):
+        await asyncio.sleep(0)
+    setup.embedder.gate.set()
+    outcomes = await asyncio.gather(*searches, return_exceptions=True)
+    assert all(isinstance(o, ServiceUnavailable) for o in outcomes), outcomes
+    assert len(setup.embedder.calls) - calls == 1
+    setup.embedder.fail = False  # a failure is not cached: the next search embeds again
+    assert await setup.hits("zebra", thread_id, resource_id) == ids
+    assert len(setup.embedder.calls) - calls == 2
+
+
+LISTING = """query($r: String!, $s: String) { threads(resourceId: $r) { threads { id
+  recall(perPage: 0, vectorSearchString: $s,
+         threadConfig: {semanticRecall: {options: {topK: 5, messageRange: {size: 0}, scope: THREAD}}}) {
+    messages { id } } } } }"""
+
+
+async def test_a_listings_searches_of_one_text_embed_it_once(make: Any) -> None:
+    """Each thread of a listing searched for the same text: the nested recalls run together (the
+    compiled path gathers them), and they share one embedding of it."""
+    setup = make()
+    resource_id = uid("r")
+    saved: dict[str, list[str]] = {}
+    for n in range(6):
+        thread_id = uid("t")
+        await setup.services.threads.create(resource_id=resource_id, thread_id=thread_id, principal=OPEN)
+        saved[thread_id] = await setup.save(thread_id, resource_id, [f"zebra {n}", f"apple {n}"])
+    calls = len(setup.embedder.calls)
+    async with app_client(setup.services) as client:
+        answer = (
+            await client.post(
+                "/graphql", json={"query": LISTING, "variables": {"r": resource_id, "s": "zebra"}}
+            )
+        ).json()
+    assert "errors" not in answer, answer
+    listed = {
+        t["id"]: sorted(m["id"] for m in t["recall"]["messages"])
+        for t in answer["data"]["threads"]["threads"]
+    }
+    assert listed == {t: sorted(ids) for t, ids in saved.items()}
+    assert len(setup.embedder.calls) - calls == 1
 
 
 async def test_background_saves_answer_first_and_searches_wait_for_their_vectors(make: Any) -> None:
