@@ -197,6 +197,8 @@ async def main() -> None:
                     }
         finally:
             await services.aclose()
+            if semantic is not None:
+                await semantic.aclose()
             await engine.dispose()
         reference = results["nested"][1]
         assert len(reference) == args.threads and all(r and r["messages"] for _, r in reference), reference
