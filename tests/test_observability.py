@@ -256,6 +256,29 @@ def test_json_formatter_fields() -> None:
     assert "[rid-1]" in text and "hello world" in text and "thread_id=t1" in text
 
 
+def test_json_logs_take_pythons_warnings_in() -> None:
+    # A warning was written to stderr as raw text (its message, then its source line): two lines a
+    # JSON log parser rejects. In a process of its own: pytest keeps warnings for itself.
+    program = (
+        "import warnings\n"
+        "from web.observability import configure_logging\n"
+        "configure_logging('info', 'json')\n"
+        "warnings.warn('a library is unhappy', RuntimeWarning)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    entries = [json.loads(line) for line in lines]
+    assert [(e["logger"], e["level"]) for e in entries] == [("py.warnings", "warning")], lines
+    assert "RuntimeWarning: a library is unhappy" in entries[0]["message"]
+
+
 def test_json_logs_carry_request_ids(tmp_path: Path) -> None:
     env = {
         "RECALLQL_LOG_FORMAT": "json",

@@ -254,6 +254,10 @@ def configure_logging(level: str = "info", fmt: str = "text", *, access_log_enab
         if logger.handlers:
             logger.handlers = [handler]
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING if access_log_enabled else logging.INFO)
+    # Python's warnings (a library's RuntimeWarning, graphql-core's never-awaited coroutines when it
+    # cancels a failed query's fields) were written to stderr as raw text, lines a JSON log parser
+    # rejects: they go through the "py.warnings" logger, in the chosen format, instead.
+    logging.captureWarnings(True)
     # Alembic reports at INFO its plugins at import and its dialect on every version read (each /readyz
     # while a migration is pending); what was applied is RecallQL's own "applied migrations" line.
     logging.getLogger("alembic").setLevel(logging.WARNING)
