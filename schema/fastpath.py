@@ -366,23 +366,39 @@ class FastPath:
         pending: list[_Deferred] = []
         token = _PENDING.set(pending)
         try:
-            for root in plan.roots:
-                field_def = query_type.fields[root.field_name]
-                path = Path(None, root.key, "Query")
+            field_defs = [query_type.fields[root.field_name] for root in plan.roots]
+            # Nothing between here and the awaits can fail: a coroutine created and then dropped by an
+            # exception would never be awaited.
+            resolving = [
+                self._resolve(
+                    plan,
+                    field_def,
+                    root.field_nodes,
+                    query_type,
+                    Path(None, root.key, "Query"),
+                    None,
+                    coerced,
+                    context,
+                    around_field,
+                )
+                for root, field_def in zip(plan.roots, field_defs, strict=True)
+            ]
+            if len(resolving) == 1:
                 try:
-                    value = await self._resolve(
-                        plan,
-                        field_def,
-                        root.field_nodes,
-                        query_type,
-                        path,
-                        None,
-                        coerced,
-                        context,
-                        around_field,
-                    )
+                    values = [await resolving[0]]
                 except Exception as exc:
-                    return self._failed(plan, root, exc, context)
+                    return self._failed(plan, plan.roots[0], exc, context)
+            else:
+                # Side by side, as normal execution runs a query's root fields: their reads overlap
+                # (aliased recalls: PostgreSQL's pool, vector searches). Which of several fail, and so
+                # the answer, is the normal path's to give (see _failed).
+                values = await asyncio.gather(*resolving, return_exceptions=True)
+                for value in values:
+                    if isinstance(value, BaseException):
+                        if not isinstance(value, Exception):
+                            raise value
+                        return None
+            for root, value in zip(plan.roots, values, strict=True):
                 if value is None:
                     _check_nullable(root.shape)
                     data[root.key] = None

@@ -28,10 +28,11 @@ from models.repository import Repository
 from models.vector_index import ChromaIndex, VectorIndexDamaged, VectorIndexError, VectorItem, collection_name
 from resolvers.auth import OPEN
 from resolvers.config import BUILTIN_DEFAULTS
-from resolvers.context import Services
+from resolvers.context import RequestContext, Services
 from resolvers.errors import ServiceUnavailable
 from resolvers.messages import MessageInput, MessagePatch
 from resolvers.semantic import SemanticMemory
+from schema import build_schema
 from tests.support import (
     Api,
     app_client,
@@ -58,6 +59,7 @@ class GatedEmbedder:
     def __init__(self) -> None:
         self.gate = asyncio.Event()
         self.gate.set()
+        self.entered = 0  # calls begun (before the gate)
         self.calls: list[int] = []  # texts per call
         self.requests: list[str | None] = []  # REQUEST as each call saw it
         self.fail = False
@@ -78,6 +80,7 @@ class GatedEmbedder:
         return DIMENSION
 
     async def embed(self, texts: Sequence[str]) -> Embedding:
+        self.entered += 1
         await self.gate.wait()
         self.calls.append(len(texts))
         self.requests.append(REQUEST.get())
@@ -262,6 +265,41 @@ async def test_a_failed_shared_embedding_fails_its_searches_and_is_asked_again(m
     setup.embedder.fail = False  # a failure is not cached: the next search embeds again
     assert await setup.hits("zebra", thread_id, resource_id) == ids
     assert len(setup.embedder.calls) - calls == 2
+
+
+ALIASED = """query($t: ID!) {
+  a: recall(threadId: $t, perPage: 0, vectorSearchString: "zebra",
+            threadConfig: {semanticRecall: {options: {topK: 1, messageRange: {size: 0}, scope: THREAD}}}) {
+    messages { id } }
+  b: recall(threadId: $t, perPage: 0, vectorSearchString: "apple",
+            threadConfig: {semanticRecall: {options: {topK: 1, messageRange: {size: 0}, scope: THREAD}}}) {
+    messages { id } } }"""
+
+
+async def test_the_compiled_path_runs_a_querys_root_fields_side_by_side(make: Any) -> None:
+    """As normal execution does: two aliased searches wait for their embeddings at once (they ran one
+    after the other, each waiting for the embedder and the index in turn)."""
+    setup = make()
+    thread_id, resource_id = await new_thread(setup)
+    ids = await setup.save(thread_id, resource_id, ["zebra crossing", "apple pie"])
+    fast_path = build_schema().fast_path
+    plan = fast_path.plan(ALIASED, None)
+    assert plan is not None
+    entered = setup.embedder.entered
+    setup.embedder.gate.clear()
+    context = RequestContext(services=setup.services, principal=OPEN)
+    answer = asyncio.create_task(fast_path.execute(plan, {"t": thread_id}, context))
+
+    async def both_waiting() -> bool:
+        return setup.embedder.entered - entered == 2
+
+    try:
+        await eventually(both_waiting, timeout=10, what="both searches asking for their embeddings")
+    finally:
+        setup.embedder.gate.set()
+    result = await answer
+    assert result is not None  # answered by the compiled path itself
+    assert [[m["id"] in ids for m in result["data"][k]["messages"]] for k in "ab"] == [[True], [True]]
 
 
 LISTING = """query($r: String!, $s: String) { threads(resourceId: $r) { threads { id
