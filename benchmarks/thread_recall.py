@@ -40,6 +40,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from semantic_bench import DEFAULT_MODEL_DIR, DIM, MODEL_NAME  # this folder
+
 from models.db import create_engine
 from models.embedders import OnnxMiniLMEmbedder
 from models.migrate import upgrade
@@ -62,7 +64,6 @@ SEARCH = (
     "vectorSearchString: $s, threadConfig: {semanticRecall: "
     "{options: {topK: 2, messageRange: {size: 0}, scope: THREAD}}}"
 )
-SHARED_MODEL = Path(__file__).resolve().parents[2] / "shared" / "models" / "all-MiniLM-L6-v2"
 
 
 def queries(search: bool) -> tuple[str, str, str]:
@@ -163,10 +164,10 @@ async def main() -> None:
         semantic = None
         if args.search:
             embedder = OnnxMiniLMEmbedder(
-                Path(os.environ.get("RECALLQL_EMBEDDING_MODEL_DIR") or SHARED_MODEL)
+                Path(os.environ.get("RECALLQL_EMBEDDING_MODEL_DIR") or DEFAULT_MODEL_DIR)
             )
             await embedder.warmup()
-            index = ChromaIndex(path=Path(folder) / "chroma", model_name="all-MiniLM-L6-v2", dimension=384)
+            index = ChromaIndex(path=Path(folder) / "chroma", model_name=MODEL_NAME, dimension=DIM)
             semantic = SemanticMemory(repository, embedder, lambda _m, _d: index)
         services = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS), semantic=semantic)
         resource = f"bench-{uuid.uuid4().hex[:8]}"

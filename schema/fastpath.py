@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -89,7 +89,6 @@ class _Field:
 
 @dataclass(slots=True)
 class _Nested:
-    name: str
     field_def: GraphQLField
     parent: GraphQLObjectType
     nodes: list[FieldNode]
@@ -258,7 +257,7 @@ class FastPath:
                 shape = self._compile_field(
                     parent, key, name, field_def.type, sub_nodes, fragments, root=True
                 )
-                nested = _Nested(name, field_def, parent, sub_nodes, shape)
+                nested = _Nested(field_def, parent, sub_nodes, shape)
                 plan.append(_Field(key, _identity, shape.nullable, None, None, None, 0, False, nested=nested))
                 continue
             if any(n.arguments for n in sub_nodes) or field_def.args:
@@ -383,6 +382,7 @@ class FastPath:
                 )
                 for root, field_def in zip(plan.roots, field_defs, strict=True)
             ]
+            values: list[Any] | None
             if len(resolving) == 1:
                 try:
                     values = [await resolving[0]]
@@ -392,12 +392,9 @@ class FastPath:
                 # Side by side, as normal execution runs a query's root fields: their reads overlap
                 # (aliased recalls: PostgreSQL's pool, vector searches). Which of several fail, and so
                 # the answer, is the normal path's to give (see _failed).
-                values = await asyncio.gather(*resolving, return_exceptions=True)
-                for value in values:
-                    if isinstance(value, BaseException):
-                        if not isinstance(value, Exception):
-                            raise value
-                        return None
+                values = await _all_or_none(resolving)
+                if values is None:
+                    return None
             for root, value in zip(plan.roots, values, strict=True):
                 if value is None:
                     _check_nullable(root.shape)
@@ -414,8 +411,8 @@ class FastPath:
                 calls = [
                     (obj, field, _nested(field), paths[id(target)], target) for obj, field, target in batch
                 ]
-                outcomes = await asyncio.gather(
-                    *(
+                outcomes = await _all_or_none(
+                    [
                         self._resolve(
                             plan,
                             nested.field_def,
@@ -428,12 +425,11 @@ class FastPath:
                             around_field,
                         )
                         for obj, field, nested, path, _ in calls
-                    ),
-                    return_exceptions=True,
+                    ]
                 )
+                if outcomes is None:
+                    return None
                 for (_, field, nested, _, target), outcome in zip(calls, outcomes, strict=True):
-                    if isinstance(outcome, BaseException):
-                        return None  # the normal path places the error (and nulls) where they belong
                     if outcome is None:
                         _check_nullable(field)
                     else:
@@ -505,6 +501,18 @@ _Deferred = tuple[Any, _Field, dict[str, Any]]
 # The nested fields met so far by the execute() running in this context (serializers are synchronous and
 # generated, so they report through here rather than through a parameter).
 _PENDING: ContextVar[list[_Deferred] | None] = ContextVar("fastpath_pending", default=None)
+
+
+async def _all_or_none(resolving: list[Coroutine[Any, Any, Any]]) -> list[Any] | None:
+    """The values of resolvers run side by side, or None when any of them raised: the normal path then
+    answers, placing the errors (and the nulls they cause) where they belong."""
+    values = await asyncio.gather(*resolving, return_exceptions=True)
+    for value in values:
+        if isinstance(value, BaseException):
+            if not isinstance(value, Exception):
+                raise value  # a cancellation is not a resolver's error
+            return None
+    return values
 
 
 def _nested(field: _Field) -> _Nested:
