@@ -25,9 +25,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from models.embedders import OnnxMiniLMEmbedder
+from semantic_bench import resolve_model_dir  # this folder
 
-DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "shared/models/all-MiniLM-L6-v2"
+from models.embedders import OnnxMiniLMEmbedder
 
 _OPENERS = ["hey", "ok so", "quick question:", "thanks!", "hmm,", "btw", "sure,", "honestly", "", ""]
 _BODIES = [
@@ -99,7 +99,7 @@ def main() -> None:
         "--token-sweep", action="store_true", help="only: ours on one text of 2-256 tokens, one thread"
     )
     args = parser.parse_args()
-    model_dir = args.model_dir or Path(os.environ.get("RECALLQL_EMBEDDING_MODEL_DIR") or DEFAULT_MODEL_DIR)
+    model_dir = resolve_model_dir(args.model_dir)
 
     if args.token_sweep:
         token_sweep(model_dir)

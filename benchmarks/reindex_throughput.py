@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import sys
 import tempfile
@@ -34,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from semantic_bench import DIM, INGEST_TEXTS, MODEL_NAME, ingest_batches, ingest_services
+from semantic_bench import DIM, INGEST_TEXTS, MODEL_NAME, ingest_batches, ingest_services, resolve_model_dir
 
 from models.chroma_process import IsolatedChromaIndex
 from models.db import create_engine
@@ -45,8 +44,6 @@ from models.vector_index import VectorIndexDamaged
 from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import Services
 from resolvers.semantic import SemanticMemory, embeddable_text
-
-SHARED_MODEL = Path(__file__).resolve().parents[2] / "shared" / "models" / "all-MiniLM-L6-v2"
 
 
 async def one_step_at_a_time(semantic: SemanticMemory, page: int) -> int:
@@ -88,7 +85,7 @@ async def main() -> None:
     parser.add_argument("--model-dir", type=Path, default=None)
     parser.add_argument("--damage", action="store_true", help="measure the rebuild of a damaged collection")
     args = parser.parse_args()
-    model_dir = args.model_dir or Path(os.environ.get("RECALLQL_EMBEDDING_MODEL_DIR") or SHARED_MODEL)
+    model_dir = resolve_model_dir(args.model_dir)
     pages = [int(p) for p in args.pages.split(",")]
     texts = INGEST_TEXTS[args.texts](args.messages, 2026)
     with tempfile.TemporaryDirectory() as folder:

@@ -82,6 +82,14 @@ from resolvers.semantic import SemanticMemory  # noqa: E402
 
 SHARED = Path(os.environ.get("RECALLQL_SHARED_DIR", REPO.parent / "shared"))
 DEFAULT_MODEL_DIR = SHARED / "models" / "all-MiniLM-L6-v2"
+
+
+def resolve_model_dir(given: Path | None = None) -> Path:
+    """The model folder a benchmark embeds with: --model-dir, else RECALLQL_EMBEDDING_MODEL_DIR (as
+    the server reads it), else the shared offline copy."""
+    return given or Path(os.environ.get("RECALLQL_EMBEDDING_MODEL_DIR") or DEFAULT_MODEL_DIR)
+
+
 RESULTS_DIR = REPO / "benchmarks" / "results"
 MASTRA_SCRIPT = REPO / "benchmarks" / "mastra_vector.mjs"
 
@@ -2130,7 +2138,7 @@ def main() -> None:
     for mode in args.modes:
         if mode not in ("embedded", "server"):
             parser.error(f"unknown mode {mode}")
-    model_dir = args.model_dir or Path(os.environ.get("RECALLQL_EMBEDDING_MODEL_DIR") or DEFAULT_MODEL_DIR)
+    model_dir = resolve_model_dir(args.model_dir)
 
     import chromadb
     import onnxruntime

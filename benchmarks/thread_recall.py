@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import os
 import sys
 import tempfile
 import time
@@ -40,7 +39,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from semantic_bench import DEFAULT_MODEL_DIR, DIM, MODEL_NAME  # this folder
+from semantic_bench import DIM, MODEL_NAME, resolve_model_dir  # this folder
 
 from models.db import create_engine
 from models.embedders import OnnxMiniLMEmbedder
@@ -163,9 +162,7 @@ async def main() -> None:
         repository = Repository(engine)
         semantic = None
         if args.search:
-            embedder = OnnxMiniLMEmbedder(
-                Path(os.environ.get("RECALLQL_EMBEDDING_MODEL_DIR") or DEFAULT_MODEL_DIR)
-            )
+            embedder = OnnxMiniLMEmbedder(resolve_model_dir())
             await embedder.warmup()
             index = ChromaIndex(path=Path(folder) / "chroma", model_name=MODEL_NAME, dimension=DIM)
             semantic = SemanticMemory(repository, embedder, lambda _m, _d: index)

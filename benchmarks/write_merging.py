@@ -33,7 +33,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from semantic_bench import DIM, INGEST_TEXTS, MODEL_NAME, ingest_batches, ingest_services
+from semantic_bench import DIM, INGEST_TEXTS, MODEL_NAME, ingest_batches, ingest_services, resolve_model_dir
 
 from models.chroma_process import IsolatedChromaIndex
 from models.db import create_engine
@@ -45,7 +45,6 @@ from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import Services
 from resolvers.semantic import SemanticMemory
 
-SHARED_MODEL = Path(__file__).resolve().parents[2] / "shared" / "models" / "all-MiniLM-L6-v2"
 RAW = "raw"
 
 
@@ -95,7 +94,7 @@ async def main() -> None:
     parser.add_argument("--model-dir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    model_dir = args.model_dir or Path(os.environ.get("RECALLQL_EMBEDDING_MODEL_DIR") or SHARED_MODEL)
+    model_dir = resolve_model_dir(args.model_dir)
     merges = [int(m) for m in args.merge.split(",")]
     texts = INGEST_TEXTS[args.texts](args.messages, 2026)
     raise_open_file_limit()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,10 +16,9 @@ import numpy as np
 import pytest
 
 from models.vector_index import ChromaIndex, collection_name
-from tests.support import SHARED, Api, at, require, running_server, text_message, uid
+from tests.support import MODEL_DIR, Api, at, require, running_server, text_message, uid
 
 DATA = Path(__file__).parent / "data" / "semantic_quality.json"
-MODEL_DIR = Path(os.environ.get("RECALLQL_EMBEDDING_MODEL_DIR") or SHARED / "models/all-MiniLM-L6-v2")
 MODEL_NAME = "all-MiniLM-L6-v2"
 K = 5
 
