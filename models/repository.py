@@ -822,7 +822,9 @@ class Repository:
     async def thread_resource_ids(self, thread_id: str) -> list[str | None]:
         """The resources whose messages a thread holds (None: messages without one)."""
         stmt = select(TR.c.resource_id).where(TR.c.thread_id == thread_id, TR.c.message_count > 0)
-        rows = await self._read(lambda conn: conn.execute(stmt).all())
+        # A range of the primary key, one row per resource: on SQLite's event loop, not a worker thread,
+        # where a search's lookup waited behind the Chroma queries of other searches.
+        rows = await self._read(lambda conn: conn.execute(stmt).all(), bounded=True)
         return [r[0] or None for r in rows]
 
     async def message_resource_ids(self) -> list[str | None]:
