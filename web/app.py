@@ -39,6 +39,7 @@ from web.frontend import frontend_routes, graphiql_response
 from web.health import SchemaCheck, readiness
 from web.limits import LegacyWSHandler, TransportWSHandler
 from web.observability import Observability, observe_compiled_operation, request_id_of
+from web.persisted import PersistedQueries, schema_documents
 from web.settings import Settings, get_settings
 from web.wiring import build_chat, build_events, build_semantic
 
@@ -260,6 +261,8 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
             if engine is not None:
                 built.repository.close()
                 await engine.dispose()
+            if persisted is not None:
+                await persisted.aclose()
             observability.shutdown()
 
     schema = build_schema(
@@ -283,6 +286,19 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     # web/limits.py parses frames under these
     graphql_app.max_query_tokens = settings.max_query_tokens
     graphql_app.max_query_chars = settings.max_query_chars
+    persisted = (
+        PersistedQueries(
+            schema_documents(
+                schema._schema, max_tokens=settings.max_query_tokens, max_chars=settings.max_query_chars
+            ),
+            cache_chars=settings.persisted_queries_cache_chars,
+            redis_url=settings.redis_url,
+            redis_prefix=settings.redis_prefix,
+            ttl=settings.persisted_queries_ttl,
+        )
+        if settings.persisted_queries
+        else None
+    )
     graphql_endpoint = GraphQLFront(
         graphql_app,
         # Hot read queries skip graphql-core's per-field machinery (same results; see schema/fastpath.py).
@@ -294,6 +310,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         max_tokens=settings.max_query_tokens,
         max_chars=settings.max_query_chars,
         tracing=observability.compiled_tracing(),
+        persisted=persisted,
     )
 
     schema_check = SchemaCheck()

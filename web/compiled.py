@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, quote
 
 import orjson
 from graphql import GraphQLError, OperationType, get_operation_ast, parse
@@ -28,6 +28,7 @@ from resolvers.errors import MAX_JSON_DEPTH, NON_FINITE_MESSAGE, NUL_MESSAGE, SU
 from schema.build import query_too_long
 from schema.fastpath import FastPath, Plan
 from web.observability import CompiledTracing, current_request_id
+from web.persisted import NOT_SUPPORTED_REFUSAL, PersistedQueries, Refusal, refusal_body
 
 # GraphQL's \u0000 escape in a query text (not an escaped backslash followed by "u0000").
 _GRAPHQL_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
@@ -44,8 +45,10 @@ class GraphQLFront:
         max_tokens: int | None = None,
         max_chars: int | None = None,
         tracing: CompiledTracing | None = None,
+        persisted: PersistedQueries | None = None,
     ) -> None:
         self.app = app
+        self.persisted = persisted
         self.tracing = tracing
         self.fast_path = fast_path
         self.context_for = context_for
@@ -59,6 +62,15 @@ class GraphQLFront:
             return
         if scope["method"] != "POST":
             params = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+            found = await self._persisted({k: v[-1] for k, v in params.items()}, get=True)
+            if isinstance(found, Response):
+                await found(scope, receive, send)
+                return
+            if found is not None:
+                # The text the hash stands for, as the query parameter the view reads (the last one).
+                query_string = scope.get("query_string", b"") + b"&query=" + quote(found).encode()
+                scope = {**scope, "query_string": query_string}
+                params["query"] = [found]
             fault = _fault(list(params.values())) or _query_fault({"query": params.get("query", [None])[-1]})
             if fault is not None:
                 await _respond(send, _bad_input(fault))
@@ -109,6 +121,15 @@ class GraphQLFront:
         if fault is not None:
             await _respond(send, _bad_input(fault))
             return
+        if isinstance(payload, dict):
+            found = await self._persisted(payload, get=False)
+            if isinstance(found, Response):
+                await found(scope, receive, send)
+                return
+            if found is not None:
+                # A hash found: the request as if it had sent the text (the view reads these bytes).
+                payload = {**payload, "query": found}
+                body = orjson.dumps(payload)
         # Checked (a JSON body): the GraphQL layer need not walk the variables again (StorableVariables).
         scope[SCREENED_KEY] = _is_json(scope)
         if isinstance(payload, dict) and _subscription(payload, self.max_tokens, self.max_chars):
@@ -125,6 +146,33 @@ class GraphQLFront:
                     _DECODED.reset(token)
             return
         await _respond(send, answer)
+
+    async def _persisted(self, request: Mapping[str, Any], *, get: bool) -> str | Response | None:
+        """Automatic persisted queries (web/persisted.py): the text a request's hash stands for when it
+        sent none, a refusal, or None (nothing to change: no hash, or a text registered under it)."""
+        extensions = request.get("extensions")
+        if get and isinstance(extensions, str):
+            try:
+                extensions = orjson.loads(extensions)
+            except orjson.JSONDecodeError:
+                return None  # the view reports it
+        if not isinstance(extensions, dict) or "persistedQuery" not in extensions:
+            return None
+        query = request.get("query")
+        if isinstance(query, str) and (_query_fault({"query": query}) or _fault(query)):
+            return None  # refused with the request's other faults (a GET's are checked after this)
+        if self.persisted is None:
+            outcome: str | Refusal | None = NOT_SUPPORTED_REFUSAL
+        else:
+            outcome = await self.persisted.resolve(extensions, query)
+        if isinstance(outcome, Refusal):
+            # Not cached anywhere: the same request succeeds once the client has sent the text.
+            return JSONResponse(
+                refusal_body(outcome, request_extensions(outcome.code)),
+                status_code=outcome.status,
+                headers={"Cache-Control": "private, no-cache, must-revalidate"},
+            )
+        return outcome if query is None else None  # a text sent is run as sent
 
     async def _answer(self, scope: Scope, payload: Any) -> bytes | None:
         if not isinstance(payload, dict):

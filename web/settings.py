@@ -117,6 +117,12 @@ class Settings(BaseSettings):
     # Answer supported read queries through the compiled path (identical results, less CPU).
     compiled_reads: bool = True
 
+    # Automatic persisted queries (web/persisted.py): query texts by hash, in an LRU of this many
+    # characters; with redis_url also in Redis for this many seconds, shared by every replica.
+    persisted_queries: bool = True
+    persisted_queries_cache_chars: int = Field(default=8 * 1024 * 1024, ge=1)
+    persisted_queries_ttl: int = Field(default=7 * 24 * 3600, ge=1)
+
     # Authentication (web/auth.py; README "Authentication"): "auto" is off on a loopback host and
     # required otherwise. Bearer tokens are API keys (stored as sha256 hex) or JWTs.
     auth: Literal["auto", "required", "off"] = "auto"
