@@ -19,25 +19,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import tempfile
-import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from models.db import create_engine
-from models.migrate import upgrade
-from models.repository import Repository
+from in_process import best_round, client, database  # this folder
+
 from resolvers.auth import OPEN
-from resolvers.config import BUILTIN_DEFAULTS
-from resolvers.context import Services
 from resolvers.messages import MessageInput
-from web.app import create_app
-from web.settings import Settings
 
 REQUESTS = {
     "recall (answered)": '{ recall(threadId: "t1") { total messages { id } } }',
@@ -46,27 +38,14 @@ REQUESTS = {
 }
 
 
-@asynccontextmanager
-async def client(services: Services, compiled: bool) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(Settings(compiled_reads=compiled, access_log=False, metrics=False), services=services)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
-            yield http
-
-
 async def per_request(http: httpx.AsyncClient, query: str, requests: int, rounds: int) -> tuple[float, str]:
     """The best round's µs per request, and the answer's error code ("" for none)."""
     body = {"query": query}
-    for _ in range(requests // 4):  # warm: plans, caches
-        await http.post("/graphql", json=body)
-    best = float("inf")
-    answer: dict[str, object] = {}
-    for _ in range(rounds):
-        started = time.perf_counter()
-        for _ in range(requests):
-            answer = (await http.post("/graphql", json=body)).json()
-        best = min(best, (time.perf_counter() - started) / requests * 1e6)
+
+    async def call() -> dict[str, Any]:
+        return (await http.post("/graphql", json=body)).json()
+
+    best, answer = await best_round(call, requests, rounds)
     errors = answer.get("errors")
     code = errors[0]["extensions"]["code"] if isinstance(errors, list) and errors else ""
     return best, str(code)
@@ -78,11 +57,7 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--database-url")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as folder:
-        url = args.database_url or f"sqlite+aiosqlite:///{folder}/bench.db"
-        engine = create_engine(url)
-        await upgrade(engine)
-        services = Services.build(Repository(engine), memory_defaults=dict(BUILTIN_DEFAULTS))
+    async with database(args.database_url) as (_engine, services):
         await services.threads.create(resource_id="r1", thread_id="t1", principal=OPEN)
         messages = [
             MessageInput(
@@ -95,17 +70,13 @@ async def main() -> None:
         ]
         await services.messages.save(messages, principal=OPEN)
         print(f"{'request':26s} {'compiled':>10s} {'normal':>10s} {'ratio':>6s}")
-        try:
-            for name, query in REQUESTS.items():
-                async with client(services, compiled=True) as fast:
-                    compiled, code = await per_request(fast, query, args.requests, args.rounds)
-                async with client(services, compiled=False) as plain:
-                    normal, plain_code = await per_request(plain, query, args.requests, args.rounds)
-                assert code == plain_code, (name, code, plain_code)
-                print(f"{name:26s} {compiled:8.0f}µs {normal:8.0f}µs {compiled / normal:6.2f}")
-        finally:
-            await services.aclose()
-            await engine.dispose()
+        for name, query in REQUESTS.items():
+            async with client(services, compiled_reads=True) as fast:
+                compiled, code = await per_request(fast, query, args.requests, args.rounds)
+            async with client(services, compiled_reads=False) as plain:
+                normal, plain_code = await per_request(plain, query, args.requests, args.rounds)
+            assert code == plain_code, (name, code, plain_code)
+            print(f"{name:26s} {compiled:8.0f}µs {normal:8.0f}µs {compiled / normal:6.2f}")
 
 
 if __name__ == "__main__":

@@ -29,9 +29,9 @@ import asyncio
 import itertools
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from semantic_bench import DIM, MODEL_NAME, resolve_model_dir  # this folder
+from in_process import best_round, client  # this folder
+from semantic_bench import DIM, MODEL_NAME, resolve_model_dir
 
 from models.db import create_engine
 from models.embedders import OnnxMiniLMEmbedder
@@ -51,8 +52,6 @@ from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import Services
 from resolvers.messages import MessageInput
 from resolvers.semantic import SemanticMemory
-from web.app import create_app
-from web.settings import Settings
 
 THREAD_FIELDS = "id title updatedAt"
 MESSAGE = "total messages { id role createdAt content { parts { ... on TextPart { text } } } }"
@@ -128,24 +127,6 @@ def newest(listing: Listing) -> list[tuple[str, str | None]]:
     return [(t, r["messages"][-1]["id"] if r and r["messages"] else None) for t, r in listing]
 
 
-async def best(
-    http: httpx.AsyncClient,
-    way: Callable[[httpx.AsyncClient], Awaitable[Listing]],
-    requests: int,
-    rounds: int,
-) -> tuple[float, Listing]:
-    """The best round's µs per listing, and the last listing."""
-    for _ in range(max(1, requests // 4)):  # warm: plans, caches
-        listing = await way(http)
-    fastest = float("inf")
-    for _ in range(rounds):
-        started = time.perf_counter()
-        for _ in range(requests):
-            listing = await way(http)
-        fastest = min(fastest, (time.perf_counter() - started) / requests * 1e6)
-    return fastest, listing
-
-
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--threads", type=int, default=20)
@@ -181,18 +162,15 @@ async def main() -> None:
                 for k in range(args.messages)
             ]
             await services.messages.save(messages, principal=OPEN)
-        app = create_app(Settings(access_log=False, metrics=False), services=services)
         searched = ", each recall searched" if args.search else ""
         print(f"{args.threads} threads of {args.messages} messages, {engine.dialect.name}{searched}")
         print(f"{'listing':24s} {'µs':>9s} {'÷ nested':>9s}")
         try:
-            async with app.router.lifespan_context(app):
-                transport = httpx.ASGITransport(app=app)
-                async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
-                    results = {
-                        name: await best(http, way, args.requests, args.rounds)
-                        for name, way in ways(resource, args.threads, args.search).items()
-                    }
+            async with client(services) as http:
+                results = {
+                    name: await best_round(partial(way, http), args.requests, args.rounds)
+                    for name, way in ways(resource, args.threads, args.search).items()
+                }
         finally:
             await services.aclose()
             if semantic is not None:

@@ -192,6 +192,14 @@ def test_thread_recall_runs() -> None:
     assert rows["nested"][1] == "1.00", out
 
 
+def test_persisted_queries_runs() -> None:
+    # The script checks that the text and both hashed requests get the same answer.
+    out = run("persisted_queries.py", "--messages", "4", "--requests", "4", "--rounds", "1")
+    rows = {line.rsplit(None, 3)[0]: line.split()[-3:] for line in out.splitlines()[2:]}
+    assert set(rows) == {"text", "hash", "hash, GET"}, out
+    assert int(rows["hash"][0]) < int(rows["text"][0]), out  # the hash is the smaller request
+
+
 def test_thread_recall_runs_searched() -> None:
     # The script checks that every thread's recall holds its newest message and a vector hit.
     out = run(

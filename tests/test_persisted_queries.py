@@ -16,9 +16,14 @@ import httpx
 import orjson
 import pytest
 
+from resolvers.context import Services
+from schema.fastpath import FastPath
+from tests.factories import msg, seed
 from tests.support import ServerProcess, free_port, require, running_server, uid
 from tests.test_federation import FEDERATION_DIR, node_modules
 from tests.test_subscriptions import REDIS_URL, redis_available
+from web.app import create_app
+from web.settings import Settings
 
 THREADS = "query Threads($r: String!) { threads(resourceId: $r) { total threads { id title } } }"
 CREATE = (
@@ -342,3 +347,67 @@ async def test_apollo_client_sends_texts_to_a_server_with_persisted_queries_off(
     # The link stops hashing after the first answer, for the rest of the session.
     assert seen["steps"] == {"mutation": [not_supported, plain], "first": [plain], "second": [plain]}
     assert seen["first"]["threads"]["total"] == 1
+
+
+# ====================================================================== GET on the compiled read path
+@pytest.fixture
+async def seeded(services: Services) -> Services:
+    await seed(
+        services,
+        *(msg(f"g{n}", at=n, metadata={"n": n}) for n in range(6)),
+        threads={"t1": "r1"},
+    )
+    return services
+
+
+GET_RECALL = (
+    "query Page($t: ID!, $r: String, $p: PerPage) { recall(threadId: $t, resourceId: $r, perPage: $p) "
+    "{ total hasMore messages { id role createdAt content { parts { ... on TextPart { text } } metadata } } "
+    "} }"
+)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"query": GET_RECALL, "variables": '{"t": "t1", "r": "r1", "p": 3}'},
+        {"query": GET_RECALL, "variables": '{"t": "t1", "p": false}', "operationName": "Page"},
+        {"query": GET_RECALL, "variables": '{"t": "t1", "r": "someone else"}'},  # FORBIDDEN
+        {"query": GET_RECALL, "variables": '{"t": "t1", "p": -1}'},  # BAD_USER_INPUT
+        {"query": GET_RECALL, "variables": '{"t": "t1"', "operationName": "Page"},  # not JSON
+        {"query": GET_RECALL, "variables": '["t1"]'},  # not an object
+        {"query": GET_RECALL, "operationName": "Other", "variables": '{"t": "t1"}'},
+        {"query": '{ thread(id: "t1") { id title resourceId } }'},
+    ],
+)
+async def test_a_get_query_is_answered_as_the_view_answers_it(
+    seeded: Services, params: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GET queries take the compiled read path too (hashed queries go by GET): the same status and
+    body as Strawberry's view gives, for answers and refusals alike."""
+    answered: list[object] = []
+    execute = FastPath.execute
+
+    async def counted(self: FastPath, *args: Any, **kwargs: Any) -> Any:
+        result = await execute(self, *args, **kwargs)
+        answered.append(result)
+        return result
+
+    monkeypatch.setattr(FastPath, "execute", counted)
+    responses = []
+    for compiled in (True, False):
+        app = create_app(Settings(access_log=False, metrics=False, compiled_reads=compiled), services=seeded)
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http,
+        ):
+            response = await http.get("/graphql", params=params)
+        body = response.json()
+        for error in body.get("errors", []):
+            error["extensions"].pop("requestId")  # each request's own
+        responses.append((response.status_code, body))
+    assert responses[0] == responses[1]
+    if params["query"] == GET_RECALL and params.get("variables", "").startswith('{"t": "t1", "r": "r1"'):
+        assert answered and answered[0] is not None, "the compiled path should have answered"
+        assert len(responses[0][1]["data"]["recall"]["messages"]) == 3

@@ -85,7 +85,13 @@ class GraphQLFront:
             if _subscription({k: v[-1] for k, v in params.items()}, self.max_tokens, self.max_chars):
                 await refused(400, _OVER_WEBSOCKET)(scope, receive, send)
                 return
-            await self.app(scope, receive, send)
+            compiled = scope["method"] == "GET" and self.fast_path is not None
+            request = _get_payload(params) if compiled else None
+            answer = await self._answer(scope, request) if request is not None else None
+            if answer is None:
+                await self.app(scope, receive, send)
+                return
+            await _respond(send, answer)
             return
         body = await _read_body(receive)
         payload: Any = None
@@ -211,6 +217,25 @@ class GraphQLFront:
         if self.on_answer is not None:
             self.on_answer(plan, operation, time.perf_counter() - started, result.get("errors") or [])
         return body
+
+
+def _get_payload(params: Mapping[str, list[str]]) -> dict[str, Any] | None:
+    """A GET request's parameters as the JSON body a POST would send, for the compiled path (hashed
+    queries go by GET, so that a cache can key on the URL); None when the view should judge them (JSON
+    that does not parse, variables that are not an object, or values no database can store)."""
+    payload: dict[str, Any] = {"query": params["query"][-1]} if "query" in params else {}
+    if "operationName" in params:
+        payload["operationName"] = params["operationName"][-1]
+    for name in _JSON_PARAMS:
+        if name in params:
+            try:
+                value = orjson.loads(params[name][-1])
+            except orjson.JSONDecodeError:
+                return None
+            if value is not None and not isinstance(value, dict):
+                return None
+            payload[name] = value
+    return payload if _fault(payload, MAX_JSON_DEPTH) is None else None
 
 
 # Set in an HTTP request's scope once its variables are checked here (StorableVariables then skips them).
