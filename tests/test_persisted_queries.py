@@ -21,6 +21,7 @@ from schema.fastpath import FastPath
 from tests.factories import msg, seed
 from tests.support import ServerProcess, free_port, require, running_server, uid
 from tests.test_federation import FEDERATION_DIR, node_modules
+from tests.test_observability import value
 from tests.test_subscriptions import REDIS_URL, redis_available
 from web.app import create_app
 from web.settings import Settings
@@ -189,6 +190,27 @@ async def test_a_hash_and_a_text_that_spells_nul_is_refused_before_registration(
     assert code(await post(http, {"extensions": persisted(text)})) == "PERSISTED_QUERY_NOT_FOUND"
 
 
+async def test_each_outcome_is_counted_in_the_metrics(http: httpx.AsyncClient) -> None:
+    before = (await http.get("/metrics")).text
+    text = f"{THREADS} # {uuid.uuid4().hex}"
+    assert code(await by_hash(http, text)) == NOT_FOUND
+    assert "data" in (await register(http, text)).json()
+    for _ in range(3):
+        assert "data" in (await by_hash(http, text)).json()
+    refused = await post(http, {"query": text, "extensions": persisted(text, version=2)})
+    assert refused.status_code == 400
+    after = (await http.get("/metrics")).text
+
+    def grew(outcome: str) -> float:
+        name = "recallql_persisted_queries_total"
+        return value(after, name, outcome=outcome) - value(before, name, outcome=outcome)
+
+    # The session's server is shared: other tests may add to these, never take away.
+    grown = {outcome: grew(outcome) for outcome in ("not_found", "text", "found", "refused")}
+    wanted = {"not_found": 1, "text": 1, "found": 3, "refused": 1}
+    assert all(grown[outcome] >= n for outcome, n in wanted.items()), grown
+
+
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
@@ -206,6 +228,8 @@ async def test_a_server_with_persisted_queries_off_says_so(data_dir: Path) -> No
             # Without the hash the text runs as always (what Apollo Client sends after that answer).
             plain = await post(http, {"query": text, "variables": {"r": "x"}})
             assert plain.json() == {"data": {"threads": {"total": 0, "threads": []}}}
+            metrics = (await http.get("/metrics")).text
+            assert value(metrics, "recallql_persisted_queries_total", outcome="not_supported") == 2
 
 
 async def test_the_cache_keeps_the_texts_used_last_within_its_size(data_dir: Path) -> None:

@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from resolvers.errors import MAX_JSON_DEPTH, NON_FINITE_MESSAGE, NUL_MESSAGE, SURROGATE_MESSAGE, scalar_fault
 from schema.build import query_too_long
 from schema.fastpath import FastPath, Plan
-from web.observability import CompiledTracing, current_request_id
+from web.observability import PERSISTED_QUERIES, CompiledTracing, current_request_id, labelled
 from web.persisted import NOT_SUPPORTED_REFUSAL, PersistedQueries, Refusal, refusal_body
 
 # GraphQL's \u0000 escape in a query text (not an escaped backslash followed by "u0000").
@@ -171,6 +171,7 @@ class GraphQLFront:
             outcome: str | Refusal | None = NOT_SUPPORTED_REFUSAL
         else:
             outcome = await self.persisted.resolve(extensions, query)
+        labelled(PERSISTED_QUERIES, _apq_outcome(outcome, query)).inc()
         if isinstance(outcome, Refusal):
             # Not cached anywhere: the same request succeeds once the client has sent the text.
             return JSONResponse(
@@ -217,6 +218,18 @@ class GraphQLFront:
         if self.on_answer is not None:
             self.on_answer(plan, operation, time.perf_counter() - started, result.get("errors") or [])
         return body
+
+
+_APQ_REFUSALS = {"PERSISTED_QUERY_NOT_FOUND": "not_found", "PERSISTED_QUERY_NOT_SUPPORTED": "not_supported"}
+
+
+def _apq_outcome(outcome: str | Refusal | None, query: Any) -> str:
+    """The label of recallql_persisted_queries for a request's outcome."""
+    if isinstance(outcome, Refusal):
+        return _APQ_REFUSALS.get(outcome.code, "refused")
+    if outcome is None:
+        return "refused"  # a query that is not a string: the view refuses the request
+    return "text" if isinstance(query, str) else "found"
 
 
 def _get_payload(params: Mapping[str, list[str]]) -> dict[str, Any] | None:

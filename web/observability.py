@@ -287,6 +287,12 @@ GRAPHQL_DURATION = Histogram(
     buckets=_FAST_BUCKETS,
 )
 GRAPHQL_ERRORS = Counter("recallql_graphql_errors", "GraphQL errors returned, by extensions.code.", ["code"])
+PERSISTED_QUERIES = Counter(
+    "recallql_persisted_queries",
+    "Requests with an automatic persisted query's hash, by outcome: found, not_found, text (sent with its "
+    "hash), refused (malformed), not_supported (APQ off).",
+    ["outcome"],
+)
 DB_DURATION = Histogram(
     "recallql_db_statement_duration_seconds",
     "Database statement latency, by statement kind.",
