@@ -462,14 +462,20 @@ class Gateway:
 
 @contextlib.contextmanager
 def gateway_process(
-    modules: Path, recallql_url: str, users: list[dict[str, Any]], work: Path
+    modules: Path, recallql_url: str, users: list[dict[str, Any]], work: Path, *, apq: bool = False
 ) -> Iterator[Gateway]:
     work.mkdir(parents=True, exist_ok=True)
     config = work / "config.json"
     fetch_log = work / "fetches.jsonl"
     config.write_text(
         json.dumps(
-            {"recallqlUrl": recallql_url, "users": users, "outDir": str(work), "fetchLog": str(fetch_log)}
+            {
+                "recallqlUrl": recallql_url,
+                "users": users,
+                "outDir": str(work),
+                "fetchLog": str(fetch_log),
+                "apq": apq,
+            }
         )
     )
     # No Apollo key or graph ref: the gateway reports nothing anywhere.
@@ -660,6 +666,37 @@ def test_gateway_fetches_thirty_messages_in_one_entities_request(
     selects = "recallql_db_statement_duration_seconds_count"
     scrape = metric(before, selects, kind="select") - metric(first, selects, kind="select")
     assert metric(after, selects, kind="select") - metric(before, selects, kind="select") - scrape == 2
+
+
+def test_a_gateway_sending_persisted_queries_sends_recallql_each_text_once(
+    federation: tuple[Any, Gateway, dict[str, Any]], tmp_path: Path
+) -> None:
+    """@apollo/gateway's `apq` data sources (automatic persisted queries to the subgraphs): RecallQL
+    answers their hashes (web/persisted.py), so the gateway sends a query plan's text once."""
+    recallql, gateway, seeded = federation
+    users = json.loads((gateway.out_dir / "config.json").read_text())["users"]
+    query = "{ users { name resource { id threads { total threads { id title } } } } }"
+    name = "recallql_persisted_queries_total"
+    with gateway_process(node_modules(), f"{recallql.url}/graphql", users, tmp_path, apq=True) as hashing:
+        outcomes = []
+        for _ in range(2):
+            before = httpx.get(f"{recallql.url}/metrics").text
+            result = hashing.query(query)
+            after = httpx.get(f"{recallql.url}/metrics").text
+            assert "errors" not in result, result
+            assert result == gateway.query(query)  # as a gateway without APQ answers
+            outcomes.append(
+                {o: metric(after, name, outcome=o) - metric(before, name, outcome=o) for o in OUTCOMES}
+            )
+    # First the hash, unknown, then its text; the next time the hash alone.
+    assert outcomes == [
+        {"not_found": 1, "text": 1, "found": 0, "refused": 0, "not_supported": 0},
+        {"not_found": 0, "text": 0, "found": 1, "refused": 0, "not_supported": 0},
+    ]
+    assert seeded["alice"] in json.dumps(result)
+
+
+OUTCOMES = ("not_found", "text", "found", "refused", "not_supported")
 
 
 def test_gateway_resolves_thread_references(federation: tuple[Any, Gateway, dict[str, Any]]) -> None:

@@ -4,7 +4,7 @@
 //   node gateway.mjs CONFIG.json
 //
 // CONFIG: { "recallqlUrl": "http://127.0.0.1:PORT/graphql", "users": [...], "outDir": "...",
-//           "fetchLog": "..." }. Each user: { id, name, resourceId, messageIds: [...],
+//           "fetchLog": "...", "apq": false }. Each user: { id, name, resourceId, messageIds: [...],
 //           threadIds: [...], greeting }.
 // FEDERATION_NODE_MODULES: the folder whose node_modules/ holds the pinned packages (the test installs
 // them with `npm ci` into a cache folder keyed by the lockfile hash); unset: this folder's.
@@ -161,7 +161,9 @@ class LoggedDataSource extends RemoteGraphQLDataSource {
 const gateway = new ApolloGateway({
   supergraphSdl: composed.supergraphSdl,
   logger,
-  buildService: ({ name, url }) => Object.assign(new LoggedDataSource({ url }), { name }),
+  // apq: automatic persisted queries to the subgraphs (a hash first, the text only when it is unknown).
+  buildService: ({ name, url }) =>
+    Object.assign(new LoggedDataSource({ url, apq: config.apq === true }), { name }),
 });
 const gatewayServer = new ApolloServer({ gateway, logger });
 const { url: gatewayUrl } = await startStandaloneServer(gatewayServer, {
