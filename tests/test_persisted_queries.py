@@ -3,14 +3,17 @@ persisted-queries link speaks it, by POST and by GET, with the texts shared thro
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import logging
 import os
 import subprocess
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import orjson
@@ -20,10 +23,13 @@ from resolvers.context import Services
 from schema.fastpath import FastPath
 from tests.factories import msg, seed
 from tests.support import ServerProcess, free_port, require, running_server, uid
+from tests.tcp_proxy import TcpProxy
 from tests.test_federation import FEDERATION_DIR, node_modules
 from tests.test_observability import value
 from tests.test_subscriptions import REDIS_URL, redis_available
 from web.app import create_app
+from web.persisted import NOT_FOUND as NOT_FOUND_ANSWER
+from web.persisted import PersistedQueries, Refusal
 from web.settings import Settings
 
 THREADS = "query Threads($r: String!) { threads(resourceId: $r) { total threads { id title } } }"
@@ -290,17 +296,21 @@ async def test_a_text_in_redis_under_another_hash_is_not_run(data_dir: Path) -> 
     import redis.asyncio as redis
 
     prefix = f"recallql-test-{uuid.uuid4().hex[:8]}:"
-    claimed = f"{THREADS} # {uuid.uuid4().hex}"
+    # Another document's text, and bytes that are not UTF-8 at all, under the hashes of two texts.
+    other_document, not_utf8 = (f"{THREADS} # {uuid.uuid4().hex}" for _ in range(2))
+    claimed = {other_document: CREATE.encode(), not_utf8: b"\xff\xfe"}
     client = redis.from_url(REDIS_URL)
     try:
-        await client.set(f"{prefix}apq:{sha(claimed)}", CREATE.encode(), ex=60)
+        for text, stored in claimed.items():
+            await client.set(f"{prefix}apq:{sha(text)}", stored, ex=60)
         env = {**QUIET, "RECALLQL_REDIS_URL": REDIS_URL, "RECALLQL_REDIS_PREFIX": prefix}
         with running_server(data_dir, env) as server:
             async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
-                answer = await by_hash(http, claimed)
-                assert code(answer) == "PERSISTED_QUERY_NOT_FOUND"
+                for text in claimed:
+                    answer = await by_hash(http, text)
+                    assert answer.status_code == 200 and code(answer) == "PERSISTED_QUERY_NOT_FOUND"
     finally:
-        await client.delete(f"{prefix}apq:{sha(claimed)}")
+        await client.delete(*(f"{prefix}apq:{sha(text)}" for text in claimed))
         await client.aclose()
 
 
@@ -435,3 +445,51 @@ async def test_a_get_query_is_answered_as_the_view_answers_it(
     if params["query"] == GET_RECALL and params.get("variables", "").startswith('{"t": "t1", "r": "r1"'):
         assert answered and answered[0] is not None, "the compiled path should have answered"
         assert len(responses[0][1]["data"]["recall"]["messages"]) == 3
+
+
+async def test_a_redis_that_hangs_is_left_alone_for_a_while_then_asked_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A Redis behind a dead network path holds a call for the socket timeout (1 s): after one failure
+    the store answers from its own cache for HOLD_OFF seconds instead of holding every request."""
+    require(await redis_available(), f"Redis is not reachable at {REDIS_URL}")
+    parts = urlsplit(REDIS_URL)
+    prefix = f"recallql-test-{uuid.uuid4().hex[:8]}:"
+    text = f"{THREADS} # {uuid.uuid4().hex}"
+
+    def store(port: int) -> PersistedQueries:
+        made = PersistedQueries(
+            lambda _text: True,
+            cache_chars=100_000,
+            redis_url=f"redis://127.0.0.1:{port}/0",
+            redis_prefix=prefix,
+        )
+        made.HOLD_OFF = 0.5  # the test's own: the server's is 5 s
+        return made
+
+    with TcpProxy(parts.hostname or "127.0.0.1", parts.port or 6379) as proxy:
+        writer, reader = store(proxy.port), store(proxy.port)
+        try:
+            assert await writer.resolve(persisted(text), text) == text
+            proxy.blackhole()
+            with caplog.at_level(logging.WARNING, logger="recallql.persisted"):
+                for n in range(3):
+                    unknown = f"{THREADS} # unknown {n}"
+                    assert await reader.resolve(persisted(unknown), None) == Refusal(200, *NOT_FOUND_ANSWER)
+            # Asked once: the other two lookups were answered without it.
+            failures = [r for r in caplog.records if "Redis lookup failed" in r.getMessage()]
+            assert len(failures) == 1, caplog.text
+            proxy.forward()
+            await asyncio.sleep(0.6)
+            # Asked again once the hold-off has passed: the text another store registered is found.
+            assert await reader.resolve(persisted(text), None) == text
+        finally:
+            await writer.aclose()
+            await reader.aclose()
+    import redis.asyncio as redis
+
+    client = redis.from_url(REDIS_URL)
+    try:
+        await client.delete(f"{prefix}apq:{sha(text)}")
+    finally:
+        await client.aclose()

@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import logging
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +52,8 @@ class PersistedQueries:
     """The query texts by hash. `valid(text)`: whether a text is a document the schema accepts (only
     those are kept, so that garbage cannot push real queries out)."""
 
+    HOLD_OFF = 5.0  # seconds Redis is not asked after it failed
+
     def __init__(
         self,
         valid: Callable[[str], bool],
@@ -65,6 +68,7 @@ class PersistedQueries:
         self._prefix = f"{redis_prefix}apq:"
         self._ttl = ttl
         self._redis: Any = None
+        self._held_until = 0.0
         if redis_url:
             import redis.asyncio as redis
 
@@ -77,7 +81,8 @@ class PersistedQueries:
         if not isinstance(extensions, dict) or "persistedQuery" not in extensions:
             return None
         persisted = extensions["persistedQuery"]
-        if not isinstance(persisted, dict) or persisted.get("version") != 1:
+        version = persisted.get("version") if isinstance(persisted, dict) else None
+        if isinstance(version, bool) or version != 1:  # JSON's true is not the number 1
             return Refusal(400, BAD_VERSION, "BAD_REQUEST")
         digest = persisted.get("sha256Hash")
         if not isinstance(digest, str) or _SHA256_HEX.fullmatch(digest) is None:
@@ -94,19 +99,18 @@ class PersistedQueries:
 
     async def _lookup(self, digest: str) -> str | None:
         found = self._local.get(digest)
-        if found is not None or self._redis is None:
+        if found is not None or not self._redis_usable():
             return found
         try:
             stored = await self._redis.get(self._prefix + digest)
         except Exception as exc:  # any Redis failure: a miss, the client sends the text again
-            log.warning("persisted queries: Redis lookup failed: %s", exc)
+            self._redis_failed("lookup", exc)
             return None
-        if stored is None:
+        # The hash is checked first: a value another program wrote (or any bytes at all) must neither
+        # choose what runs nor fail the request.
+        if stored is None or hashlib.sha256(stored).hexdigest() != digest:
             return None
-        text = stored.decode("utf-8", "surrogatepass")
-        # The hash is checked again: a key another program wrote must not choose what runs.
-        if hashlib.sha256(stored).hexdigest() != digest:
-            return None
+        text: str = stored.decode("utf-8", "surrogatepass")
         self._keep(digest, text)
         return text
 
@@ -114,12 +118,21 @@ class PersistedQueries:
         if digest in self._local or not self._valid(text):
             return
         self._keep(digest, text)
-        if self._redis is None:
+        if not self._redis_usable():
             return
         try:
             await self._redis.set(self._prefix + digest, text.encode("utf-8", "surrogatepass"), ex=self._ttl)
         except Exception as exc:
-            log.warning("persisted queries: Redis registration failed: %s", exc)
+            self._redis_failed("registration", exc)
+
+    def _redis_usable(self) -> bool:
+        return self._redis is not None and time.monotonic() >= self._held_until
+
+    def _redis_failed(self, what: str, exc: Exception) -> None:
+        """After a failure Redis is left alone for HOLD_OFF seconds: a Redis that does not answer would
+        otherwise hold every request with a hash unknown here for the whole socket timeout."""
+        self._held_until = time.monotonic() + self.HOLD_OFF
+        log.warning("persisted queries: Redis %s failed (not asked for %g s): %s", what, self.HOLD_OFF, exc)
 
     def _keep(self, digest: str, text: str) -> None:
         with contextlib.suppress(ValueError):  # larger than the whole cache: served, not kept
