@@ -142,9 +142,10 @@ async def test_a_persisted_mutation_runs_by_post_and_is_refused_by_get(http: htt
 @pytest.mark.parametrize(
     ("extensions", "status", "message", "expected_code"),
     [
-        ({"persistedQuery": {"version": 2, "sha256Hash": sha(THREADS)}}, 400, "Unsupported", "BAD_REQUEST"),
-        ({"persistedQuery": {"sha256Hash": sha(THREADS)}}, 400, "Unsupported", "BAD_REQUEST"),
-        ({"persistedQuery": "yes"}, 400, "Unsupported", "BAD_REQUEST"),
+        ({"persistedQuery": {"version": 2, "sha256Hash": sha(THREADS)}}, 400, "Unsupported", BAD),
+        ({"persistedQuery": {"sha256Hash": sha(THREADS)}}, 400, "Unsupported", BAD),
+        ({"persistedQuery": {"version": True, "sha256Hash": sha(THREADS)}}, 400, "Unsupported", BAD),
+        ({"persistedQuery": "yes"}, 400, "Unsupported", BAD),
         (
             {"persistedQuery": {"version": 1, "sha256Hash": sha(THREADS).upper()}},
             400,
