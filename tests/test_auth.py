@@ -1136,3 +1136,37 @@ def test_cors_origins_that_would_open_too_much_or_match_nothing_are_refused(
         timeout=60,
     )
     assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+async def test_the_expiry_timer_closes_no_earlier_than_the_wall_clock_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The event loop sleeps on the monotonic clock; a sleep can end a little before the wall clock
+    reaches the expiry (0.2 ms early in one CI run, where a client saw the close before its `exp`)."""
+    from web import limits
+
+    expires = 1_800_000_000.0
+    now = [expires - 4.0]
+    # What the wall clock reads after each sleep: the first wakes up 0.2 ms early.
+    after_sleeps = iter([expires - 0.0002, expires])
+    slept: list[float] = []
+    closed_at: list[float] = []
+
+    def wall() -> float:
+        return now[0]
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] = next(after_sleeps)
+
+    class Socket:
+        async def close(self, code: int, reason: str) -> None:
+            closed_at.append(now[0])
+
+    watcher = limits._CredentialExpiry()
+    watcher.websocket = Socket()
+    monkeypatch.setattr(limits.time, "time", wall)
+    monkeypatch.setattr(limits.asyncio, "sleep", sleep)
+    await watcher._close_at(expires)
+    assert closed_at == [expires]
+    assert slept == [4.0, pytest.approx(0.0002, abs=1e-6)]
