@@ -668,6 +668,10 @@ def test_gateway_fetches_thirty_messages_in_one_entities_request(
     assert metric(after, selects, kind="select") - metric(before, selects, kind="select") - scrape == 2
 
 
+# The outcomes recallql_persisted_queries_total counts (web/persisted.py).
+OUTCOMES = ("not_found", "text", "found", "refused", "not_supported")
+
+
 def test_a_gateway_sending_persisted_queries_sends_recallql_each_text_once(
     federation: tuple[Any, Gateway, dict[str, Any]], tmp_path: Path
 ) -> None:
@@ -694,9 +698,6 @@ def test_a_gateway_sending_persisted_queries_sends_recallql_each_text_once(
         {"not_found": 0, "text": 0, "found": 1, "refused": 0, "not_supported": 0},
     ]
     assert seeded["alice"] in json.dumps(result)
-
-
-OUTCOMES = ("not_found", "text", "found", "refused", "not_supported")
 
 
 def test_gateway_resolves_thread_references(federation: tuple[Any, Gateway, dict[str, Any]]) -> None:

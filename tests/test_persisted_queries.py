@@ -4,13 +4,14 @@ persisted-queries link speaks it, by POST and by GET, with the texts shared thro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import subprocess
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,8 +29,7 @@ from tests.test_federation import FEDERATION_DIR, node_modules
 from tests.test_observability import value
 from tests.test_subscriptions import REDIS_URL, redis_available
 from web.app import create_app
-from web.persisted import NOT_FOUND as NOT_FOUND_ANSWER
-from web.persisted import PersistedQueries, Refusal
+from web.persisted import NOT_FOUND_REFUSAL, PersistedQueries
 from web.settings import Settings
 
 THREADS = "query Threads($r: String!) { threads(resourceId: $r) { total threads { id title } } }"
@@ -47,6 +47,11 @@ def sha(text: str) -> str:
 
 def persisted(text: str, version: Any = 1) -> dict[str, Any]:
     return {"persistedQuery": {"version": version, "sha256Hash": sha(text)}}
+
+
+def hashed_as(text: str) -> dict[str, Any]:
+    """What a request's extensions.persistedQuery holds for this text."""
+    return persisted(text)["persistedQuery"]
 
 
 async def post(http: httpx.AsyncClient, body: dict[str, Any]) -> httpx.Response:
@@ -223,40 +228,62 @@ def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
-async def test_a_server_with_persisted_queries_off_says_so(data_dir: Path) -> None:
-    with running_server(data_dir, {**QUIET, "RECALLQL_PERSISTED_QUERIES": "false"}) as server:
+@contextlib.asynccontextmanager
+async def serving(
+    data_dir: Path, env: dict[str, str]
+) -> AsyncIterator[tuple[ServerProcess, httpx.AsyncClient]]:
+    """A server of its own (`recallql serve` with `env`) and a client for it."""
+    with running_server(data_dir, env) as server:
         async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
-            text = f"{THREADS} # off"
-            for body in ({"extensions": persisted(text)}, {"query": text, "extensions": persisted(text)}):
-                response = await post(http, {**body, "variables": {"r": "x"}})
-                assert response.status_code == 200
-                assert response.json()["errors"][0]["message"] == "PersistedQueryNotSupported"
-                assert code(response) == "PERSISTED_QUERY_NOT_SUPPORTED"
-            # Without the hash the text runs as always (what Apollo Client sends after that answer).
-            plain = await post(http, {"query": text, "variables": {"r": "x"}})
-            assert plain.json() == {"data": {"threads": {"total": 0, "threads": []}}}
-            metrics = (await http.get("/metrics")).text
-            assert value(metrics, "recallql_persisted_queries_total", outcome="not_supported") == 2
+            yield server, http
+
+
+async def unknown_then_registered_then_found(
+    asking: httpx.AsyncClient, registering: httpx.AsyncClient
+) -> str:
+    """A new text: a miss for `asking`, registered through `registering`, then found by `asking`."""
+    text = f"{THREADS} # {uuid.uuid4().hex}"
+    assert code(await post(asking, {"extensions": persisted(text)})) == "PERSISTED_QUERY_NOT_FOUND"
+    registered = await register(registering, text)
+    assert "data" in registered.json()
+    found = await by_hash(asking, text)
+    assert found.json() == {"data": {"threads": {"total": 0, "threads": []}}}
+    return text
+
+
+async def test_a_server_with_persisted_queries_off_says_so(data_dir: Path) -> None:
+    async with serving(data_dir, {**QUIET, "RECALLQL_PERSISTED_QUERIES": "false"}) as (_server, http):
+        text = f"{THREADS} # off"
+        for body in ({"extensions": persisted(text)}, {"query": text, "extensions": persisted(text)}):
+            response = await post(http, {**body, "variables": {"r": "x"}})
+            assert response.status_code == 200
+            assert response.json()["errors"][0]["message"] == "PersistedQueryNotSupported"
+            assert code(response) == "PERSISTED_QUERY_NOT_SUPPORTED"
+        # Without the hash the text runs as always (what Apollo Client sends after that answer).
+        plain = await post(http, {"query": text, "variables": {"r": "x"}})
+        assert plain.json() == {"data": {"threads": {"total": 0, "threads": []}}}
+        metrics = (await http.get("/metrics")).text
+        assert value(metrics, "recallql_persisted_queries_total", outcome="not_supported") == 2
 
 
 async def test_the_cache_keeps_the_texts_used_last_within_its_size(data_dir: Path) -> None:
     texts = [f"{THREADS} # {n:04d}" for n in range(4)]
     # Room for three of these texts, not four.
     room = str(len(texts[0]) * 3 + 10)
-    with running_server(data_dir, {**QUIET, "RECALLQL_PERSISTED_QUERIES_CACHE_CHARS": room}) as server:
-        async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
-            for text in texts[:3]:
-                await register(http, text)
-            # The first is used again: the second is now the one used longest ago.
-            assert "data" in (await by_hash(http, texts[0])).json()
-            await register(http, texts[3])
-            kept = {n: "data" in (await by_hash(http, t)).json() for n, t in enumerate(texts)}
-            assert kept == {0: True, 1: False, 2: True, 3: True}
-            # A text larger than the whole cache runs, and is not kept.
-            big = f"{THREADS} # {'x' * int(room)}"
-            ran = await register(http, big)
-            assert ran.json()["data"]["threads"]["total"] == 0
-            assert code(await post(http, {"extensions": persisted(big)})) == "PERSISTED_QUERY_NOT_FOUND"
+    env = {**QUIET, "RECALLQL_PERSISTED_QUERIES_CACHE_CHARS": room}
+    async with serving(data_dir, env) as (_server, http):
+        for text in texts[:3]:
+            await register(http, text)
+        # The first is used again: the second is now the one used longest ago.
+        assert "data" in (await by_hash(http, texts[0])).json()
+        await register(http, texts[3])
+        kept = {n: "data" in (await by_hash(http, t)).json() for n, t in enumerate(texts)}
+        assert kept == {0: True, 1: False, 2: True, 3: True}
+        # A text larger than the whole cache runs, and is not kept.
+        big = f"{THREADS} # {'x' * int(room)}"
+        ran = await register(http, big)
+        assert ran.json()["data"]["threads"]["total"] == 0
+        assert code(await post(http, {"extensions": persisted(big)})) == "PERSISTED_QUERY_NOT_FOUND"
 
 
 async def test_replicas_sharing_redis_know_each_others_texts(data_dir: Path) -> None:
@@ -272,12 +299,7 @@ async def test_replicas_sharing_redis_know_each_others_texts(data_dir: Path) -> 
             httpx.AsyncClient(base_url=one.url, timeout=30) as first,
             httpx.AsyncClient(base_url=other.url, timeout=30) as second,
         ):
-            text = f"{THREADS} # {uuid.uuid4().hex}"
-            assert code(await post(second, {"extensions": persisted(text)})) == "PERSISTED_QUERY_NOT_FOUND"
-            registered = await register(first, text)
-            assert "data" in registered.json()
-            found = await by_hash(second, text)
-            assert found.json() == {"data": {"threads": {"total": 0, "threads": []}}}
+            text = await unknown_then_registered_then_found(second, first)
 
     import redis.asyncio as redis
 
@@ -305,11 +327,10 @@ async def test_a_text_in_redis_under_another_hash_is_not_run(data_dir: Path) -> 
         for text, stored in claimed.items():
             await client.set(f"{prefix}apq:{sha(text)}", stored, ex=60)
         env = {**QUIET, "RECALLQL_REDIS_URL": REDIS_URL, "RECALLQL_REDIS_PREFIX": prefix}
-        with running_server(data_dir, env) as server:
-            async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
-                for text in claimed:
-                    answer = await by_hash(http, text)
-                    assert answer.status_code == 200 and code(answer) == "PERSISTED_QUERY_NOT_FOUND"
+        async with serving(data_dir, env) as (_server, http):
+            for text in claimed:
+                answer = await by_hash(http, text)
+                assert answer.status_code == 200 and code(answer) == "PERSISTED_QUERY_NOT_FOUND"
     finally:
         await client.delete(*(f"{prefix}apq:{sha(text)}" for text in claimed))
         await client.aclose()
@@ -318,14 +339,8 @@ async def test_a_text_in_redis_under_another_hash_is_not_run(data_dir: Path) -> 
 async def test_a_redis_that_cannot_answer_leaves_the_local_cache_working(data_dir: Path) -> None:
     # Nothing listens on this port: every Redis call fails fast (connection refused).
     env = {**QUIET, "RECALLQL_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
-    with running_server(data_dir, env) as server:
-        async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
-            text = f"{THREADS} # {uuid.uuid4().hex}"
-            assert code(await post(http, {"extensions": persisted(text)})) == "PERSISTED_QUERY_NOT_FOUND"
-            registered = await register(http, text)
-            assert "data" in registered.json()
-            found = await by_hash(http, text)
-            assert found.json() == {"data": {"threads": {"total": 0, "threads": []}}}
+    async with serving(data_dir, env) as (server, http):
+        await unknown_then_registered_then_found(http, http)
         assert "persisted queries: Redis" in server.log_path.read_text()
 
 
@@ -471,19 +486,19 @@ async def test_a_redis_that_hangs_is_left_alone_for_a_while_then_asked_again(
     with TcpProxy(parts.hostname or "127.0.0.1", parts.port or 6379) as proxy:
         writer, reader = store(proxy.port), store(proxy.port)
         try:
-            assert await writer.resolve(persisted(text), text) == text
+            assert await writer.resolve(hashed_as(text), text) == text
             proxy.blackhole()
             with caplog.at_level(logging.WARNING, logger="recallql.persisted"):
                 for n in range(3):
                     unknown = f"{THREADS} # unknown {n}"
-                    assert await reader.resolve(persisted(unknown), None) == Refusal(200, *NOT_FOUND_ANSWER)
+                    assert await reader.resolve(hashed_as(unknown), None) == NOT_FOUND_REFUSAL
             # Asked once: the other two lookups were answered without it.
             failures = [r for r in caplog.records if "Redis lookup failed" in r.getMessage()]
             assert len(failures) == 1, caplog.text
             proxy.forward()
             await asyncio.sleep(0.6)
             # Asked again once the hold-off has passed: the text another store registered is found.
-            assert await reader.resolve(persisted(text), None) == text
+            assert await reader.resolve(hashed_as(text), None) == text
         finally:
             await writer.aclose()
             await reader.aclose()

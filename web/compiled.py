@@ -170,7 +170,7 @@ class GraphQLFront:
         if self.persisted is None:
             outcome: str | Refusal | None = NOT_SUPPORTED_REFUSAL
         else:
-            outcome = await self.persisted.resolve(extensions, query)
+            outcome = await self.persisted.resolve(extensions["persistedQuery"], query)
         labelled(PERSISTED_QUERIES, _apq_outcome(outcome, query)).inc()
         if isinstance(outcome, Refusal):
             # Not cached anywhere: the same request succeeds once the client has sent the text.
@@ -220,13 +220,10 @@ class GraphQLFront:
         return body
 
 
-_APQ_REFUSALS = {"PERSISTED_QUERY_NOT_FOUND": "not_found", "PERSISTED_QUERY_NOT_SUPPORTED": "not_supported"}
-
-
 def _apq_outcome(outcome: str | Refusal | None, query: Any) -> str:
     """The label of recallql_persisted_queries for a request's outcome."""
     if isinstance(outcome, Refusal):
-        return _APQ_REFUSALS.get(outcome.code, "refused")
+        return outcome.outcome
     if outcome is None:
         return "refused"  # a query that is not a string: the view refuses the request
     return "text" if isinstance(query, str) else "found"

@@ -25,27 +25,40 @@ from typing import Any
 from cachetools import LRUCache
 from graphql import GraphQLError, GraphQLSchema, parse, validate
 
+from schema.build import query_too_long
+
 log = logging.getLogger("recallql.persisted")
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
-
-# Apollo Server's messages and codes: clients match them (Apollo Client retries with the full text on
-# PERSISTED_QUERY_NOT_FOUND and stops hashing on PERSISTED_QUERY_NOT_SUPPORTED).
-NOT_FOUND = ("PersistedQueryNotFound", "PERSISTED_QUERY_NOT_FOUND")
-NOT_SUPPORTED = ("PersistedQueryNotSupported", "PERSISTED_QUERY_NOT_SUPPORTED")
-HASH_MISMATCH = "provided sha does not match query"
-BAD_VERSION = "Unsupported persisted query version"
-BAD_HASH = "extensions.persistedQuery.sha256Hash must be a SHA-256 digest in lowercase hex."
 
 
 @dataclass(frozen=True)
 class Refusal:
     """A request the protocol refuses before execution: 400 for a malformed one; 200 for a hash this
-    server does not know or a server without APQ (an answer the client acts on, not a failure)."""
+    server does not know or a server without APQ (an answer the client acts on, not a failure).
+    `outcome`: its label in recallql_persisted_queries_total."""
 
     status: int
     message: str
     code: str
+    outcome: str = "refused"
+
+
+def _malformed(message: str) -> Refusal:
+    return Refusal(400, message, "BAD_REQUEST")
+
+
+# Apollo Server's messages and codes: clients match them (Apollo Client retries with the full text on
+# PERSISTED_QUERY_NOT_FOUND and stops hashing on PERSISTED_QUERY_NOT_SUPPORTED; @apollo/gateway matches
+# the message "PersistedQueryNotFound").
+NOT_FOUND_REFUSAL = Refusal(200, "PersistedQueryNotFound", "PERSISTED_QUERY_NOT_FOUND", "not_found")
+# What a server with APQ turned off answers a hash (Apollo Client then sends every query's text).
+NOT_SUPPORTED_REFUSAL = Refusal(
+    200, "PersistedQueryNotSupported", "PERSISTED_QUERY_NOT_SUPPORTED", "not_supported"
+)
+HASH_MISMATCH = _malformed("provided sha does not match query")
+BAD_VERSION = _malformed("Unsupported persisted query version")
+BAD_HASH = _malformed("extensions.persistedQuery.sha256Hash must be a SHA-256 digest in lowercase hex.")
 
 
 class PersistedQueries:
@@ -75,27 +88,25 @@ class PersistedQueries:
             # Short timeouts: a request waits on this cache, and a miss only costs the client a retry.
             self._redis = redis.from_url(redis_url, socket_timeout=1.0, socket_connect_timeout=1.0)
 
-    async def resolve(self, extensions: Any, query: Any) -> str | Refusal | None:
-        """What a request's `extensions` and `query` make of it: the query text to run (a hash found,
-        or a text registered under its hash), a Refusal, or None when it does not use APQ."""
-        if not isinstance(extensions, dict) or "persistedQuery" not in extensions:
-            return None
-        persisted = extensions["persistedQuery"]
+    async def resolve(self, persisted: Any, query: Any) -> str | Refusal | None:
+        """What a request's `extensions.persistedQuery` and `query` make of it: the query text to run
+        (a hash found, or a text registered under its hash), a Refusal, or None for a query that is
+        not a text (the view refuses the request as it is)."""
         version = persisted.get("version") if isinstance(persisted, dict) else None
         if isinstance(version, bool) or version != 1:  # JSON's true is not the number 1
-            return Refusal(400, BAD_VERSION, "BAD_REQUEST")
+            return BAD_VERSION
         digest = persisted.get("sha256Hash")
         if not isinstance(digest, str) or _SHA256_HEX.fullmatch(digest) is None:
-            return Refusal(400, BAD_HASH, "BAD_REQUEST")
+            return BAD_HASH
         if isinstance(query, str):
             if hashlib.sha256(query.encode("utf-8", "surrogatepass")).hexdigest() != digest:
-                return Refusal(400, HASH_MISMATCH, "BAD_REQUEST")
+                return HASH_MISMATCH
             await self._register(digest, query)
             return query
         if query is not None:
-            return None  # not a text: the view refuses the request as it is
+            return None
         found = await self._lookup(digest)
-        return found if found is not None else Refusal(200, *NOT_FOUND)
+        return found if found is not None else NOT_FOUND_REFUSAL
 
     async def _lookup(self, digest: str) -> str | None:
         found = self._local.get(digest)
@@ -147,17 +158,13 @@ def refusal_body(refusal: Refusal, extensions: dict[str, str]) -> dict[str, Any]
     return {"errors": [{"message": refusal.message, "extensions": extensions}]}
 
 
-# What a server with APQ turned off answers a hash (Apollo Client then sends every query's text).
-NOT_SUPPORTED_REFUSAL = Refusal(200, *NOT_SUPPORTED)
-
-
 def schema_documents(
     schema: GraphQLSchema, *, max_tokens: int | None, max_chars: int | None
 ) -> Callable[[str], bool]:
     """Whether a text is a document this schema validates, under the server's size limits."""
 
     def valid(text: str) -> bool:
-        if max_chars is not None and len(text) > max_chars:
+        if query_too_long(text, max_chars):
             return False
         try:
             document = parse(text, max_tokens=max_tokens)
