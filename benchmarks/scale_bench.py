@@ -27,6 +27,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from pathlib import Path
 
+from sqlalchemy import text
+
 from models.db import create_engine
 from models.migrate import upgrade
 from models.records import MessageQuery, MessageRecord
@@ -103,8 +105,9 @@ Scenario = Callable[[], Awaitable[object]]
 
 
 @contextlib.asynccontextmanager
-async def loaded(kind: str, size: int) -> AsyncIterator[tuple[dict[str, Scenario], float]]:
-    """A database holding one thread of `size` messages; yields the scenarios and the load rate."""
+async def big_thread(kind: str, size: int) -> AsyncIterator[tuple[Repository, Services, str, float]]:
+    """A database holding one thread of `size` messages, loaded through the repository; yields the
+    repository, the services, the thread's id and the load rate (messages/s)."""
     async with database(kind) as url:
         engine = create_engine(url)
         try:
@@ -114,8 +117,6 @@ async def loaded(kind: str, size: int) -> AsyncIterator[tuple[dict[str, Scenario
             thread_id = "big"
             await services.threads.create(resource_id="r1", thread_id=thread_id, principal=OPEN)
             rate = await load(repo, thread_id, size)
-            from sqlalchemy import text
-
             async with engine.begin() as conn:
                 if kind == "postgres":
                     await conn.execute(text("ANALYZE messages"))
@@ -123,25 +124,30 @@ async def loaded(kind: str, size: int) -> AsyncIterator[tuple[dict[str, Scenario
                     # A bulk load leaves a WAL of the whole load behind; a running server checkpoints as
                     # it goes, so measure the steady state.
                     await conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
-            recall = partial(services.recall.recall, principal=OPEN)
-            scenarios: dict[str, Scenario] = {
-                "newest 20": lambda: recall(RecallArgs(thread_id=thread_id, per_page=20)),
-                "page 49 of 20 ASC": lambda: recall(
-                    RecallArgs(
-                        thread_id=thread_id, per_page=20, page=49, order_by=OrderBy("createdAt", "ASC")
-                    )
-                ),
-                "metadata page": lambda: recall(
-                    RecallArgs(thread_id=thread_id, per_page=20, metadata={"topic": "billing", "priority": 0})
-                ),
-                # The count with one row: what a recall of the thread reads besides its page.
-                "count": lambda: repo.read_page(
-                    MessageQuery(thread_id=thread_id), descending=True, limit=1, offset=0
-                ),
-            }
-            yield scenarios, rate
+            yield repo, services, thread_id, rate
         finally:
             await engine.dispose()
+
+
+@contextlib.asynccontextmanager
+async def loaded(kind: str, size: int) -> AsyncIterator[tuple[dict[str, Scenario], float]]:
+    """A database holding one thread of `size` messages; yields the scenarios and the load rate."""
+    async with big_thread(kind, size) as (repo, services, thread_id, rate):
+        recall = partial(services.recall.recall, principal=OPEN)
+        scenarios: dict[str, Scenario] = {
+            "newest 20": lambda: recall(RecallArgs(thread_id=thread_id, per_page=20)),
+            "page 49 of 20 ASC": lambda: recall(
+                RecallArgs(thread_id=thread_id, per_page=20, page=49, order_by=OrderBy("createdAt", "ASC"))
+            ),
+            "metadata page": lambda: recall(
+                RecallArgs(thread_id=thread_id, per_page=20, metadata={"topic": "billing", "priority": 0})
+            ),
+            # The count with one row: what a recall of the thread reads besides its page.
+            "count": lambda: repo.read_page(
+                MessageQuery(thread_id=thread_id), descending=True, limit=1, offset=0
+            ),
+        }
+        yield scenarios, rate
 
 
 async def run(kind: str, sizes: list[int], calls: int, rounds: int = 10) -> list[dict[str, object]]:

@@ -57,12 +57,15 @@ class DateRange:
 
 @dataclass(slots=True, frozen=True)
 class MessageQuery:
-    """What one page query reads: the thread, optional resource row filter and the filters."""
+    """What one page query reads: the thread, optional resource row filter and the filters. `after` and
+    `before` are places in the thread's order, (createdAt, seq): only rows strictly between them."""
 
     thread_id: str
     resource_id: str | None = None
     date_range: DateRange | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    after: tuple[int, int] | None = None
+    before: tuple[int, int] | None = None
 
 
 @dataclass(slots=True, frozen=True)

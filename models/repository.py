@@ -919,6 +919,13 @@ class Repository:
                         params[f"value{n}"] = value
                     if _json_kind(value) == "plain":
                         params[f"needle{n}"] = _json_text(value)
+        bounds: tuple[tuple[str, str], ...] = ()
+        if q.after is not None:
+            bounds += (("gt", "after"),)
+            params["after_at"], params["after_seq"] = q.after
+        if q.before is not None:
+            bounds += (("lt", "before"),)
+            params["before_at"], params["before_seq"] = q.before
         shape = (
             bool(q.resource_id),
             dr is not None and dr.start is not None,
@@ -926,6 +933,7 @@ class Repository:
             dr is not None and dr.end is not None,
             dr is not None and dr.end_exclusive,
             kinds,
+            bounds,
         )
         return shape, params
 
@@ -933,7 +941,7 @@ class Repository:
         self, shape: tuple[Any, ...], thread: ColumnElement[bool] | None = None
     ) -> list[ColumnElement[bool]]:
         """The page query's WHERE: `thread` (default: thread_id = :thread_id), then the filter's."""
-        has_resource, has_start, start_exclusive, has_end, end_exclusive, kinds = shape
+        has_resource, has_start, start_exclusive, has_end, end_exclusive, kinds, bounds = shape
         where: list[ColumnElement[bool]] = [
             thread if thread is not None else M.c.thread_id == bindparam("thread_id")
         ]
@@ -964,6 +972,7 @@ class Repository:
                     where.append(and_(func.instr(M.c.content, bindparam(f"needle{n}")) > 0, typed, extracted))
                 else:
                     where.append(and_(typed, extracted))
+        where.extend(_place_condition(op, name) for op, name in bounds)
         return where
 
     def _page_template(self, shape: tuple[Any, ...], descending: bool) -> _AnySelect:
@@ -988,18 +997,8 @@ class Repository:
             self._statements[key] = stmt
         return stmt
 
-    def _count(
-        self,
-        conn: Connection,
-        q: MessageQuery,
-        shape: tuple[Any, ...],
-        params: dict[str, Any],
-        *,
-        scan: bool = True,
-    ) -> int:
-        """The page query's COUNT without scanning the thread: unfiltered counts are maintained in
-        thread_resources; filtered ones are cached under the thread's change counter, so a count is
-        recomputed only after the thread changed."""
+    def _stats(self, conn: Connection, q: MessageQuery) -> tuple[int, int]:
+        """The thread's maintained row count (of q's resource, when it names one) and change counter."""
         stats_key = ("stats", bool(q.resource_id))
         stats = self._statements.get(stats_key)
         if stats is None:
@@ -1013,8 +1012,105 @@ class Repository:
         if q.resource_id:
             values["resource_id"] = q.resource_id
         maintained, version = conn.execute(stats, values).one()
+        return int(maintained), int(version)
+
+    def _count(
+        self,
+        conn: Connection,
+        q: MessageQuery,
+        shape: tuple[Any, ...],
+        params: dict[str, Any],
+        *,
+        scan: bool = True,
+    ) -> int:
+        """The page query's COUNT without scanning the thread: unfiltered counts are maintained in
+        thread_resources; filtered ones are cached under the thread's change counter, so a count is
+        recomputed only after the thread changed. (Queries between places: _place_counts.)"""
+        assert q.after is None and q.before is None
+        maintained, version = self._stats(conn, q)
         if q.date_range is None and not q.metadata:
-            return int(maintained)
+            return maintained
+        return self._cached_count(conn, shape, params, version, maintained, scan=scan)
+
+    def _place_counts(
+        self,
+        conn: Connection,
+        q: MessageQuery,
+        shape: tuple[Any, ...],
+        params: dict[str, Any],
+        maintained: int,
+        version: int,
+        *,
+        scan: bool,
+    ) -> tuple[int, int]:
+        """For a query between places: the matching rows after `after` (all of them without it) and
+        those at or after `before` (none without it); the rows between are the difference. Both count
+        from the newest end of the thread, so paging back from the newest messages counts what lies
+        between them and the place, not the history before it; and a page read from a place leaves the
+        count at the next page's place in the cache (_seed_place_count), so paging on counts nothing."""
+        unplaced = {k: v for k, v in params.items() if not k.startswith(("after_", "before_"))}
+        whole = (*shape[:-1], ())
+        if q.after is not None:
+            upper = self._count_from(
+                conn, whole, unplaced, _next_place(q.after), version, maintained, scan=scan
+            )
+        elif q.date_range is not None or q.metadata:
+            upper = self._cached_count(conn, whole, unplaced, version, maintained, scan=scan)
+        else:
+            upper = maintained
+        lower = 0
+        if q.before is not None:
+            lower = self._count_from(conn, whole, unplaced, q.before, version, maintained, scan=scan)
+        return upper, lower
+
+    def _count_from(
+        self,
+        conn: Connection,
+        shape: tuple[Any, ...],
+        params: dict[str, Any],
+        place: tuple[int, int],
+        version: int,
+        maintained: int,
+        *,
+        scan: bool,
+    ) -> int:
+        """The rows of a filter shape (without places) at or after `place`."""
+        key_shape, key_params = _from_place(shape, params, place)
+        return self._cached_count(conn, key_shape, key_params, version, maintained, scan=scan)
+
+    def _seed_place_count(
+        self,
+        shape: tuple[Any, ...],
+        params: dict[str, Any],
+        counts: tuple[int, int, int, int],
+        rows: list[MessageRecord],
+        *,
+        descending: bool,
+    ) -> None:
+        """After the first page from a place (offset 0), the count the page from its far end will need:
+        newest first, the page is every matching row from its oldest up to `before`, so the rows at or
+        after its oldest are those at or after `before` and the page's; oldest first, the rows after its
+        newest are those after `after` less the page's."""
+        upper, lower, version, maintained = counts
+        unplaced = {k: v for k, v in params.items() if not k.startswith(("after_", "before_"))}
+        if descending:
+            place, count = rows[-1].order_key, lower + len(rows)
+        else:
+            place, count = _next_place(rows[-1].order_key), upper - len(rows)
+        key_shape, key_params = _from_place((*shape[:-1], ()), unplaced, place)
+        self._cache_counts([(("count", key_shape, tuple(key_params.items())), (version, count, maintained))])
+
+    def _cached_count(
+        self,
+        conn: Connection,
+        shape: tuple[Any, ...],
+        params: dict[str, Any],
+        version: int,
+        maintained: int,
+        *,
+        scan: bool,
+    ) -> int:
+        """COUNT of the rows a filter shape matches, cached under the thread's change counter."""
         key = ("count", shape, tuple(params.items()))
         with self._count_lock:
             cached = self._count_cache.get(key)
@@ -1023,7 +1119,7 @@ class Repository:
         if not scan:
             raise _NeedsWorker
         total = int(conn.execute(self._count_template(shape), params).scalar_one())
-        self._cache_counts([(key, (version, total, int(maintained)))])
+        self._cache_counts([(key, (version, total, maintained))])
         return total
 
     def _cache_counts(self, counts: Iterable[tuple[tuple[Any, ...], tuple[int, int, int]]]) -> None:
@@ -1084,7 +1180,14 @@ class Repository:
             if limit is None or limit > 0:
                 # On SQLite's event loop thread, a count that is not cached is left to a worker thread.
                 scan = self.read_engine is None or threading.get_ident() != loop_thread
-                total = self._count(conn, q, shape, params, scan=scan)
+                counts: tuple[int, int, int, int] | None = None
+                if q.after is not None or q.before is not None:
+                    maintained, version = self._stats(conn, q)
+                    upper, lower = self._place_counts(conn, q, shape, params, maintained, version, scan=scan)
+                    # `before` at or before `after`: nothing between them.
+                    total, counts = max(0, upper - lower), (upper, lower, version, maintained)
+                else:
+                    total = self._count(conn, q, shape, params, scan=scan)
                 # SQL integers are 64-bit; a larger page size or offset means "everything" / "past the end".
                 page = {
                     **params,
@@ -1095,6 +1198,8 @@ class Repository:
                     rows = [
                         _message(row) for row in conn.execute(self._page_template(shape, descending), page)
                     ]
+                if counts is not None and rows and offset == 0:
+                    self._seed_place_count(shape, params, counts, rows, descending=descending)
             return PageRead(
                 thread, rows, total, self._windows(conn, windows, window_resource_id, budget=max_window_rows)
             )
@@ -1119,6 +1224,8 @@ class Repository:
         would: a page that would go past what is left is not read (None) and takes nothing."""
         if not queries:
             return []
+        if queries[0].after is not None or queries[0].before is not None:
+            raise ValueError("read_pages reads no pages between places (read_page does)")
         shape, params = self._filter_params(queries[0])
         if any(replace(q, thread_id=queries[0].thread_id) != queries[0] for q in queries):
             raise ValueError("read_pages reads queries that differ only in their thread")
@@ -1981,6 +2088,35 @@ def _resource_filter(condition: ColumnElement[bool]) -> ColumnElement[bool]:
     COALESCE keeps NULLs out as `=` does, and PostgreSQL estimates it at one half, near the truth.
     """
     return func.coalesce(condition, false())
+
+
+def _place_condition(op: str, name: str) -> ColumnElement[bool]:
+    """A row's place (createdAt, seq) against the place :<name>_at, :<name>_seq: gt, ge or lt. The
+    createdAt bound comes first and alone, so that both engines read it as a range of the thread's
+    index; seq only settles rows of the same instant."""
+    at: BindParameter[int] = bindparam(f"{name}_at")
+    seq: BindParameter[int] = bindparam(f"{name}_seq")
+    created, inserted = M.c.created_at, M.c.seq
+    if op == "gt":
+        return and_(created >= at, or_(created > at, inserted > seq))
+    if op == "ge":
+        return and_(created >= at, or_(created > at, inserted >= seq))
+    assert op == "lt"
+    return and_(created <= at, or_(created < at, inserted < seq))
+
+
+def _from_place(
+    shape: tuple[Any, ...], params: dict[str, Any], place: tuple[int, int]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A filter shape without places, and its values, narrowed to the rows at or after `place`."""
+    return (*shape[:-1], (("ge", "place"),)), {**params, "place_at": place[0], "place_seq": place[1]}
+
+
+def _next_place(place: tuple[int, int]) -> tuple[int, int]:
+    """The first place after `place`: rows after it are the rows at or after this one (one count form
+    for `after` and `before`, so each finds the other's counts in the cache)."""
+    created_at, seq = place
+    return (created_at, seq + 1) if seq < _SQL_INT_MAX else (created_at + 1, 0)
 
 
 def _page_order(descending: bool) -> tuple[ColumnElement[Any], ...]:

@@ -11,10 +11,12 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from typing import Any, Literal, Protocol
 
 from models.records import DateRange, IncludeWindow, MessageQuery, MessageRecord, PageRead, ThreadRecord
 from models.repository import WINDOW_OVERLAP, Repository, WindowRowsExceeded, page_rows
+from resolvers import cursors
 from resolvers.auth import Principal
 from resolvers.budget import RowBudget
 from resolvers.config import deep_merge
@@ -66,6 +68,9 @@ class RecallArgs:
     include_system_reminders: bool | None = None
     thread_config: dict[str, Any] | None = None
     vector_search_string: str | None = None
+    # Cursors (resolvers.cursors): the page query reads only rows after / before these places.
+    after: str | None = None
+    before: str | None = None
     # The thread (thread_id's) as this request already read it (Thread.recall): its owner is known, so
     # the ownership check does not read it again.
     thread: ThreadRecord | None = None
@@ -79,6 +84,9 @@ class RecallResult:
     per_page: int | Literal[False]
     has_more: bool
     usage: dict[str, int] | None = None
+    # The places of the page's oldest and newest rows (before signals are hidden); None without rows.
+    start_cursor: str | None = None
+    end_cursor: str | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -230,7 +238,14 @@ class RecallEngine:
         check_owner = bool(args.resource_id) and not search_runs
         read: PageRead | None = None
         over_budget: BadUserInput | None = None
-        if spec is not None and spec.limit and pages is not None and args.thread is not None and not windows:
+        if (
+            spec is not None
+            and spec.limit
+            and pages is not None
+            and args.thread is not None
+            and not windows
+            and spec.batched
+        ):
             total, page, over_budget = await pages.read(
                 spec.query, descending=spec.descending, limit=spec.limit, offset=spec.offset
             )
@@ -456,6 +471,11 @@ class _PageSpec:
     echo_per_page: int | Literal[False]
     metadata_filtered: bool
 
+    @property
+    def batched(self) -> bool:
+        """Whether PageBatch reads this page: it reads pages of whole threads only."""
+        return self.query.after is None and self.query.before is None
+
 
 def _page_spec(args: RecallArgs, per_page: PerPage) -> _PageSpec:
     """listMessages' argument checks, in its order, and the page they describe."""
@@ -466,6 +486,8 @@ def _page_spec(args: RecallArgs, per_page: PerPage) -> _PageSpec:
         raise BadUserInput("page must be >= 0")
     limit = _normalize_per_page(per_page)
     metadata = validate_metadata_filter(args.metadata)
+    after = cursors.decode(args.after, "after") if args.after is not None else None
+    before = cursors.decode(args.before, "before") if args.before is not None else None
     # Without orderBy the newest window is read (and returned chronologically, like every page).
     descending = args.order_by.direction == "DESC" if args.order_by is not None else per_page is not False
     query = MessageQuery(
@@ -473,6 +495,8 @@ def _page_spec(args: RecallArgs, per_page: PerPage) -> _PageSpec:
         resource_id=args.resource_id or None,
         date_range=args.date_range,
         metadata=metadata or {},
+        after=after,
+        before=before,
     )
     return _PageSpec(
         query=query,
@@ -497,7 +521,13 @@ def _page_result(args: RecallArgs, spec: _PageSpec, read: PageRead) -> RecallRes
     else:
         same_thread = sum(1 for m in messages if m.thread_id == args.thread_id)
         has_more = same_thread < read.total and spec.offset + spec.limit < read.total
-    return RecallResult(messages, read.total, spec.page, spec.echo_per_page, has_more)
+    result = RecallResult(messages, read.total, spec.page, spec.echo_per_page, has_more)
+    if read.rows:
+        first = min(read.rows, key=attrgetter("order_key"))
+        last = max(read.rows, key=attrgetter("order_key"))
+        result.start_cursor = cursors.encode(first.created_at, first.seq)
+        result.end_cursor = cursors.encode(last.created_at, last.seq)
+    return result
 
 
 def _js_truthy(value: Any) -> bool:

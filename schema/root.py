@@ -76,6 +76,8 @@ class Query(MemoryQuery):
         include_total: Annotated[
             bool | None, _arg("Accepted for compatibility; total is always counted.")
         ] = UNSET,
+        after: Annotated[str | None, recall_argument("after")] = UNSET,
+        before: Annotated[str | None, recall_argument("before")] = UNSET,
     ) -> RecallResult:
         return await recall_field(
             info,
@@ -90,6 +92,8 @@ class Query(MemoryQuery):
             include_system_reminders=include_system_reminders,
             thread_config=thread_config,
             vector_search_string=vector_search_string,
+            after=after,
+            before=before,
         )
 
     @strawberry.field(description="A thread by id (null when unknown or owned by another resource).")

@@ -9,6 +9,7 @@ import strawberry
 from strawberry.types import Info
 
 from models.records import MessageRecord, ThreadRecord
+from resolvers import cursors
 from resolvers.context import RequestContext
 from resolvers.recall import OrderBy, RecallArgs
 from schema.federation import ENTITY_TAG, message_reference, thread_reference
@@ -236,6 +237,13 @@ class Message:
     def created_at(self) -> DateTime:
         return DateTime(self._record.created_at)
 
+    @strawberry.field(
+        description="The message's place in its thread's order (createdAt, then insertion), for recall's "
+        "after and before. Opaque; it stays valid when the message changes or is deleted."
+    )
+    def cursor(self) -> str:
+        return cursors.encode(self._record.created_at, self._record.seq)
+
     @strawberry.field(description="The thread the message belongs to.")
     def thread_id(self) -> strawberry.ID:
         return strawberry.ID(self._record.thread_id)
@@ -290,6 +298,14 @@ class RecallResult:
     per_page: PerPage = strawberry.field(description="The effective page size, or false.")
     has_more: bool = strawberry.field(description="Whether a further page exists (Mastra's two formulas).")
     usage: EmbeddingUsage | None = strawberry.field(description="Embedding usage when a vector search ran.")
+    start_cursor: str | None = strawberry.field(
+        description="The cursor of the page's oldest row (a hidden signal's too), for `before`: the page "
+        "before this one. Null when the page read no rows."
+    )
+    end_cursor: str | None = strawberry.field(
+        description="The cursor of the page's newest row (a hidden signal's too), for `after`: the page "
+        "after this one. Null when the page read no rows."
+    )
 
 
 # Query.recall's and Thread.recall's arguments, described once.
@@ -302,6 +318,12 @@ RECALL_ARGUMENTS = {
     "hide_signals": "Hide typed signals: all of them, or the given types.",
     "thread_config": "Memory configuration for this call, over the server defaults.",
     "vector_search_string": "With semantic recall on: also return the messages most similar to this text.",
+    "after": "Keyset paging (beyond Mastra): the page query reads only messages after this cursor "
+    "(Message.cursor, RecallResult.endCursor); total and hasMore count them. With orderBy ASC, the page "
+    "right after it.",
+    "before": "Keyset paging (beyond Mastra): the page query reads only messages before this cursor "
+    "(Message.cursor, RecallResult.startCursor); total and hasMore count them. In the default order, the "
+    "page right before it.",
 }
 
 
@@ -323,6 +345,8 @@ async def recall_field(
     include_system_reminders: bool | None,
     thread_config: MemoryConfigInput | None,
     vector_search_string: str | None,
+    after: str | None,
+    before: str | None,
     thread: ThreadRecord | None = None,
 ) -> RecallResult:
     """A recall, from the GraphQL arguments (each UNSET, null or given) to its result. `thread`: the
@@ -347,6 +371,8 @@ async def recall_field(
             include_system_reminders=given(include_system_reminders),
             thread_config=config.to_value() if config else None,
             vector_search_string=given(vector_search_string),
+            after=given(after),
+            before=given(before),
             thread=thread,
         ),
         principal=info.context.principal,
@@ -360,6 +386,8 @@ async def recall_field(
         per_page=PerPage(result.per_page),
         has_more=result.has_more,
         usage=EmbeddingUsage(tokens=result.usage["tokens"]) if result.usage else None,
+        start_cursor=result.start_cursor,
+        end_cursor=result.end_cursor,
     )
 
 
@@ -459,6 +487,8 @@ class Thread:
         vector_search_string: Annotated[
             str | None, recall_argument("vector_search_string")
         ] = strawberry.UNSET,
+        after: Annotated[str | None, recall_argument("after")] = strawberry.UNSET,
+        before: Annotated[str | None, recall_argument("before")] = strawberry.UNSET,
     ) -> RecallResult | None:
         info.context.count_thread_recall()
         return await recall_field(
@@ -474,6 +504,8 @@ class Thread:
             include_system_reminders=None,
             thread_config=thread_config,
             vector_search_string=vector_search_string,
+            after=after,
+            before=before,
             thread=self._record,
         )
 

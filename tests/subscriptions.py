@@ -11,7 +11,7 @@ from gql import Client, GraphQLRequest
 from gql.transport.websockets import WebsocketsTransport
 
 MESSAGE_EVENTS = """subscription($t: ID!) { messageSaved(threadId: $t) {
-  kind threadId messageId at message { id threadId role createdAt content { raw } } } }"""
+  kind threadId messageId at message { id threadId role createdAt cursor content { raw } } } }"""
 THREAD_EVENTS = """subscription($r: String!) { threadUpdated(resourceId: $r) {
   kind threadId resourceId at thread { id title metadata createdAt updatedAt } } }"""
 

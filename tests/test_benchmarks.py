@@ -219,6 +219,20 @@ def test_thread_recall_runs_searched() -> None:
     assert set(rows) == {"nested", "threads, then aliases", "threads, then one each", "threads alone"}, out
 
 
+async def test_keyset_paging_runs(tmp_path: Path) -> None:
+    # The script itself checks that a page by offset and by cursor hold the same rows, at every depth.
+    require(await postgres_available(), f"PostgreSQL is not reachable at {PG_ADMIN_DSN}")
+    out = run(
+        "keyset_paging.py",
+        *("--size", "2400", "--calls", "4", "--rounds", "2", "--out", str(tmp_path / "k.md")),
+    )
+    rows = [
+        [cell.strip() for cell in line.split("|")[1:3]] for line in out.splitlines() if line.startswith("| ")
+    ]
+    assert rows[1:] == [[e, d] for e in ("sqlite", "postgres") for d in ("0", "1,000", "1,200")], out
+    assert (tmp_path / "k.md").read_text() == out.rstrip("\n") + "\n"
+
+
 async def test_tenant_recall_runs() -> None:
     # The script itself checks each scenario's answer (its page, its dated page, its include window).
     require(await postgres_available(), f"PostgreSQL is not reachable at {PG_ADMIN_DSN}")

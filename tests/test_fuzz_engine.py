@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from models.records import DateRange, MessageRecord
 from models.signals import SIGNAL_TYPES
+from resolvers import cursors
 from resolvers.auth import OPEN
 from resolvers.context import Services
 from resolvers.errors import RecallQLError, unstorable_text
@@ -557,3 +558,71 @@ async def test_nul_character_never_fails_internally(services: Services) -> None:
             if unstorable_text(error) is None:
                 failures.append(f"{what}: {type(error).__name__}: {str(error).splitlines()[0]}")
     assert not failures
+
+
+@settings(FUZZ, max_examples=max(1, EXAMPLES // 3))
+@given(
+    scenario=scenarios,
+    spec=arg_specs,
+    cuts=st.lists(st.integers(-1, 13), min_size=2, max_size=2),
+    picks=st.lists(st.integers(0, 30), max_size=2),
+)
+async def test_cursors_are_conditions_on_the_page_query(
+    services: Services, scenario: Scenario, spec: ArgSpec, cuts: list[int], picks: list[int]
+) -> None:
+    """`after` and `before` keep exactly the rows of the same recall that lie between the places, under
+    every filter; and at places no row has (seq 0), the counts on either side add up to the whole."""
+    world = await build_world(services, scenario)
+    base = replace(
+        build_args(world, spec),
+        per_page=False,
+        page=None,
+        include=None,
+        thread_config=None,
+        vector_search_string=None,
+    )
+    whole = await outcome(services, base)
+    free = [(BASE + cut * 1000, 0) for cut in cuts]  # between rows: no seq is 0
+    # Places rows have: of rows the recall returns (ties show here), and of any stored message.
+    taken = [world.stored[i].order_key for i in (world.message_id(n) for n in picks) if i in world.stored]
+    if not isinstance(whole, RecallQLError) and whole.messages:
+        taken += [whole.messages[n % len(whole.messages)].order_key for n in picks]
+
+    async def between(
+        after: tuple[int, int] | None, before: tuple[int, int] | None
+    ) -> RecallResult | RecallQLError:
+        return await outcome(
+            services,
+            replace(
+                base,
+                after=cursors.encode(*after) if after else None,
+                before=cursors.encode(*before) if before else None,
+            ),
+        )
+
+    for after in (None, *free, *taken):
+        for before in (None, *free, *taken):
+            got = await between(after, before)
+            if isinstance(whole, RecallQLError):  # the same refusal: valid cursors add none
+                assert isinstance(got, RecallQLError) and got.message == whole.message
+                continue
+            assert not isinstance(got, RecallQLError), got
+            inside = [
+                m.id
+                for m in whole.messages
+                if (after is None or m.order_key > after) and (before is None or m.order_key < before)
+            ]
+            assert [m.id for m in got.messages] == inside, (after, before)
+            assert got.has_more is False
+    if isinstance(whole, RecallQLError):
+        return
+    totals = {}
+    for place in free:
+        older, newer = await between(None, place), await between(place, None)
+        assert not isinstance(older, RecallQLError) and not isinstance(newer, RecallQLError)
+        assert older.total + newer.total == whole.total, place
+        totals[place] = (older.total, newer.total)
+    low, high = sorted(free)
+    middle = await between(low, high)
+    assert not isinstance(middle, RecallQLError)
+    assert middle.total == whole.total - totals[low][0] - totals[high][1] if low < high else middle.total == 0

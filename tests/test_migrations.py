@@ -92,16 +92,20 @@ async def test_hot_queries_use_indexes(services: Services) -> None:
     filtered = MessageQuery(thread_id="t3", metadata={"topic": "rare"})
     page = await repo.explain(repo.page_statement(plain, descending=True, limit=20, offset=0))
     count = await repo.explain(repo.count_statement(plain))
+    # Keyset pages and their counts: a range of the thread's index from the place on.
+    between = MessageQuery(thread_id="t3", after=(t(100), 0), before=(t(1500), 2**40))
+    keyset = await repo.explain(repo.page_statement(between, descending=True, limit=20, offset=0))
+    keyset_count = await repo.explain(repo.count_statement(MessageQuery(thread_id="t3", after=(t(1500), 0))))
     windows = await repo.explain(
         repo.window_statement(
             [IncludeWindow("m42", 2, 2), IncludeWindow("m7", 1, 0), IncludeWindow("m9", 1, 1, "t3")], None
         )
     )
-    for plan in (page, count, windows):
+    for plan in (page, count, windows, keyset, keyset_count):
         assert "ix_messages_thread_order" in plan or "messages_id_key" in plan, plan
     assert "SCAN messages" not in windows.replace("SCAN messages USING", "")  # SQLite: no full scan
     if repo.is_postgres:
-        assert "Seq Scan" not in page + count + windows
+        assert "Seq Scan" not in page + count + windows + keyset + keyset_count
         # A selective metadata filter is answered from the GIN index on content -> 'metadata'.
         metadata_plan = await repo.explain(
             repo.count_statement(MessageQuery(thread_id="t0", metadata={"topic": "rare"}))

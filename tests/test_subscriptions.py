@@ -44,6 +44,8 @@ CREATE = "mutation($i: CreateThreadInput!) { createThread(input: $i) { id } }"
 SAVE = "mutation($m: [MessageInput!]!) { saveMessages(messages: $m) { messages { id } } }"
 UPDATE = "mutation($m: [UpdateMessageInput!]!) { updateMessages(messages: $m) { id } }"
 DELETE = "mutation($ids: [ID!]!) { deleteMessages(ids: $ids) { deleted } }"
+PLACED = """query($t: ID!, $after: String, $before: String) {
+  recall(threadId: $t, perPage: false, after: $after, before: $before) { total messages { id } } }"""
 
 
 async def redis_available() -> bool:
@@ -313,6 +315,14 @@ async def test_message_events_for_saves_updates_and_deletions(api: Api, server: 
         deleted = (await sub.next())["messageSaved"]
         assert (deleted["kind"], deleted["messageId"]) == ("DELETED", mid)
         assert deleted["message"]["content"]["raw"]["parts"] == [{"type": "text", "text": "edited"}]
+        # Each event's message has its cursor, to catch up from with recall's `after`; it stays valid
+        # once its message is gone. The probes were saved later in time, the message in January.
+        place = saved["message"]["cursor"]
+        assert place == updated["message"]["cursor"] == deleted["message"]["cursor"]
+        everything = (await api.execute(PLACED, t=thread_id))["recall"]
+        assert (await api.execute(PLACED, t=thread_id, after=place))["recall"] == everything
+        assert everything["total"] >= 1 and mid not in [m["id"] for m in everything["messages"]]
+        assert (await api.execute(PLACED, t=thread_id, before=place))["recall"]["total"] == 0
 
         # Another thread's messages never show up here.
         other, _ = await _thread(api)
