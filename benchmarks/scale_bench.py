@@ -79,13 +79,13 @@ def message(thread_id: str, i: int) -> MessageRecord:
     )
 
 
-async def load(repo: Repository, thread_id: str, size: int) -> float:
+async def load(
+    repo: Repository, thread_id: str, size: int, make: Callable[[str, int], MessageRecord] = message
+) -> float:
     started = time.perf_counter()
     batch = 5000
     for start in range(0, size, batch):
-        await repo.save_messages(
-            [message(thread_id, i) for i in range(start, min(size, start + batch))], now=0
-        )
+        await repo.save_messages([make(thread_id, i) for i in range(start, min(size, start + batch))], now=0)
     return size / (time.perf_counter() - started)
 
 
@@ -105,9 +105,11 @@ Scenario = Callable[[], Awaitable[object]]
 
 
 @contextlib.asynccontextmanager
-async def big_thread(kind: str, size: int) -> AsyncIterator[tuple[Repository, Services, str, float]]:
-    """A database holding one thread of `size` messages, loaded through the repository; yields the
-    repository, the services, the thread's id and the load rate (messages/s)."""
+async def big_thread(
+    kind: str, size: int, make: Callable[[str, int], MessageRecord] = message
+) -> AsyncIterator[tuple[Repository, Services, str, float]]:
+    """A database holding one thread of `size` messages (`make`'s), loaded through the repository;
+    yields the repository, the services, the thread's id and the load rate (messages/s)."""
     async with database(kind) as url:
         engine = create_engine(url)
         try:
@@ -116,7 +118,7 @@ async def big_thread(kind: str, size: int) -> AsyncIterator[tuple[Repository, Se
             services = Services.build(repo, memory_defaults=dict(BUILTIN_DEFAULTS))
             thread_id = "big"
             await services.threads.create(resource_id="r1", thread_id=thread_id, principal=OPEN)
-            rate = await load(repo, thread_id, size)
+            rate = await load(repo, thread_id, size, make)
             async with engine.begin() as conn:
                 if kind == "postgres":
                     await conn.execute(text("ANALYZE messages"))

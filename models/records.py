@@ -66,6 +66,9 @@ class MessageQuery:
     metadata: dict[str, Any] = field(default_factory=dict)
     after: tuple[int, int] | None = None
     before: tuple[int, int] | None = None
+    # Rows the page query leaves out (None: none): system rows, and "reminders" (legacy ones), "signals"
+    # (every typed one) or the signal types given; "system": system rows only.
+    hidden: str | tuple[str, ...] | None = None
 
 
 @dataclass(slots=True, frozen=True)

@@ -59,6 +59,7 @@ from models.records import (
     ResourceRecord,
     ThreadRecord,
 )
+from models.tables import HIDDEN_ROWS_PREDICATE
 from models.tables import messages_table as M
 from models.tables import outbox_table as O
 from models.tables import resources_table as R
@@ -919,6 +920,12 @@ class Repository:
                         params[f"value{n}"] = value
                     if _json_kind(value) == "plain":
                         params[f"needle{n}"] = _json_text(value)
+        hidden: tuple[str, str] | None = None
+        if q.hidden is not None:
+            kind = q.hidden if isinstance(q.hidden, str) else "types"
+            hidden = ("visible", kind)
+            if kind == "types":
+                params["hidden_types"] = tuple(q.hidden)
         bounds: tuple[tuple[str, str], ...] = ()
         if q.after is not None:
             bounds += (("gt", "after"),)
@@ -933,6 +940,7 @@ class Repository:
             dr is not None and dr.end is not None,
             dr is not None and dr.end_exclusive,
             kinds,
+            hidden,
             bounds,
         )
         return shape, params
@@ -941,7 +949,7 @@ class Repository:
         self, shape: tuple[Any, ...], thread: ColumnElement[bool] | None = None
     ) -> list[ColumnElement[bool]]:
         """The page query's WHERE: `thread` (default: thread_id = :thread_id), then the filter's."""
-        has_resource, has_start, start_exclusive, has_end, end_exclusive, kinds, bounds = shape
+        has_resource, has_start, start_exclusive, has_end, end_exclusive, kinds, hidden, bounds = shape
         where: list[ColumnElement[bool]] = [
             thread if thread is not None else M.c.thread_id == bindparam("thread_id")
         ]
@@ -972,6 +980,8 @@ class Repository:
                     where.append(and_(func.instr(M.c.content, bindparam(f"needle{n}")) > 0, typed, extracted))
                 else:
                     where.append(and_(typed, extracted))
+        if hidden is not None:
+            where.append(_hidden_condition(*hidden))
         where.extend(_place_condition(op, name) for op, name in bounds)
         return where
 
@@ -1028,9 +1038,7 @@ class Repository:
         recomputed only after the thread changed. (Queries between places: _place_counts.)"""
         assert q.after is None and q.before is None
         maintained, version = self._stats(conn, q)
-        if q.date_range is None and not q.metadata:
-            return maintained
-        return self._cached_count(conn, shape, params, version, maintained, scan=scan)
+        return self._rows(conn, shape, params, version, maintained, scan=scan)
 
     def _place_counts(
         self,
@@ -1048,35 +1056,17 @@ class Repository:
         from the newest end of the thread, so paging back from the newest messages counts what lies
         between them and the place, not the history before it; and a page read from a place leaves the
         count at the next page's place in the cache (_seed_place_count), so paging on counts nothing."""
-        unplaced = {k: v for k, v in params.items() if not k.startswith(("after_", "before_"))}
-        whole = (*shape[:-1], ())
+        whole, unplaced = _unplaced(shape, params)
         if q.after is not None:
-            upper = self._count_from(
-                conn, whole, unplaced, _next_place(q.after), version, maintained, scan=scan
+            upper = self._rows(
+                conn, *_from_place(whole, unplaced, _next_place(q.after)), version, maintained, scan=scan
             )
-        elif q.date_range is not None or q.metadata:
-            upper = self._cached_count(conn, whole, unplaced, version, maintained, scan=scan)
         else:
-            upper = maintained
+            upper = self._rows(conn, whole, unplaced, version, maintained, scan=scan)
         lower = 0
         if q.before is not None:
-            lower = self._count_from(conn, whole, unplaced, q.before, version, maintained, scan=scan)
+            lower = self._rows(conn, *_from_place(whole, unplaced, q.before), version, maintained, scan=scan)
         return upper, lower
-
-    def _count_from(
-        self,
-        conn: Connection,
-        shape: tuple[Any, ...],
-        params: dict[str, Any],
-        place: tuple[int, int],
-        version: int,
-        maintained: int,
-        *,
-        scan: bool,
-    ) -> int:
-        """The rows of a filter shape (without places) at or after `place`."""
-        key_shape, key_params = _from_place(shape, params, place)
-        return self._cached_count(conn, key_shape, key_params, version, maintained, scan=scan)
 
     def _seed_place_count(
         self,
@@ -1092,15 +1082,14 @@ class Repository:
         after its oldest are those at or after `before` and the page's; oldest first, the rows after its
         newest are those after `after` less the page's."""
         upper, lower, version, maintained = counts
-        unplaced = {k: v for k, v in params.items() if not k.startswith(("after_", "before_"))}
         if descending:
             place, count = rows[-1].order_key, lower + len(rows)
         else:
             place, count = _next_place(rows[-1].order_key), upper - len(rows)
-        key_shape, key_params = _from_place((*shape[:-1], ()), unplaced, place)
+        key_shape, key_params = _from_place(*_unplaced(shape, params), place)
         self._cache_counts([(("count", key_shape, tuple(key_params.items())), (version, count, maintained))])
 
-    def _cached_count(
+    def _rows(
         self,
         conn: Connection,
         shape: tuple[Any, ...],
@@ -1110,7 +1099,11 @@ class Repository:
         *,
         scan: bool,
     ) -> int:
-        """COUNT of the rows a filter shape matches, cached under the thread's change counter."""
+        """How many rows a filter shape matches: without conditions beyond the thread (and resource),
+        the maintained count; else a COUNT, cached under the thread's change counter."""
+        has_start, has_end, kinds, hidden, bounds = shape[1], shape[3], shape[5], shape[6], shape[7]
+        if not (has_start or has_end or kinds or hidden or bounds):
+            return maintained
         key = ("count", shape, tuple(params.items()))
         with self._count_lock:
             cached = self._count_cache.get(key)
@@ -1118,7 +1111,16 @@ class Repository:
             return cached[1]
         if not scan:
             raise _NeedsWorker
-        total = int(conn.execute(self._count_template(shape), params).scalar_one())
+        if hidden is not None and hidden[0] == "visible":
+            # The rows shown are the rows less those hidden, which ix_messages_thread_hidden counts
+            # without walking the rows shown.
+            every = {k: v for k, v in params.items() if k != "hidden_types"}
+            total = self._rows(conn, _with_hidden(shape, None), every, version, maintained, scan=scan)
+            total -= self._rows(
+                conn, _with_hidden(shape, ("hidden", hidden[1])), params, version, maintained, scan=scan
+            )
+        else:
+            total = int(conn.execute(self._count_template(shape), params).scalar_one())
         self._cache_counts([(key, (version, total, maintained))])
         return total
 
@@ -1139,6 +1141,12 @@ class Repository:
     def count_statement(self, q: MessageQuery) -> _AnySelect:
         shape, params = self._filter_params(q)
         return self._count_template(shape).params(**params)
+
+    def hidden_count_statement(self, q: MessageQuery) -> _AnySelect:
+        """The count of the rows a query with `hidden` leaves out (for EXPLAIN in tests)."""
+        shape, params = self._filter_params(q)
+        assert shape[6] is not None
+        return self._count_template(_with_hidden(shape, ("hidden", shape[6][1]))).params(**params)
 
     async def read_page(
         self,
@@ -1224,8 +1232,10 @@ class Repository:
         would: a page that would go past what is left is not read (None) and takes nothing."""
         if not queries:
             return []
-        if queries[0].after is not None or queries[0].before is not None:
-            raise ValueError("read_pages reads no pages between places (read_page does)")
+        if queries[0].after is not None or queries[0].before is not None or queries[0].hidden is not None:
+            raise ValueError(
+                "read_pages reads no pages between places or without hidden rows (read_page does)"
+            )
         shape, params = self._filter_params(queries[0])
         if any(replace(q, thread_id=queries[0].thread_id) != queries[0] for q in queries):
             raise ValueError("read_pages reads queries that differ only in their thread")
@@ -1469,12 +1479,12 @@ class Repository:
 
     async def explain(self, stmt: Any) -> str:
         """The engine's query plan for a statement built here (tests check that indexes are used)."""
-        compiled = stmt.compile(dialect=self.engine.dialect)
-        values = compiled.construct_params()
-        params = tuple(values[name] for name in compiled.positiontup or ())
+        # The expanded state: an IN of a list is written out as one parameter per item.
+        expanded = stmt.compile(dialect=self.engine.dialect).construct_expanded_state()
+        params = tuple(expanded.parameters[name] for name in expanded.positiontup or ())
         prefix = "EXPLAIN" if self.is_postgres else "EXPLAIN QUERY PLAN"
         async with self.engine.connect() as conn:
-            rows = (await conn.exec_driver_sql(f"{prefix} {compiled}", params)).all()
+            rows = (await conn.exec_driver_sql(f"{prefix} {expanded.statement}", params)).all()
         return "\n".join(" ".join(str(c) for c in row) for row in rows)
 
     async def include_windows(
@@ -2103,6 +2113,47 @@ def _place_condition(op: str, name: str) -> ColumnElement[bool]:
         return and_(created >= at, or_(created > at, inserted >= seq))
     assert op == "lt"
     return and_(created <= at, or_(created < at, inserted < seq))
+
+
+def _unplaced(shape: tuple[Any, ...], params: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A filter shape and its values without their places."""
+    return (*shape[:-1], ()), {k: v for k, v in params.items() if not k.startswith(("after_", "before_"))}
+
+
+def _with_hidden(shape: tuple[Any, ...], hidden: tuple[str, str] | None) -> tuple[Any, ...]:
+    return (*shape[:6], hidden, shape[7])
+
+
+# ix_messages_thread_hidden's predicate as its index spells it, in parentheses (it is an OR).
+_MAY_BE_HIDDEN = text(f"({HIDDEN_ROWS_PREDICATE})")
+
+
+def _hidden_condition(side: str, kind: str) -> ColumnElement[bool]:
+    """The rows a recall shows ("visible") or hides ("hidden"): system rows always, and legacy reminders
+    ("reminders"), every typed signal ("signals"), signals of :hidden_types ("types") or nothing more
+    ("system"), as resolvers.recall.filter_signals hides them from a page."""
+    system = M.c.role == literal_column("'system'")
+    types: BindParameter[Any] = bindparam("hidden_types", expanding=True)
+    if side == "visible":
+        shown: list[ColumnElement[bool]] = [M.c.role != literal_column("'system'")]
+        if kind == "reminders":
+            shown.append(M.c.legacy_reminder.is_(false()))
+        elif kind == "signals":
+            shown.append(M.c.signal_type.is_(None))
+        elif kind == "types":
+            # NOT IN is unknown for a NULL type: such rows are shown.
+            shown.append(or_(M.c.signal_type.is_(None), M.c.signal_type.not_in(types)))
+        return and_(*shown)
+    assert side == "hidden"
+    hidden: ColumnElement[bool] = system
+    if kind == "reminders":
+        hidden = or_(system, M.c.legacy_reminder.is_(true()))
+    elif kind == "signals":
+        hidden = or_(system, M.c.signal_type.is_not(None))
+    elif kind == "types":
+        hidden = or_(system, M.c.signal_type.in_(types))
+    # Both: the first lets the planner take the partial index, the second says which of its rows count.
+    return and_(_MAY_BE_HIDDEN, hidden)
 
 
 def _from_place(

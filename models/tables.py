@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, Column, Index, Integer, String, Text, literal_column
+from sqlalchemy import JSON, BigInteger, Boolean, Column, Index, Integer, String, Text, literal_column, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
 
@@ -69,6 +69,24 @@ class Message(SQLModel, table=True):
         default=False, sa_column=Column(Boolean, nullable=False, server_default="0")
     )
 
+
+# The rows a recall may hide (system rows, typed signals, legacy reminders). A page query that leaves
+# them out (recall's hideInPageQuery) counts what it leaves out along this partial index: as many
+# entries as the thread has such rows, not as it has rows. Queries must spell the predicate exactly as
+# the index does (literals, not parameters), or SQLite does not see that the index applies.
+HIDDEN_ROWS_PREDICATE = "role = 'system' OR signal_type IS NOT NULL OR legacy_reminder"
+Index(
+    "ix_messages_thread_hidden",
+    Message.__table__.c.thread_id,  # type: ignore[attr-defined]
+    Message.__table__.c.created_at,  # type: ignore[attr-defined]
+    Message.__table__.c.seq,  # type: ignore[attr-defined]
+    # What tells which of them a recall hides: the count reads the index alone.
+    Message.__table__.c.role,  # type: ignore[attr-defined]
+    Message.__table__.c.signal_type,  # type: ignore[attr-defined]
+    Message.__table__.c.legacy_reminder,  # type: ignore[attr-defined]
+    sqlite_where=text(HIDDEN_ROWS_PREDICATE),
+    postgresql_where=text(HIDDEN_ROWS_PREDICATE),
+)
 
 # PostgreSQL only: metadata filters are `content -> 'metadata' @> {...}` (exact JSON types), served by GIN.
 PG_ONLY_INDEXES = frozenset({"ix_messages_metadata"})

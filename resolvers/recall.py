@@ -71,6 +71,8 @@ class RecallArgs:
     # Cursors (resolvers.cursors): the page query reads only rows after / before these places.
     after: str | None = None
     before: str | None = None
+    # Hidden rows are left out by the page query itself, not from the page it read (beyond Mastra).
+    hide_in_page_query: bool | None = None
     # The thread (thread_id's) as this request already read it (Thread.recall): its owner is known, so
     # the ownership check does not read it again.
     thread: ThreadRecord | None = None
@@ -473,8 +475,8 @@ class _PageSpec:
 
     @property
     def batched(self) -> bool:
-        """Whether PageBatch reads this page: it reads pages of whole threads only."""
-        return self.query.after is None and self.query.before is None
+        """Whether PageBatch reads this page: it reads pages of whole threads, hidden rows and all."""
+        return self.query.after is None and self.query.before is None and self.query.hidden is None
 
 
 def _page_spec(args: RecallArgs, per_page: PerPage) -> _PageSpec:
@@ -497,6 +499,9 @@ def _page_spec(args: RecallArgs, per_page: PerPage) -> _PageSpec:
         metadata=metadata or {},
         after=after,
         before=before,
+        hidden=hidden_rows(args.hide_signals, args.include_system_reminders)
+        if args.hide_in_page_query
+        else None,
     )
     return _PageSpec(
         query=query,
@@ -567,6 +572,18 @@ def filter_signals(
     if not hidden:
         return messages
     return [m for m in messages if m.signal_type is None or m.signal_type not in hidden]
+
+
+def hidden_rows(
+    hide_signals: bool | Sequence[str] | None, include_system_reminders: bool | None
+) -> str | tuple[str, ...]:
+    """What filter_signals (and _merge, which drops system rows) hides, as the page query's `hidden`."""
+    if hide_signals is None:
+        return "system" if include_system_reminders else "reminders"
+    if hide_signals is True:
+        return "signals"
+    types = tuple(sorted(set(hide_signals))) if hide_signals is not False else ()
+    return types or "system"
 
 
 def validate_metadata_filter(metadata: Any) -> dict[str, Any] | None:

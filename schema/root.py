@@ -78,6 +78,7 @@ class Query(MemoryQuery):
         ] = UNSET,
         after: Annotated[str | None, recall_argument("after")] = UNSET,
         before: Annotated[str | None, recall_argument("before")] = UNSET,
+        hide_in_page_query: Annotated[bool | None, recall_argument("hide_in_page_query")] = UNSET,
     ) -> RecallResult:
         return await recall_field(
             info,
@@ -94,6 +95,7 @@ class Query(MemoryQuery):
             vector_search_string=vector_search_string,
             after=after,
             before=before,
+            hide_in_page_query=hide_in_page_query,
         )
 
     @strawberry.field(description="A thread by id (null when unknown or owned by another resource).")

@@ -321,6 +321,10 @@ RECALL_ARGUMENTS = {
     "after": "Keyset paging (beyond Mastra): the page query reads only messages after this cursor "
     "(Message.cursor, RecallResult.endCursor); total and hasMore count them. With orderBy ASC, the page "
     "right after it.",
+    "hide_in_page_query": "Opt-in (beyond Mastra): the page query itself leaves out the rows a recall hides "
+    "(system rows, and the signals or reminders hideSignals hides), so pages are full and total and hasMore "
+    "count only messages that can be returned. Default false: as in Mastra, they are removed from the page "
+    "after it is read, and a page may come back short or empty.",
     "before": "Keyset paging (beyond Mastra): the page query reads only messages before this cursor "
     "(Message.cursor, RecallResult.startCursor); total and hasMore count them. In the default order, the "
     "page right before it.",
@@ -347,6 +351,7 @@ async def recall_field(
     vector_search_string: str | None,
     after: str | None,
     before: str | None,
+    hide_in_page_query: bool | None,
     thread: ThreadRecord | None = None,
 ) -> RecallResult:
     """A recall, from the GraphQL arguments (each UNSET, null or given) to its result. `thread`: the
@@ -373,6 +378,7 @@ async def recall_field(
             vector_search_string=given(vector_search_string),
             after=given(after),
             before=given(before),
+            hide_in_page_query=given(hide_in_page_query),
             thread=thread,
         ),
         principal=info.context.principal,
@@ -489,6 +495,7 @@ class Thread:
         ] = strawberry.UNSET,
         after: Annotated[str | None, recall_argument("after")] = strawberry.UNSET,
         before: Annotated[str | None, recall_argument("before")] = strawberry.UNSET,
+        hide_in_page_query: Annotated[bool | None, recall_argument("hide_in_page_query")] = strawberry.UNSET,
     ) -> RecallResult | None:
         info.context.count_thread_recall()
         return await recall_field(
@@ -506,6 +513,7 @@ class Thread:
             vector_search_string=vector_search_string,
             after=after,
             before=before,
+            hide_in_page_query=hide_in_page_query,
             thread=self._record,
         )
 

@@ -233,6 +233,19 @@ async def test_keyset_paging_runs(tmp_path: Path) -> None:
     assert (tmp_path / "k.md").read_text() == out.rstrip("\n") + "\n"
 
 
+async def test_hidden_rows_runs(tmp_path: Path) -> None:
+    # The script itself checks that the page hidden in the page query is full and the other is not.
+    require(await postgres_available(), f"PostgreSQL is not reachable at {PG_ADMIN_DSN}")
+    out = run(
+        "hidden_rows.py",
+        *("--sizes", "200,400", "--calls", "4", "--rounds", "2", "--out", str(tmp_path / "h.md")),
+    )
+    rows = [
+        [cell.strip() for cell in line.split("|")[1:3]] for line in out.splitlines() if line.startswith("| ")
+    ]
+    assert rows[1:] == [[e, n] for e in ("sqlite", "postgres") for n in ("200", "400")], out
+
+
 async def test_tenant_recall_runs() -> None:
     # The script itself checks each scenario's answer (its page, its dated page, its include window).
     require(await postgres_available(), f"PostgreSQL is not reachable at {PG_ADMIN_DSN}")

@@ -626,3 +626,51 @@ async def test_cursors_are_conditions_on_the_page_query(
     middle = await between(low, high)
     assert not isinstance(middle, RecallQLError)
     assert middle.total == whole.total - totals[low][0] - totals[high][1] if low < high else middle.total == 0
+
+
+@settings(FUZZ, max_examples=max(1, EXAMPLES // 3))
+@given(scenario=scenarios, spec=arg_specs, per_page=st.integers(1, 5))
+async def test_hiding_in_the_page_query_returns_what_hiding_after_it_returns(
+    services: Services, scenario: Scenario, spec: ArgSpec, per_page: int
+) -> None:
+    """hideInPageQuery, under every filter and every way of hiding: perPage false returns the same
+    messages as without it, and total counts exactly those; pages walk them in order, each one full
+    but the last."""
+    world = await build_world(services, scenario)
+    base = replace(build_args(world, spec), include=None, thread_config=None, vector_search_string=None)
+    hidings: list[tuple[bool | Sequence[str] | None, bool | None]] = [
+        (None, spec.reminders),
+        (None, None),
+        (True, None),
+        (spec.signal_subset, spec.reminders),
+        (False, spec.reminders),
+    ]
+    for hide, reminders in hidings:
+        args = replace(base, hide_signals=hide, include_system_reminders=reminders, per_page=False, page=None)
+        after = await outcome(services, args)
+        within = await outcome(services, replace(args, hide_in_page_query=True))
+        if isinstance(after, RecallQLError):
+            assert isinstance(within, RecallQLError) and within.message == after.message
+            continue
+        assert not isinstance(within, RecallQLError), within
+        shown = [m.id for m in after.messages]
+        assert [m.id for m in within.messages] == shown
+        assert within.total == len(shown) and within.has_more is False
+        walked: list[str] = []
+        for page in range(len(shown) // per_page + 1):
+            got = await outcome(
+                services,
+                replace(
+                    args,
+                    hide_in_page_query=True,
+                    per_page=per_page,
+                    page=page,
+                    order_by=OrderBy("createdAt", "ASC"),
+                ),
+            )
+            assert not isinstance(got, RecallQLError), got
+            assert got.total == len(shown)
+            assert len(got.messages) == min(per_page, len(shown) - page * per_page)
+            assert got.has_more == ((page + 1) * per_page < len(shown))
+            walked.extend(m.id for m in got.messages)
+        assert walked == shown

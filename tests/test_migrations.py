@@ -16,6 +16,7 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 
 from models.db import create_engine
@@ -29,6 +30,11 @@ from tests.factories import msg, seed, t
 from tests.support import MODEL_DIR, PG_ADMIN_DSN, ServerProcess, postgres_available, require
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Every migration, oldest first.
+REVISIONS = tuple(
+    r.revision for r in reversed(list(ScriptDirectory.from_config(alembic_config()).walk_revisions()))
+)
 
 
 def _diff(connection: Connection) -> list[Any]:
@@ -196,7 +202,7 @@ async def test_a_migration_that_fails_half_way_leaves_nothing_behind(database_ur
         assert await _tables(database_url) == {"blocker"}
         await _execute(database_url, "DROP TABLE blocker")
         state = await upgrade(engine)
-        assert state.pending == ("0001", "0002", "0003")
+        assert state.pending == REVISIONS
         assert (await schema_state(engine)).at_head
     finally:
         await engine.dispose()
@@ -231,7 +237,7 @@ def test_processes_migrating_at_once_wait_for_each_other(tmp_path: Path) -> None
     outputs = [run.communicate(timeout=120) for run in runs]
     assert [run.returncode for run in runs] == [0] * 4, [err for _out, err in outputs]
     # Exactly one of them applied the migrations; the others waited and found nothing to do.
-    assert sorted(out.strip() for out, _err in outputs) == ["", "", "", "0001,0002,0003"]
+    assert sorted(out.strip() for out, _err in outputs) == ["", "", "", ",".join(REVISIONS)]
 
 
 async def test_a_current_schema_is_checked_without_waiting_for_writers(tmp_path: Path) -> None:
@@ -262,8 +268,8 @@ async def test_the_state_names_only_what_is_missing_and_leaves_a_newer_schema_al
         async with engine.begin() as conn:
             await conn.run_sync(_upgrade_to, "0002")
         # Every revision but the head used to be reported as pending, ancestors included.
-        assert (await schema_state(engine)).pending == ("0003",)
-        assert (await upgrade(engine)).pending == ("0003",)
+        assert (await schema_state(engine)).pending == REVISIONS[2:]
+        assert (await upgrade(engine)).pending == REVISIONS[2:]
         await _execute(database_url, "UPDATE alembic_version SET version_num = '0099'")
         state = await upgrade(engine)  # a newer RecallQL's schema: not an error, and not touched
         assert state.unknown == ("0099",) and state.pending == () and not state.at_head
@@ -296,12 +302,13 @@ def test_without_auto_migration_the_server_is_unready_until_migrated(tmp_path: P
         server.wait_ready(probe="/healthz")
         ready = httpx.get(f"{server.url}/readyz", timeout=10)
         assert ready.status_code == 503, ready.text
-        assert ready.json()["schema"] == "pending 0001, 0002, 0003"
+        assert ready.json()["schema"] == f"pending {', '.join(REVISIONS)}"
         assert (
             "RECALLQL_AUTO_MIGRATE is off and the database needs migration(s)" in server.log_path.read_text()
         )
         done = _migrate_command(data)
-        assert done.returncode == 0 and done.stdout.strip() == "applied 3 migration(s): 0001, 0002, 0003"
+        applied = f"applied {len(REVISIONS)} migration(s): {', '.join(REVISIONS)}"
+        assert done.returncode == 0 and done.stdout.strip() == applied
         ready = httpx.get(f"{server.url}/readyz", timeout=10)
         assert (ready.status_code, ready.json()["schema"]) == (200, "ok")
     finally:
