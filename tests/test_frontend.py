@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -12,8 +13,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from graphql import OperationDefinitionNode, parse, validate
+from graphql.execution.values import get_variable_values
 from starlette.testclient import TestClient
 
+from schema import build_schema
 from tests.support import REPO, ServerProcess, require
 from web import frontend
 from web.app import create_app
@@ -153,3 +157,27 @@ def test_build_script_fails_clearly_without_npm(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert "npm (Node.js >= 20) is required" in result.stderr
+
+
+def test_graphiql_examples_are_valid_queries() -> None:
+    """The tabs GraphiQL opens with (web/frontend/examples.js) parse and validate against the schema,
+    variables included: an example that the schema moved away from would greet people with an error."""
+    node = shutil.which("node")
+    require(node is not None, "Node.js is not installed")
+    assert node is not None
+    script = (
+        "import {DEFAULT_TABS} from './web/frontend/examples.js'; console.log(JSON.stringify(DEFAULT_TABS))"
+    )
+    done = subprocess.run(
+        [node, "--input-type=module", "-e", script], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    tabs = json.loads(done.stdout)
+    assert len(tabs) >= 5
+    schema = build_schema()._schema
+    for tab in tabs:
+        document = parse(tab["query"])
+        assert validate(schema, document) == [], tab["query"]
+        (operation,) = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
+        coerced = get_variable_values(schema, operation.variable_definitions, json.loads(tab["variables"]))
+        assert not isinstance(coerced, list), (coerced, tab["query"])  # a list: the errors

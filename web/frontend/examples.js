@@ -108,6 +108,34 @@ query FilteredWindow(
     ),
   },
   {
+    query: `# Scrolling back with cursors (beyond Mastra).
+# Run, then set "before" to the startCursor it
+# returned: the page before, however many
+# messages arrived meanwhile. hideInPageQuery:
+# signals are left out by the page query, so
+# pages are full and total counts what shows.
+query ScrollBack($threadId: ID!, $before: String) {
+  recall(
+    threadId: $threadId
+    perPage: 1
+    before: $before
+    hideSignals: {all: true}
+    hideInPageQuery: true
+  ) {
+    total
+    hasMore
+    startCursor
+    endCursor
+    messages {
+      cursor
+      ${MESSAGE_FIELDS}
+    }
+  }
+}
+`,
+    variables: JSON.stringify({ threadId: 't1', before: null }, null, 2),
+  },
+  {
     query: `# A resource's threads, newest first.
 query Threads($resourceId: String!) {
   threads(resourceId: $resourceId, perPage: 20) {
