@@ -1101,8 +1101,7 @@ class Repository:
     ) -> int:
         """How many rows a filter shape matches: without conditions beyond the thread (and resource),
         the maintained count; else a COUNT, cached under the thread's change counter."""
-        has_start, has_end, kinds, hidden, bounds = shape[1], shape[3], shape[5], shape[6], shape[7]
-        if not (has_start or has_end or kinds or hidden or bounds):
+        if not _conditioned(shape):
             return maintained
         key = ("count", shape, tuple(params.items()))
         with self._count_lock:
@@ -1111,6 +1110,7 @@ class Repository:
             return cached[1]
         if not scan:
             raise _NeedsWorker
+        hidden = shape[6]
         if hidden is not None and hidden[0] == "visible":
             # The rows shown are the rows less those hidden, which ix_messages_thread_hidden counts
             # without walking the rows shown.
@@ -1232,10 +1232,8 @@ class Repository:
         would: a page that would go past what is left is not read (None) and takes nothing."""
         if not queries:
             return []
-        if queries[0].after is not None or queries[0].before is not None or queries[0].hidden is not None:
-            raise ValueError(
-                "read_pages reads no pages between places or without hidden rows (read_page does)"
-            )
+        if queries[0].after is not None or queries[0].before is not None:
+            raise ValueError("read_pages reads no pages between places (read_page does)")
         shape, params = self._filter_params(queries[0])
         if any(replace(q, thread_id=queries[0].thread_id) != queries[0] for q in queries):
             raise ValueError("read_pages reads queries that differ only in their thread")
@@ -1307,11 +1305,23 @@ class Repository:
         for chunk in _slices([p["thread_id"] for p in per_thread]):
             for thread_id, count, version in conn.execute(stats, {"thread_ids": chunk, **resource}):
                 maintained[thread_id] = (int(count), int(version))
+        return self._many_rows(conn, shape, per_thread, maintained, scan=scan)
+
+    def _many_rows(
+        self,
+        conn: Connection,
+        shape: tuple[Any, ...],
+        per_thread: list[dict[str, Any]],
+        maintained: dict[str, tuple[int, int]],
+        *,
+        scan: bool,
+    ) -> dict[str, int]:
+        """_rows for several threads under one filter shape (without places), by thread id: the
+        counts not cached are counted in one statement (two, less one from the other, when hidden rows
+        are left out)."""
+        if not _conditioned(shape):
+            return {p["thread_id"]: maintained.get(p["thread_id"], (0, 0))[0] for p in per_thread}
         totals: dict[str, int] = {}
-        if q.date_range is None and not q.metadata:
-            for p in per_thread:
-                totals[p["thread_id"]] = maintained.get(p["thread_id"], (0, 0))[0]
-            return totals
         missing: list[dict[str, Any]] = []
         with self._count_lock:
             for p in per_thread:
@@ -1325,20 +1335,29 @@ class Repository:
             return totals
         if not scan:
             raise _NeedsWorker
-        count_key = ("count-many", shape)
-        count = self._statements.get(count_key)
-        if count is None:
-            thread_in = M.c.thread_id.in_(bindparam("thread_ids", expanding=True))
-            count = (
-                select(M.c.thread_id, func.count())
-                .where(*self._filter_conditions(shape, thread_in))
-                .group_by(M.c.thread_id)
+        hidden = shape[6]
+        if hidden is not None and hidden[0] == "visible":
+            every = [{k: v for k, v in p.items() if k != "hidden_types"} for p in missing]
+            counted = self._many_rows(conn, _with_hidden(shape, None), every, maintained, scan=scan)
+            gone = self._many_rows(
+                conn, _with_hidden(shape, ("hidden", hidden[1])), missing, maintained, scan=scan
             )
-            self._statements[count_key] = count
-        values = {k: v for k, v in missing[0].items() if k != "thread_id"}
-        counted: dict[str, int] = {}
-        for chunk in _slices([p["thread_id"] for p in missing]):
-            counted.update((t, int(n)) for t, n in conn.execute(count, {**values, "thread_ids": chunk}))
+            counted = {thread_id: n - gone[thread_id] for thread_id, n in counted.items()}
+        else:
+            count_key = ("count-many", shape)
+            count = self._statements.get(count_key)
+            if count is None:
+                thread_in = M.c.thread_id.in_(bindparam("thread_ids", expanding=True))
+                count = (
+                    select(M.c.thread_id, func.count())
+                    .where(*self._filter_conditions(shape, thread_in))
+                    .group_by(M.c.thread_id)
+                )
+                self._statements[count_key] = count
+            values = {k: v for k, v in missing[0].items() if k != "thread_id"}
+            counted = {}
+            for chunk in _slices([p["thread_id"] for p in missing]):
+                counted.update((t, int(n)) for t, n in conn.execute(count, {**values, "thread_ids": chunk}))
         fresh = []
         for p in missing:
             thread_id = p["thread_id"]
@@ -2113,6 +2132,13 @@ def _place_condition(op: str, name: str) -> ColumnElement[bool]:
         return and_(created >= at, or_(created > at, inserted >= seq))
     assert op == "lt"
     return and_(created <= at, or_(created < at, inserted < seq))
+
+
+def _conditioned(shape: tuple[Any, ...]) -> bool:
+    """Whether a filter shape has conditions beyond the thread and its resource, whose rows are
+    counted in thread_resources."""
+    _resource, has_start, _start_exclusive, has_end, _end_exclusive, kinds, hidden, bounds = shape
+    return bool(has_start or has_end or kinds or hidden or bounds)
 
 
 def _unplaced(shape: tuple[Any, ...], params: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:

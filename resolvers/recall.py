@@ -475,8 +475,8 @@ class _PageSpec:
 
     @property
     def batched(self) -> bool:
-        """Whether PageBatch reads this page: it reads pages of whole threads, hidden rows and all."""
-        return self.query.after is None and self.query.before is None and self.query.hidden is None
+        """Whether PageBatch reads this page: it reads no pages between places."""
+        return self.query.after is None and self.query.before is None
 
 
 def _page_spec(args: RecallArgs, per_page: PerPage) -> _PageSpec:

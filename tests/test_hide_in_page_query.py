@@ -11,9 +11,10 @@ import pytest
 from models.records import MessageQuery, MessageRecord
 from resolvers import cursors
 from resolvers.auth import OPEN
-from resolvers.context import Services
+from resolvers.context import RequestContext, Services
 from resolvers.messages import MessageInput
 from resolvers.recall import OrderBy, RecallArgs, RecallResult, filter_signals, hidden_rows
+from schema import build_schema
 from tests.factories import msg, seed
 from tests.support import Api, statements, text_message, uid
 
@@ -219,3 +220,32 @@ async def test_over_http(api: Api) -> None:
     older = await api.execute(RECALL, t=thread_id, hide=True, before=pushed["recall"]["startCursor"])
     assert [m["id"] for m in older["recall"]["messages"]] == [f"{thread_id}-0"]
     assert cursors.decode(pushed["recall"]["startCursor"], "before")  # a cursor as recall returns them
+
+
+async def test_a_listing_shows_each_threads_newest_message_in_one_batch(services: Services) -> None:
+    """A thread listing with each thread's last message as a preview: when the newest row is a signal,
+    Mastra's way gives an empty preview; in the page query it is the newest message that shows, and
+    the threads' pages are still read in one batch."""
+    threads = {f"t{n}": "r1" for n in range(4)}
+    await seed(
+        services,
+        *(msg(f"m{n}", thread=f"t{n}", at=1) for n in range(4)),
+        *(
+            msg(f"s{n}", thread=f"t{n}", at=2, role="signal", metadata={"signal": {"type": "state"}})
+            for n in range(4)
+        ),
+        threads=threads,
+    )
+    query = """query($pushed: Boolean) { threads(resourceId: "r1") { threads { id
+      recall(perPage: 1, hideSignals: {all: true}, hideInPageQuery: $pushed) { total messages { id } } }
+    } }"""
+    for pushed, preview, total in ((False, [], 2), (True, ["m"], 1)):
+        context = RequestContext(services=services, principal=OPEN)
+        result = await build_schema().execute(
+            query, variable_values={"pushed": pushed}, context_value=context
+        )
+        assert result.errors is None and result.data is not None
+        for thread in result.data["threads"]["threads"]:
+            n = thread["id"][1:]
+            assert thread["recall"] == {"total": total, "messages": [{"id": f"{p}{n}"} for p in preview]}
+        assert context.pages.batches == 1
