@@ -26,6 +26,7 @@ import pytest
 from gql import Client, GraphQLRequest
 from gql.transport.exceptions import TransportQueryError
 from gql.transport.httpx import HTTPXAsyncTransport
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import event
 
 if TYPE_CHECKING:
@@ -436,3 +437,21 @@ def statements(services: Services) -> Iterator[list[str]]:
     finally:
         for engine in engines:
             event.remove(engine, "before_cursor_execute", count)
+
+
+def metric_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """The samples of a /metrics page: (name, labels, value)."""
+    return [
+        (s.name, dict(s.labels), s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    ]
+
+
+def metric_value(text: str, name: str, **labels: str) -> float:
+    """The sum of the samples called `name` whose labels include `labels` (0 when there is none)."""
+    return sum(
+        v
+        for n, sample_labels, v in metric_samples(text)
+        if n == name and all(sample_labels.get(k) == want for k, want in labels.items())
+    )

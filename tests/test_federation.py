@@ -45,7 +45,6 @@ from graphql import (
     visit,
 )
 from graphql.language import Visitor
-from prometheus_client.parser import text_string_to_metric_families
 
 from resolvers.auth import OPEN, Principal
 from resolvers.context import RequestContext, Services
@@ -53,7 +52,7 @@ from schema import build_schema as build_recallql_schema
 from schema.build import SDL_PATH, SUBGRAPH_SDL_PATH, export_sdl, export_subgraph_sdl
 from schema.federation import ENTITY_TAG, FEDERATION_FIELDS, FEDERATION_VERSION
 from tests.factories import msg, seed
-from tests.support import REPO, require, running_server, statements, text_message, uid
+from tests.support import REPO, metric_value, require, running_server, statements, text_message, uid
 
 FEDERATION_DIR = REPO / "tests" / "federation"
 BUILT_IN_DIRECTIVES = {d.name for d in specified_directives} | {"oneOf"}
@@ -523,15 +522,6 @@ def gateway_process(
         process.stdout.close()
 
 
-def metric(text: str, name: str, **labels: str) -> float:
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
-    )
-
-
 def gql(url: str, query: str, **variables: Any) -> dict[str, Any]:
     body = httpx.post(f"{url}/graphql", json={"query": query, "variables": variables}, timeout=60).json()
     assert not body.get("errors"), body
@@ -662,10 +652,17 @@ def test_gateway_fetches_thirty_messages_in_one_entities_request(
     # ... which RecallQL counted as one _entities operation, read with one statement per table (the
     # messages, and their threads for threadResourceId).
     name = "recallql_graphql_operation_duration_seconds_count"
-    assert metric(after, name, root_fields="_entities") - metric(before, name, root_fields="_entities") == 1
+    assert (
+        metric_value(after, name, root_fields="_entities")
+        - metric_value(before, name, root_fields="_entities")
+        == 1
+    )
     selects = "recallql_db_statement_duration_seconds_count"
-    scrape = metric(before, selects, kind="select") - metric(first, selects, kind="select")
-    assert metric(after, selects, kind="select") - metric(before, selects, kind="select") - scrape == 2
+    scrape = metric_value(before, selects, kind="select") - metric_value(first, selects, kind="select")
+    assert (
+        metric_value(after, selects, kind="select") - metric_value(before, selects, kind="select") - scrape
+        == 2
+    )
 
 
 # The outcomes recallql_persisted_queries_total counts (web/persisted.py).
@@ -690,7 +687,10 @@ def test_a_gateway_sending_persisted_queries_sends_recallql_each_text_once(
             assert "errors" not in result, result
             assert result == gateway.query(query)  # as a gateway without APQ answers
             outcomes.append(
-                {o: metric(after, name, outcome=o) - metric(before, name, outcome=o) for o in OUTCOMES}
+                {
+                    o: metric_value(after, name, outcome=o) - metric_value(before, name, outcome=o)
+                    for o in OUTCOMES
+                }
             )
     # First the hash, unknown, then its text; the next time the hash alone.
     assert outcomes == [

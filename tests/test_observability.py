@@ -32,6 +32,8 @@ from tests.support import (
     REPO,
     ServerProcess,
     at,
+    metric_samples,
+    metric_value,
     postgres_available,
     require,
     running_server,
@@ -49,23 +51,6 @@ from web.observability import (
 CREATE = "mutation ObsCreate($i: CreateThreadInput!) { createThread(input: $i) { id } }"
 SAVE = "mutation ObsSave($m: [MessageInput!]!) { saveMessages(messages: $m) { messages { id } } }"
 RECALL = "query ObsRecall($t: ID!, $r: String) { recall(threadId: $t, resourceId: $r) { total } }"
-
-
-def metric_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
-    return [
-        (s.name, dict(s.labels), s.value)
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    ]
-
-
-def value(text: str, name: str, **labels: str) -> float:
-    """The sum of the samples called `name` whose labels include `labels` (0 when there is none)."""
-    return sum(
-        v
-        for n, sample_labels, v in metric_samples(text)
-        if n == name and all(sample_labels.get(k) == want for k, want in labels.items())
-    )
 
 
 async def gql(
@@ -104,7 +89,7 @@ async def test_metrics_grow_with_graphql_traffic(server: ServerProcess) -> None:
     after = response.text
 
     def grew(name: str, by: float = 1, **labels: str) -> None:
-        delta = value(after, name, **labels) - value(before, name, **labels)
+        delta = metric_value(after, name, **labels) - metric_value(before, name, **labels)
         assert delta >= by, f"{name}{labels} grew by {delta}, expected >= {by}"
 
     grew("recallql_http_requests_total", 8, method="POST", route="/graphql", status="200")
@@ -128,9 +113,9 @@ async def test_metrics_grow_with_graphql_traffic(server: ServerProcess) -> None:
     # The outbox backlog is read on each scrape.
     names = {n for n, _, _ in metric_samples(after)}
     assert "recallql_vector_outbox_backlog" in names
-    assert value(after, "recallql_vector_outbox_backlog") >= 0
+    assert metric_value(after, "recallql_vector_outbox_backlog") >= 0
     # Nothing client-controlled becomes an unbounded label: /metrics itself is counted under its route.
-    assert value(after, "recallql_http_requests_total", route="/metrics") >= 1
+    assert metric_value(after, "recallql_http_requests_total", route="/metrics") >= 1
 
 
 async def test_semantic_calls_are_timed(services: Services) -> None:

@@ -23,10 +23,9 @@ import pytest
 from resolvers.context import Services
 from schema.fastpath import FastPath
 from tests.factories import msg, seed
-from tests.support import ServerProcess, free_port, require, running_server, uid
+from tests.support import ServerProcess, free_port, metric_value, require, running_server, uid
 from tests.tcp_proxy import TcpProxy
 from tests.test_federation import FEDERATION_DIR, node_modules
-from tests.test_observability import value
 from tests.test_subscriptions import REDIS_URL, redis_available
 from web.app import create_app
 from web.persisted import NOT_FOUND_REFUSAL, PersistedQueries
@@ -215,7 +214,7 @@ async def test_each_outcome_is_counted_in_the_metrics(http: httpx.AsyncClient) -
 
     def grew(outcome: str) -> float:
         name = "recallql_persisted_queries_total"
-        return value(after, name, outcome=outcome) - value(before, name, outcome=outcome)
+        return metric_value(after, name, outcome=outcome) - metric_value(before, name, outcome=outcome)
 
     # The session's server is shared: other tests may add to these, never take away.
     grown = {outcome: grew(outcome) for outcome in ("not_found", "text", "found", "refused")}
@@ -263,7 +262,7 @@ async def test_a_server_with_persisted_queries_off_says_so(data_dir: Path) -> No
         plain = await post(http, {"query": text, "variables": {"r": "x"}})
         assert plain.json() == {"data": {"threads": {"total": 0, "threads": []}}}
         metrics = (await http.get("/metrics")).text
-        assert value(metrics, "recallql_persisted_queries_total", outcome="not_supported") == 2
+        assert metric_value(metrics, "recallql_persisted_queries_total", outcome="not_supported") == 2
 
 
 async def test_the_cache_keeps_the_texts_used_last_within_its_size(data_dir: Path) -> None:
