@@ -11,6 +11,8 @@ message runs --requests times, one after another, in --rounds rounds; prints the
 listing and its ratio to the nested field. The answers are checked equal (the same newest messages).
 
 - nested: one request, `threads { threads { ... recall(perPage: 1) { ... } } }`;
+- nested, hideInPageQuery: the same, with signals hidden in the page query (none are stored here: the
+  cost of the way, not of hiding);
 - threads, then aliases: the page of threads, then one request with a recall alias per thread;
 - threads, then one each: the page of threads, then one recall request per thread;
 - threads alone: the page of threads without messages (the floor).
@@ -64,9 +66,12 @@ SEARCH = (
 )
 
 
-def queries(search: bool) -> tuple[str, str, str]:
-    """The nested listing, the recall of one thread, and the recall arguments an alias repeats."""
+def queries(search: bool, hide: bool = False) -> tuple[str, str, str]:
+    """The nested listing, the recall of one thread, and the recall arguments an alias repeats; `hide`:
+    signals hidden in the page query (hideInPageQuery)."""
     args = f"perPage: 1, {SEARCH}" if search else "perPage: 1"
+    if hide:
+        args += ", hideSignals: {all: true}, hideInPageQuery: true"
     nested = THREADS % (", $s: String" if search else "", f"{THREAD_FIELDS} recall({args}) {{ {MESSAGE} }}")
     variables = "$t: ID!, $r: String, $s: String" if search else "$t: ID!, $r: String"
     recall = f"query({variables}) {{ recall(threadId: $t, resourceId: $r, {args}) {{ {MESSAGE} }} }}"
@@ -91,9 +96,14 @@ def ways(
     def text() -> dict[str, Any]:  # a search text no listing has asked for before (--search)
         return {"s": f"what did we say about message {next(texts)} of the trip?"} if search else {}
 
-    async def nested(http: httpx.AsyncClient) -> Listing:
-        data = await post(http, nested_query, r=resource, p=threads, **text())
+    async def nested(http: httpx.AsyncClient, query: str = nested_query) -> Listing:
+        data = await post(http, query, r=resource, p=threads, **text())
         return [(t["id"], t["recall"]) for t in data["threads"]["threads"]]
+
+    hidden_query = queries(search, hide=True)[0]
+
+    async def nested_hidden(http: httpx.AsyncClient) -> Listing:
+        return await nested(http, hidden_query)
 
     async def aliases(http: httpx.AsyncClient) -> Listing:
         ids = [t["id"] for t in (await post(http, ALONE, r=resource, p=threads))["threads"]["threads"]]
@@ -117,6 +127,7 @@ def ways(
 
     return {
         "nested": nested,
+        "nested, hideInPageQuery": nested_hidden,
         "threads, then aliases": aliases,
         "threads, then one each": one_each,
         "threads alone": alone,

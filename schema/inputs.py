@@ -10,8 +10,8 @@ from strawberry import UNSET
 
 from models.records import DateRange
 from resolvers.recall import IncludeItem
+from schema.enums import SignalType, SortDirection
 from schema.scalars import JSON, DateTime, PerPage, given
-from schema.types import SignalType, SortDirection
 
 
 @strawberry.enum(description="The field messages are ordered by.")

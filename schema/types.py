@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from enum import Enum
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import Annotated, Any
 
 import strawberry
 from strawberry.types import Info
@@ -12,42 +11,10 @@ from models.records import MessageRecord, ThreadRecord
 from resolvers import cursors
 from resolvers.context import RequestContext
 from resolvers.recall import OrderBy, RecallArgs
+from schema.enums import SIGNAL_TYPES_BY_VALUE, SignalType
 from schema.federation import ENTITY_TAG, message_reference, thread_reference
+from schema.inputs import HideSignalsInput, IncludeInput, MemoryConfigInput, MessageOrderBy, RecallFilter
 from schema.scalars import JSON, DateTime, PerPage, given
-
-if TYPE_CHECKING:
-    from schema.inputs import (
-        HideSignalsInput,
-        IncludeInput,
-        MemoryConfigInput,
-        MessageOrderBy,
-        RecallFilter,
-    )
-
-
-@strawberry.enum(description="The six stored signal types (exact strings, no aliasing).")
-class SignalType(Enum):
-    USER = strawberry.enum_value("user", description="Signals of type `user`.")
-    STATE = strawberry.enum_value("state", description="Signals of type `state`.")
-    REACTIVE = strawberry.enum_value("reactive", description="Signals of type `reactive`.")
-    NOTIFICATION = strawberry.enum_value("notification", description="Signals of type `notification`.")
-    USER_MESSAGE = strawberry.enum_value(
-        "user-message", description="Signals of type `user-message` (such as a `data-user-message` part)."
-    )
-    SYSTEM_REMINDER = strawberry.enum_value(
-        "system-reminder",
-        description="Signals of type `system-reminder`; also legacy system reminders of no other type.",
-    )
-
-
-# @strawberry.enum has replaced each member's EnumValueDefinition by its string (mypy sees the former).
-SIGNAL_TYPES_BY_VALUE: dict[str, SignalType] = {cast(str, member.value): member for member in SignalType}
-
-
-@strawberry.enum(description="Sort direction.")
-class SortDirection(Enum):
-    ASC = strawberry.enum_value("ASC", description="Ascending: oldest (smallest) first.")
-    DESC = strawberry.enum_value("DESC", description="Descending: newest (largest) first.")
 
 
 # ---------------------------------------------------------------------------------------------- parts
@@ -446,7 +413,7 @@ class Thread:
         self,
         info: Info[RequestContext, None],
         memory_config: Annotated[
-            Annotated[MemoryConfigInput, strawberry.lazy("schema.inputs")] | None,
+            MemoryConfigInput | None,
             strawberry.argument(description="Memory configuration for this read, over the server defaults."),
         ] = strawberry.UNSET,
     ) -> str | None:
@@ -473,21 +440,17 @@ class Thread:
         per_page: Annotated[PerPage | None, recall_argument("per_page")] = strawberry.UNSET,
         page: Annotated[int | None, recall_argument("page")] = strawberry.UNSET,
         include: Annotated[
-            list[Annotated[IncludeInput, strawberry.lazy("schema.inputs")]] | None,
+            list[IncludeInput] | None,
             recall_argument("include"),
         ] = strawberry.UNSET,
-        filter: Annotated[
-            Annotated[RecallFilter, strawberry.lazy("schema.inputs")] | None, recall_argument("filter")
-        ] = strawberry.UNSET,
-        order_by: Annotated[
-            Annotated[MessageOrderBy, strawberry.lazy("schema.inputs")] | None, recall_argument("order_by")
-        ] = strawberry.UNSET,
+        filter: Annotated[RecallFilter | None, recall_argument("filter")] = strawberry.UNSET,
+        order_by: Annotated[MessageOrderBy | None, recall_argument("order_by")] = strawberry.UNSET,
         hide_signals: Annotated[
-            Annotated[HideSignalsInput, strawberry.lazy("schema.inputs")] | None,
+            HideSignalsInput | None,
             recall_argument("hide_signals"),
         ] = strawberry.UNSET,
         thread_config: Annotated[
-            Annotated[MemoryConfigInput, strawberry.lazy("schema.inputs")] | None,
+            MemoryConfigInput | None,
             recall_argument("thread_config"),
         ] = strawberry.UNSET,
         vector_search_string: Annotated[
