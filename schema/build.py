@@ -218,6 +218,9 @@ FAST_NESTED_FIELDS = frozenset({("Thread", "recall")})
 
 class RecallQLSchema(FederatedSchema):
     fast_path: FastPath
+    # The validation rules beyond GraphQL's own (the depth, alias and literal limits; introspection when
+    # it is off): what a document must pass to run, and so to be kept as a persisted query.
+    limit_rules: tuple[type[ASTValidationRule], ...]
 
     def process_errors(
         self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None
@@ -361,6 +364,7 @@ def build_schema(
     # the same rules all the same.
     fast_rules = (*limit_rules, *([] if introspection else [NoSchemaIntrospectionCustomRule]))
     schema.max_entities = max_entities
+    schema.limit_rules = fast_rules
     schema.fast_path = FastPath(
         schema,
         root_fields=FAST_ROOT_FIELDS,

@@ -176,15 +176,22 @@ async def test_a_malformed_persisted_query_is_refused_with_a_code(
 
 
 async def test_only_documents_the_schema_validates_are_kept(http: httpx.AsyncClient) -> None:
-    for text in (
-        f"query {{ noSuchField }} # {uuid.uuid4().hex}",
-        f"query {{ threads(resourceId: 1) {{ total }} # {uuid.uuid4().hex}",  # does not parse
+    deep = "query { " + 'threads(resourceId: "r") { threads { ' * 7 + "id" + " } }" * 7 + " }"
+    aliased = "query { " + " ".join(f'a{n}: thread(id: "t") {{ id }}' for n in range(31)) + " }"
+    for text, refusal in (
+        (f"query {{ noSuchField }} # {uuid.uuid4().hex}", "GRAPHQL_VALIDATION_FAILED"),
+        (f"query {{ threads(resourceId: 1) {{ total }} # {uuid.uuid4().hex}", None),  # does not parse
+        # Valid, but over the server's depth or alias limit: it could never run.
+        (f"{deep} # {uuid.uuid4().hex}", "QUERY_TOO_COMPLEX"),
+        (f"{aliased} # {uuid.uuid4().hex}", "QUERY_TOO_COMPLEX"),
     ):
         answered = await post(http, {"query": text, "extensions": persisted(text)})
         assert answered.status_code in (200, 400)
-        assert answered.json()["errors"][0]["extensions"]["code"] == "GRAPHQL_VALIDATION_FAILED" or (
-            "Syntax Error" in answered.json()["errors"][0]["message"]
-        )
+        first = answered.json()["errors"][0]
+        if refusal is None:
+            assert "Syntax Error" in first["message"], first
+        else:
+            assert first["extensions"]["code"] == refusal, first
         # Its hash was not registered: garbage cannot push real queries out of the cache.
         missing = await post(http, {"extensions": persisted(text)})
         assert code(missing) == "PERSISTED_QUERY_NOT_FOUND"

@@ -553,14 +553,16 @@ async def test_pages_of_several_threads_read_as_each_alone(services: Services) -
             (0, []),
         ]
 
-    await compare()
-    await compare()  # the filtered counts now come from the cache
-    await services.messages.save(
-        [msg("t1-m7", thread="t1", at=9, metadata={"n": 1, "tag": "x"})], principal=OPEN
-    )
-    sizes["t1"] += 1
-    await compare()  # t1 changed: its cached counts are stale
-    alone.close()
+    try:
+        await compare()
+        await compare()  # the filtered counts now come from the cache
+        await services.messages.save(
+            [msg("t1-m7", thread="t1", at=9, metadata={"n": 1, "tag": "x"})], principal=OPEN
+        )
+        sizes["t1"] += 1
+        await compare()  # t1 changed: its cached counts are stale
+    finally:
+        alone.close()
 
     # A budget: the threads take their pages in the order asked while the rows fit; one that would go
     # past what is left is not read and takes nothing, and a smaller one after it may still fit.

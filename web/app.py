@@ -289,7 +289,10 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     persisted = (
         PersistedQueries(
             schema_documents(
-                schema._schema, max_tokens=settings.max_query_tokens, max_chars=settings.max_query_chars
+                schema._schema,
+                max_tokens=settings.max_query_tokens,
+                max_chars=settings.max_query_chars,
+                rules=schema.limit_rules,
             ),
             cache_chars=settings.persisted_queries_cache_chars,
             redis_url=settings.redis_url,

@@ -18,12 +18,12 @@ import hashlib
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from cachetools import LRUCache
-from graphql import GraphQLError, GraphQLSchema, parse, validate
+from graphql import ASTValidationRule, GraphQLError, GraphQLSchema, parse, specified_rules, validate
 
 from schema.build import query_too_long
 
@@ -159,9 +159,16 @@ def refusal_body(refusal: Refusal, extensions: dict[str, str]) -> dict[str, Any]
 
 
 def schema_documents(
-    schema: GraphQLSchema, *, max_tokens: int | None, max_chars: int | None
+    schema: GraphQLSchema,
+    *,
+    max_tokens: int | None,
+    max_chars: int | None,
+    rules: Sequence[type[ASTValidationRule]] = (),
 ) -> Callable[[str], bool]:
-    """Whether a text is a document this schema validates, under the server's size limits."""
+    """Whether a text is a document this schema validates, under the server's size limits and the
+    server's own validation `rules` (its depth and alias limits): a text that could never run is not
+    kept."""
+    all_rules = (*specified_rules, *rules)
 
     def valid(text: str) -> bool:
         if query_too_long(text, max_chars):
@@ -170,6 +177,6 @@ def schema_documents(
             document = parse(text, max_tokens=max_tokens)
         except GraphQLError:
             return False
-        return not validate(schema, document)
+        return not validate(schema, document, all_rules)
 
     return valid
