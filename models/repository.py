@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, NamedTuple, TypeAlias, TypeVar
 
 import orjson
 from sqlalchemy import (
@@ -191,6 +191,20 @@ class _NeedsWorker(Exception):
 
 
 # Per window: whether it reads neighbours after its target, whether its target is bound to a thread.
+class _FilterShape(NamedTuple):
+    """Which conditions a page query has, beside their values (the params): statements are built and
+    cached per shape, and counts cached per shape and values."""
+
+    resource: bool
+    has_start: bool
+    start_exclusive: bool
+    has_end: bool
+    end_exclusive: bool
+    kinds: tuple[str, ...]  # the metadata keys' JSON kinds (("jsonb",) on PostgreSQL)
+    hidden: tuple[str, str] | None  # ("visible" | "hidden", kind): see _hidden_condition
+    bounds: tuple[tuple[str, str], ...]  # (op, name) places: see _place_condition
+
+
 _WindowShape: TypeAlias = tuple[tuple[tuple[bool, bool], ...], bool]
 _WINDOW_SHAPES = 256  # statements kept; building one again costs up to tens of ms, once
 
@@ -894,7 +908,7 @@ class Repository:
             return and_(kind == "text", extracted == value)
         return and_(kind.in_(("integer", "real")), extracted == value)
 
-    def _filter_params(self, q: MessageQuery) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def _filter_params(self, q: MessageQuery) -> tuple[_FilterShape, dict[str, Any]]:
         """The filter's shape (which conditions, of which JSON types) and its parameter values.
         Statements are built once per shape and cached: building SQLAlchemy statements per request
         cost more than running them."""
@@ -933,7 +947,7 @@ class Repository:
         if q.before is not None:
             bounds += (("lt", "before"),)
             params["before_at"], params["before_seq"] = q.before
-        shape = (
+        shape = _FilterShape(
             bool(q.resource_id),
             dr is not None and dr.start is not None,
             dr is not None and dr.start_exclusive,
@@ -946,7 +960,7 @@ class Repository:
         return shape, params
 
     def _filter_conditions(
-        self, shape: tuple[Any, ...], thread: ColumnElement[bool] | None = None
+        self, shape: _FilterShape, thread: ColumnElement[bool] | None = None
     ) -> list[ColumnElement[bool]]:
         """The page query's WHERE: `thread` (default: thread_id = :thread_id), then the filter's."""
         has_resource, has_start, start_exclusive, has_end, end_exclusive, kinds, hidden, bounds = shape
@@ -985,7 +999,7 @@ class Repository:
         where.extend(_place_condition(op, name) for op, name in bounds)
         return where
 
-    def _page_template(self, shape: tuple[Any, ...], descending: bool) -> _AnySelect:
+    def _page_template(self, shape: _FilterShape, descending: bool) -> _AnySelect:
         key = ("page", shape, descending)
         stmt = self._statements.get(key)
         if stmt is None:
@@ -999,7 +1013,7 @@ class Repository:
             self._statements[key] = stmt
         return stmt
 
-    def _count_template(self, shape: tuple[Any, ...]) -> _AnySelect:
+    def _count_template(self, shape: _FilterShape) -> _AnySelect:
         key = ("count", shape)
         stmt = self._statements.get(key)
         if stmt is None:
@@ -1028,7 +1042,7 @@ class Repository:
         self,
         conn: Connection,
         q: MessageQuery,
-        shape: tuple[Any, ...],
+        shape: _FilterShape,
         params: dict[str, Any],
         *,
         scan: bool = True,
@@ -1044,7 +1058,7 @@ class Repository:
         self,
         conn: Connection,
         q: MessageQuery,
-        shape: tuple[Any, ...],
+        shape: _FilterShape,
         params: dict[str, Any],
         maintained: int,
         version: int,
@@ -1070,7 +1084,7 @@ class Repository:
 
     def _seed_place_count(
         self,
-        shape: tuple[Any, ...],
+        shape: _FilterShape,
         params: dict[str, Any],
         counts: tuple[int, int, int, int],
         rows: list[MessageRecord],
@@ -1092,7 +1106,7 @@ class Repository:
     def _rows(
         self,
         conn: Connection,
-        shape: tuple[Any, ...],
+        shape: _FilterShape,
         params: dict[str, Any],
         version: int,
         maintained: int,
@@ -1110,15 +1124,10 @@ class Repository:
             return cached[1]
         if not scan:
             raise _NeedsWorker
-        hidden = shape[6]
-        if hidden is not None and hidden[0] == "visible":
-            # The rows shown are the rows less those hidden, which ix_messages_thread_hidden counts
-            # without walking the rows shown.
-            every = {k: v for k, v in params.items() if k != "hidden_types"}
-            total = self._rows(conn, _with_hidden(shape, None), every, version, maintained, scan=scan)
-            total -= self._rows(
-                conn, _with_hidden(shape, ("hidden", hidden[1])), params, version, maintained, scan=scan
-            )
+        every = _every_part(shape)
+        if every is not None:
+            total = self._rows(conn, every, _every_values(params), version, maintained, scan=scan)
+            total -= self._rows(conn, _hidden_part(shape), params, version, maintained, scan=scan)
         else:
             total = int(conn.execute(self._count_template(shape), params).scalar_one())
         self._cache_counts([(key, (version, total, maintained))])
@@ -1145,8 +1154,7 @@ class Repository:
     def hidden_count_statement(self, q: MessageQuery) -> _AnySelect:
         """The count of the rows a query with `hidden` leaves out (for EXPLAIN in tests)."""
         shape, params = self._filter_params(q)
-        assert shape[6] is not None
-        return self._count_template(_with_hidden(shape, ("hidden", shape[6][1]))).params(**params)
+        return self._count_template(_hidden_part(shape)).params(**params)
 
     async def read_page(
         self,
@@ -1278,7 +1286,7 @@ class Repository:
         self,
         conn: Connection,
         q: MessageQuery,
-        shape: tuple[Any, ...],
+        shape: _FilterShape,
         per_thread: list[dict[str, Any]],
         *,
         scan: bool,
@@ -1310,7 +1318,7 @@ class Repository:
     def _many_rows(
         self,
         conn: Connection,
-        shape: tuple[Any, ...],
+        shape: _FilterShape,
         per_thread: list[dict[str, Any]],
         maintained: dict[str, tuple[int, int]],
         *,
@@ -1335,13 +1343,10 @@ class Repository:
             return totals
         if not scan:
             raise _NeedsWorker
-        hidden = shape[6]
-        if hidden is not None and hidden[0] == "visible":
-            every = [{k: v for k, v in p.items() if k != "hidden_types"} for p in missing]
-            counted = self._many_rows(conn, _with_hidden(shape, None), every, maintained, scan=scan)
-            gone = self._many_rows(
-                conn, _with_hidden(shape, ("hidden", hidden[1])), missing, maintained, scan=scan
-            )
+        every = _every_part(shape)
+        if every is not None:
+            counted = self._many_rows(conn, every, [_every_values(p) for p in missing], maintained, scan=scan)
+            gone = self._many_rows(conn, _hidden_part(shape), missing, maintained, scan=scan)
             counted = {thread_id: n - gone[thread_id] for thread_id, n in counted.items()}
         else:
             count_key = ("count-many", shape)
@@ -1370,7 +1375,7 @@ class Repository:
     def _pages(
         self,
         conn: Connection,
-        shape: tuple[Any, ...],
+        shape: _FilterShape,
         params: dict[str, Any],
         thread_ids: list[str],
         *,
@@ -1418,7 +1423,7 @@ class Repository:
     def _inline_page(
         self,
         q: MessageQuery,
-        shape: tuple[Any, ...],
+        shape: _FilterShape,
         params: dict[str, Any],
         *,
         limit: int | None,
@@ -2134,20 +2139,36 @@ def _place_condition(op: str, name: str) -> ColumnElement[bool]:
     return and_(created <= at, or_(created < at, inserted < seq))
 
 
-def _conditioned(shape: tuple[Any, ...]) -> bool:
+def _conditioned(shape: _FilterShape) -> bool:
     """Whether a filter shape has conditions beyond the thread and its resource, whose rows are
     counted in thread_resources."""
-    _resource, has_start, _start_exclusive, has_end, _end_exclusive, kinds, hidden, bounds = shape
-    return bool(has_start or has_end or kinds or hidden or bounds)
+    return bool(shape.has_start or shape.has_end or shape.kinds or shape.hidden or shape.bounds)
 
 
-def _unplaced(shape: tuple[Any, ...], params: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def _unplaced(shape: _FilterShape, params: dict[str, Any]) -> tuple[_FilterShape, dict[str, Any]]:
     """A filter shape and its values without their places."""
-    return (*shape[:-1], ()), {k: v for k, v in params.items() if not k.startswith(("after_", "before_"))}
+    unplaced = {k: v for k, v in params.items() if not k.startswith(("after_", "before_"))}
+    return shape._replace(bounds=()), unplaced
 
 
-def _with_hidden(shape: tuple[Any, ...], hidden: tuple[str, str] | None) -> tuple[Any, ...]:
-    return (*shape[:6], hidden, shape[7])
+def _every_part(shape: _FilterShape) -> _FilterShape | None:
+    """For a shape that leaves hidden rows out, the shape that leaves nothing out (None for any other):
+    its rows are counted as those (the maintained count, when nothing else filters) less the hidden
+    rows (_hidden_part, counted along ix_messages_thread_hidden without walking the rows shown)."""
+    if shape.hidden is None or shape.hidden[0] != "visible":
+        return None
+    return shape._replace(hidden=None)
+
+
+def _every_values(params: dict[str, Any]) -> dict[str, Any]:
+    """A shape's values for its _every_part."""
+    return {k: v for k, v in params.items() if k != "hidden_types"}
+
+
+def _hidden_part(shape: _FilterShape) -> _FilterShape:
+    """The shape of the rows a shape that leaves hidden rows out leaves out (same values)."""
+    assert shape.hidden is not None
+    return shape._replace(hidden=("hidden", shape.hidden[1]))
 
 
 # ix_messages_thread_hidden's predicate as its index spells it, in parentheses (it is an OR).
@@ -2183,10 +2204,10 @@ def _hidden_condition(side: str, kind: str) -> ColumnElement[bool]:
 
 
 def _from_place(
-    shape: tuple[Any, ...], params: dict[str, Any], place: tuple[int, int]
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    shape: _FilterShape, params: dict[str, Any], place: tuple[int, int]
+) -> tuple[_FilterShape, dict[str, Any]]:
     """A filter shape without places, and its values, narrowed to the rows at or after `place`."""
-    return (*shape[:-1], (("ge", "place"),)), {**params, "place_at": place[0], "place_seq": place[1]}
+    return shape._replace(bounds=(("ge", "place"),)), {**params, "place_at": place[0], "place_seq": place[1]}
 
 
 def _next_place(place: tuple[int, int]) -> tuple[int, int]:

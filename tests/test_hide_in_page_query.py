@@ -123,21 +123,19 @@ async def test_the_hidden_rows_are_counted_along_their_own_index(mixed: Services
     """The count of a page query that leaves hidden rows out is the thread's maintained count less the
     hidden rows', which ix_messages_thread_hidden holds: the thread's shown rows are never walked."""
     repo = mixed.repository
-    for hidden in ("system", "reminders", "signals", ("state",)):
+    ways: list[tuple[str | tuple[str, ...], dict[str, Any]]] = [
+        ("system", {"hide_signals": False}),
+        ("reminders", {"hide_signals": None}),
+        ("signals", {"hide_signals": True}),
+        (("state",), {"hide_signals": ["state"]}),
+    ]
+    for hidden, hiding in ways:
         plan = await repo.explain(repo.hidden_count_statement(MessageQuery(thread_id="t1", hidden=hidden)))
         assert "ix_messages_thread_hidden" in plan, (hidden, plan)
         with statements(mixed) as seen:
-            await recall(mixed, per_page=2, hide_in_page_query=True, **_hiding(hidden))
+            await recall(mixed, per_page=2, hide_in_page_query=True, **hiding)
         counts = [s for s in seen if "count(" in s.lower()]
         assert len(counts) == 1 and "legacy_reminder" in counts[0] and "system" in counts[0], seen
-
-
-def _hiding(hidden: str | tuple[str, ...]) -> dict[str, Any]:
-    return {
-        "system": {"hide_signals": False},
-        "reminders": {"hide_signals": None},
-        "signals": {"hide_signals": True},
-    }.get(hidden, {"hide_signals": list(hidden)})  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
