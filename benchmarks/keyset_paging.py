@@ -19,17 +19,12 @@ Depths and ways are timed in interleaved rounds. Writes a Markdown table to --ou
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import datetime as dt
-import os
-import platform
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 
-from scale_bench import big_thread, summary, timed  # this folder
+from scale_bench import big_thread, depth_main, machine  # this folder
 
 from models.records import MessageQuery
 from resolvers import cursors
@@ -92,23 +87,11 @@ def _reader(services: Services, calls: list[RecallArgs]) -> Callable[[], Awaitab
     return read
 
 
-async def run(kind: str, size: int, calls: int, rounds: int) -> dict[tuple[int, str], tuple[float, float]]:
-    async with loaded(kind, size, calls) as reads:
-        for fn in reads.values():  # warm-up, untimed
-            await timed(fn, max(5, calls // 10), [])
-        samples: dict[tuple[int, str], list[float]] = {}
-        for _ in range(rounds):
-            for key, fn in reads.items():
-                await timed(fn, max(1, calls // rounds), samples.setdefault(key, []))
-        return {key: summary(values) for key, values in samples.items()}
-
-
 def report(size: int, results: dict[str, dict[tuple[int, str], tuple[float, float]]]) -> str:
     lines = [
         f"# Keyset paging — {dt.date.today()}",
         "",
-        f"{platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"load average before: {os.getloadavg()[0]:.2f}",
+        machine(),
         "",
         f"In-process recall engine, one thread of {size:,} messages, pages of {PAGE} starting at a depth "
         "behind the newest message, each call a page not read before; p50 / p99 ms.",
@@ -126,26 +109,5 @@ def report(size: int, results: dict[str, dict[tuple[int, str], tuple[float, floa
     return "\n".join(lines) + "\n"
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size", type=int, default=1_000_000)
-    parser.add_argument("--engines", default="sqlite,postgres")
-    parser.add_argument("--calls", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=Path(__file__).resolve().parent / "results" / f"keyset-paging-{dt.date.today()}.md",
-    )
-    args = parser.parse_args()
-    results = {}
-    for kind in args.engines.split(","):
-        print(f"{kind} {args.size:,}...", file=sys.stderr, flush=True)
-        results[kind] = await run(kind, args.size, args.calls, args.rounds)
-    text = report(args.size, results)
-    print(text)
-    args.out.write_text(text)
-
-
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(depth_main(__doc__, "keyset-paging", 1_000_000, loaded, report))

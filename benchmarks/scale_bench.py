@@ -23,9 +23,10 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping
 from functools import partial
 from pathlib import Path
+from typing import Any, TypeVar
 
 from sqlalchemy import text
 
@@ -102,6 +103,73 @@ def summary(samples: list[float]) -> tuple[float, float]:
 
 
 Scenario = Callable[[], Awaitable[object]]
+Key = TypeVar("Key", bound=Hashable)
+Results = dict[Any, tuple[float, float]]  # (depth, way) -> (p50, p99) ms
+
+
+async def timed_rounds(
+    reads: Mapping[Key, Scenario], calls: int, rounds: int
+) -> dict[Key, tuple[float, float]]:
+    """p50 and p99 of each read: a warm-up, then `calls` calls each, interleaved in `rounds` rounds (the
+    machine drifts less within a round than across a run)."""
+    for fn in reads.values():  # warm-up, untimed
+        await timed(fn, max(5, calls // 10), [])
+    samples: dict[Key, list[float]] = {}
+    for _ in range(rounds):
+        for key, fn in reads.items():
+            await timed(fn, max(1, calls // rounds), samples.setdefault(key, []))
+    return {key: summary(values) for key, values in samples.items()}
+
+
+def machine() -> str:
+    """The line a report opens with: where it ran, and how busy the machine was."""
+    return (
+        f"{platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"load average before: {os.getloadavg()[0]:.2f}"
+    )
+
+
+async def depth_main(
+    doc: str,
+    name: str,
+    default_size: int,
+    loaded: Callable[[str, int, int], contextlib.AbstractAsyncContextManager[Mapping[Any, Scenario]]],
+    report: Callable[[int, dict[str, Results]], str],
+) -> None:
+    """The command line of a paging benchmark (keyset_paging.py, thread_paging.py): --size, --engines,
+    --calls, --rounds, --out (results/<name>-<date>.md); runs each engine and writes the report."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--size", type=int, default=default_size)
+    parser.add_argument("--engines", default="sqlite,postgres")
+    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(__file__).resolve().parent / "results" / f"{name}-{dt.date.today()}.md",
+    )
+    args = parser.parse_args()
+    results = {}
+    for kind in args.engines.split(","):
+        print(f"{kind} {args.size:,}...", file=sys.stderr, flush=True)
+        async with loaded(kind, args.size, args.calls) as reads:
+            results[kind] = await timed_rounds(reads, args.calls, args.rounds)
+    text = report(args.size, results)
+    print(text)
+    args.out.write_text(text)
+
+
+@contextlib.asynccontextmanager
+async def migrated(kind: str) -> AsyncIterator[tuple[Repository, Services]]:
+    """A fresh database of the engine, migrated, and the services on it; disposed of afterwards."""
+    async with database(kind) as url:
+        engine = create_engine(url)
+        try:
+            await upgrade(engine)
+            repo = Repository(engine)
+            yield repo, Services.build(repo, memory_defaults=dict(BUILTIN_DEFAULTS))
+        finally:
+            await engine.dispose()
 
 
 @contextlib.asynccontextmanager
@@ -110,25 +178,18 @@ async def big_thread(
 ) -> AsyncIterator[tuple[Repository, Services, str, float]]:
     """A database holding one thread of `size` messages (`make`'s), loaded through the repository;
     yields the repository, the services, the thread's id and the load rate (messages/s)."""
-    async with database(kind) as url:
-        engine = create_engine(url)
-        try:
-            await upgrade(engine)
-            repo = Repository(engine)
-            services = Services.build(repo, memory_defaults=dict(BUILTIN_DEFAULTS))
-            thread_id = "big"
-            await services.threads.create(resource_id="r1", thread_id=thread_id, principal=OPEN)
-            rate = await load(repo, thread_id, size, make)
-            async with engine.begin() as conn:
-                if kind == "postgres":
-                    await conn.execute(text("ANALYZE messages"))
-                else:
-                    # A bulk load leaves a WAL of the whole load behind; a running server checkpoints as
-                    # it goes, so measure the steady state.
-                    await conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
-            yield repo, services, thread_id, rate
-        finally:
-            await engine.dispose()
+    async with migrated(kind) as (repo, services):
+        thread_id = "big"
+        await services.threads.create(resource_id="r1", thread_id=thread_id, principal=OPEN)
+        rate = await load(repo, thread_id, size, make)
+        async with repo.engine.begin() as conn:
+            if kind == "postgres":
+                await conn.execute(text("ANALYZE messages"))
+            else:
+                # A bulk load leaves a WAL of the whole load behind; a running server checkpoints as
+                # it goes, so measure the steady state.
+                await conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
+        yield repo, services, thread_id, rate
 
 
 @contextlib.asynccontextmanager

@@ -333,6 +333,60 @@ class Repository:
         which orders "B", "_a" and "b" differently: the same ids would come back in another order."""
         return column.collate("C") if self.is_postgres else column
 
+    def thread_statements(
+        self,
+        order_field: str,
+        descending: bool,
+        *,
+        every_row: bool,
+        metadata: dict[str, Any] | None = None,
+        after: bool = False,
+        before: bool = False,
+    ) -> tuple[_AnySelect, _AnySelect]:
+        """A threads listing's page statement and its count, with the values as bind parameters
+        (:resource_id, :offset, :limit, :after_at, :after_id, ...; metadata's are bound in)."""
+        key = ("threads", order_field, descending, every_row, after, before)
+        cached = self._thread_statements.get(key) if not metadata else None
+        if cached is not None:
+            return cached
+        where: list[ColumnElement[bool]] = [T.c.resource_id == bindparam("resource_id")]
+        for name, value in (metadata or {}).items():
+            where.append(self._json_equals(T.c.metadata, name, value))
+        column = T.c.updated_at if order_field == "updatedAt" else T.c.created_at
+        tie = self._code_points(T.c.id)
+        order = (column.desc(), tie.desc()) if descending else (column.asc(), tie.asc())
+        # In a listing newest first, the threads after a place are the older ones.
+        if after:
+            where.append(self._thread_place_condition(column, "lt" if descending else "gt", "after"))
+        if before:
+            where.append(self._thread_place_condition(column, "gt" if descending else "lt", "before"))
+        count = select(func.count()).select_from(T).where(*where)
+        if every_row:  # counted first: an every-row read over max_rows reads nothing
+            page = select(T).where(*where).order_by(*order).offset(bindparam("offset"))
+        else:  # one statement: every row of the page carries the total
+            page = (
+                select(*T.c, count.scalar_subquery())
+                .where(*where)
+                .order_by(*order)
+                .offset(bindparam("offset"))
+                .limit(bindparam("limit"))
+            )
+        if not metadata:  # the common shape is built once; metadata filters vary too much to keep
+            self._thread_statements[key] = (page, count)
+        return page, count
+
+    def _thread_place_condition(self, column: ColumnElement[int], op: str, name: str) -> ColumnElement[bool]:
+        """A thread's place (`column`, id in code point order) strictly after (gt) or before (lt) the
+        place :<name>_at, :<name>_id. The time bound comes first and alone, so that both engines read it
+        as a range of the resource's index; the id only settles threads of the same instant."""
+        at: BindParameter[int] = bindparam(f"{name}_at")
+        tie = self._code_points(T.c.id)
+        thread_id: BindParameter[str] = bindparam(f"{name}_id")
+        if op == "gt":
+            return and_(column >= at, or_(column > at, tie > thread_id))
+        assert op == "lt"
+        return and_(column <= at, or_(column < at, tie < thread_id))
+
     def _upsert_messages(self, *, where: ColumnElement[bool] | None = None) -> Any:
         """INSERT ... ON CONFLICT (id) DO UPDATE of everything but createdAt: a re-saved message keeps
         its createdAt and its insertion sequence. `where` limits which existing rows may be replaced."""
@@ -439,36 +493,27 @@ class Repository:
         descending: bool,
         metadata: dict[str, Any] | None = None,
         max_rows: int | None = None,
+        after: tuple[int, str] | None = None,
+        before: tuple[int, str] | None = None,
     ) -> tuple[list[ThreadRecord], int]:
         """A page of a resource's threads and their total. With `max_rows`, an every-row read (limit
-        None) that counts more threads than that reads none (the caller refuses it on the total)."""
+        None) that counts more threads than that reads none (the caller refuses it on the total).
+        `after` and `before` are places in the listing's order, (the order field's value, thread id):
+        only threads strictly after or before them are read and counted (keyset paging)."""
         params: dict[str, Any] = {"resource_id": resource_id, "offset": min(offset, _SQL_INT_MAX)}
         if limit is not None:
             params["limit"] = min(limit, _SQL_INT_MAX)
-        key = ("threads", order_field, descending, limit is None)
-        cached = self._thread_statements.get(key) if not metadata else None
-        if cached is None:
-            where: list[ColumnElement[bool]] = [T.c.resource_id == bindparam("resource_id")]
-            for name, value in (metadata or {}).items():
-                where.append(self._json_equals(T.c.metadata, name, value))
-            column = T.c.updated_at if order_field == "updatedAt" else T.c.created_at
-            tie = self._code_points(T.c.id)
-            order = (column.desc(), tie.desc()) if descending else (column.asc(), tie.asc())
-            count = select(func.count()).select_from(T).where(*where)
-            if limit is None:  # counted first: an every-row read over max_rows reads nothing
-                page = select(T).where(*where).order_by(*order).offset(bindparam("offset"))
-            else:  # one statement: every row of the page carries the total
-                page = (
-                    select(*T.c, count.scalar_subquery())
-                    .where(*where)
-                    .order_by(*order)
-                    .offset(bindparam("offset"))
-                    .limit(bindparam("limit"))
-                )
-            cached = (page, count)
-            if not metadata:  # the common shape is built once; metadata filters vary too much to keep
-                self._thread_statements[key] = cached
-        stmt, count = cached
+        for name, place in (("after", after), ("before", before)):
+            if place is not None:
+                params[f"{name}_at"], params[f"{name}_id"] = place
+        stmt, count = self.thread_statements(
+            order_field,
+            descending,
+            every_row=limit is None,
+            metadata=metadata,
+            after=after is not None,
+            before=before is not None,
+        )
 
         def read(conn: Connection) -> tuple[int, Sequence[Any]]:
             if limit is not None:

@@ -33,8 +33,10 @@ class Resource(SQLModel, table=True):
 class Thread(SQLModel, table=True):
     __tablename__ = "threads"
     __table_args__ = (
-        Index("ix_threads_resource_created", "resource_id", "created_at"),
-        Index("ix_threads_resource_updated", "resource_id", "updated_at"),
+        # The id ends each: a listing's order and a keyset page's bound are (time, id), read from the
+        # index alone (migration 0005).
+        Index("ix_threads_resource_created", "resource_id", "created_at", "id"),
+        Index("ix_threads_resource_updated", "resource_id", "updated_at", "id"),
     )
 
     id: str = Field(sa_column=Column(String, primary_key=True))

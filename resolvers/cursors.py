@@ -13,7 +13,7 @@ import binascii
 import re
 
 from models.records import MAX_MS, MIN_MS
-from resolvers.errors import BadUserInput
+from resolvers.errors import MAX_ID_BYTES, BadUserInput
 
 _PLACE = re.compile(r"(-?[0-9]{1,15}):([0-9]{1,19})")
 _SEQ_MAX = 2**63 - 1
@@ -52,3 +52,59 @@ def _decoded(cursor: str) -> Place | None:
     if not MIN_MS <= created_at <= MAX_MS or seq > _SEQ_MAX:
         return None
     return created_at, seq
+
+
+# ------------------------------------------------------------------------------------- thread cursors
+# A thread's place in a listing: the value of the field the listing is ordered by, then the thread id
+# (in code point order, the listing's tie-break). The field is part of the cursor, because the place of
+# a thread in createdAt order says nothing of its place in updatedAt order; the direction is not, so a
+# cursor is a place in either direction of its field's order.
+THREAD_ORDER_FIELDS = {"createdAt": "c", "updatedAt": "u"}
+_FIELD_OF_TAG = {tag: name for name, tag in THREAD_ORDER_FIELDS.items()}
+_THREAD_PLACE = re.compile(r"([cu]):(-?[0-9]{1,15}):(.+)", re.DOTALL)
+# An id of MAX_ID_BYTES bytes and the longest time and field tag, encoded: (1024 + 19) * 4 / 3 characters.
+_MAX_THREAD_CHARS = 1400
+
+ThreadPlace = tuple[int, str]
+
+
+def encode_thread(order_field: str, at: int, thread_id: str) -> str:
+    text = f"{THREAD_ORDER_FIELDS[order_field]}:{at}:{thread_id}"
+    return base64.urlsafe_b64encode(text.encode()).rstrip(b"=").decode()
+
+
+def decode_thread(cursor: str, argument: str, order_field: str) -> ThreadPlace:
+    """The place a thread cursor names in a listing ordered by `order_field`: BAD_USER_INPUT for
+    anything this server did not write, and for a cursor of the other field's order (a place in
+    createdAt order is no place in updatedAt order)."""
+    decoded = _decoded_thread(cursor) if len(cursor) <= _MAX_THREAD_CHARS else None
+    if decoded is None or encode_thread(*decoded) != cursor:
+        raise BadUserInput(
+            f"{argument} is not a threads cursor: pass a ThreadPage.startCursor or ThreadPage.endCursor "
+            "as it was returned.",
+            argument=argument,
+        )
+    field, at, thread_id = decoded
+    if field != order_field:
+        raise BadUserInput(
+            f"{argument} is a cursor of a listing ordered by {field}, and this listing is ordered by "
+            f"{order_field}: a cursor is a place in its own order only.",
+            argument=argument,
+        )
+    return at, thread_id
+
+
+def _decoded_thread(cursor: str) -> tuple[str, int, str] | None:
+    try:
+        raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
+        text = raw.decode()  # strict: no stored id holds a lone surrogate
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return None
+    match = _THREAD_PLACE.fullmatch(text)
+    if match is None:
+        return None
+    at, thread_id = int(match[2]), match[3]
+    # No stored id holds U+0000 (PostgreSQL refuses it in text, so it must not reach a statement).
+    if not MIN_MS <= at <= MAX_MS or len(thread_id.encode()) > MAX_ID_BYTES or "\x00" in thread_id:
+        return None
+    return _FIELD_OF_TAG[match[1]], at, thread_id

@@ -12,6 +12,7 @@ import orjson
 
 from models.records import MessageRecord, ThreadRecord
 from models.repository import CloneTooLarge, Repository, RowConflict
+from resolvers import cursors
 from resolvers.auth import Principal
 from resolvers.budget import RowBudget
 from resolvers.clock import now_ms, to_iso
@@ -42,6 +43,14 @@ class ThreadPage:
     page: int
     per_page: int | Literal[False]
     has_more: bool
+    # Keyset paging (resolvers.cursors): the places of the page's first and last threads, as listed.
+    start_cursor: str | None = None
+    end_cursor: str | None = None
+
+
+def _thread_cursor(thread: ThreadRecord, order_field: str) -> str:
+    at = thread.updated_at if order_field == "updatedAt" else thread.created_at
+    return cursors.encode_thread(order_field, at, thread.id)
 
 
 @dataclass(slots=True)
@@ -161,9 +170,15 @@ class ThreadService:
         metadata: Any = None,
         principal: Principal,
         budget: RowBudget | None = None,
+        after: str | None = None,
+        before: str | None = None,
     ) -> ThreadPage:
-        """`budget`: the rows the request may still read (resolvers.budget)."""
+        """`budget`: the rows the request may still read (resolvers.budget). `after` and `before` are
+        cursors (ThreadPage.startCursor, endCursor): places in the listing's order, as Relay's are; the
+        page is read, counted and offset among the threads strictly between them."""
         principal.require(resource_id)
+        after_place = cursors.decode_thread(after, "after", order_field) if after is not None else None
+        before_place = cursors.decode_thread(before, "before", order_field) if before is not None else None
         if page < 0:
             raise BadUserInput("page must be >= 0")
         if per_page is not False and per_page < 0:
@@ -190,6 +205,8 @@ class ThreadService:
                 descending=descending,
                 metadata=filters,
                 max_rows=budget.cap(all_rows),  # counted first: over it, nothing is read
+                after=after_place,
+                before=before_place,
             )
             if all_rows is not None and total > all_rows:
                 raise BadUserInput(
@@ -203,7 +220,11 @@ class ThreadService:
             rows = total if limit is None else len(threads)
             budget.spend(rows, "this threads listing")
         has_more = per_page is not False and offset + per_page < total
-        return ThreadPage(threads, total, page, per_page, has_more)
+        result = ThreadPage(threads, total, page, per_page, has_more)
+        if threads:
+            result.start_cursor = _thread_cursor(threads[0], order_field)
+            result.end_cursor = _thread_cursor(threads[-1], order_field)
+        return result
 
     async def delete(self, thread_id: str, resource_id: str | None = None, *, principal: Principal) -> bool:
         """Deletes the thread, its messages and (through the outbox) their vectors. An unknown id is a

@@ -47,7 +47,14 @@ THREADS_PER_PAGE = PerPage(100)
 
 
 async def thread_page(
-    info: Ctx, resource_id: str, page: int, per_page: object, order_by: Any, metadata: Any
+    info: Ctx,
+    resource_id: str,
+    page: int,
+    per_page: object,
+    order_by: Any,
+    metadata: Any,
+    after: str | None = None,
+    before: str | None = None,
 ) -> ThreadPage:
     """A page of a resource's threads: Query.threads and Resource.threads."""
     order = given(order_by)
@@ -60,6 +67,8 @@ async def thread_page(
         metadata=given(metadata),
         principal=info.context.principal,
         budget=info.context.rows,
+        after=given(after),
+        before=given(before),
     )
     return ThreadPage(
         threads=[Thread(_record=t) for t in result.threads],
@@ -67,7 +76,20 @@ async def thread_page(
         page=result.page,
         per_page=PerPage(result.per_page),
         has_more=result.has_more,
+        start_cursor=result.start_cursor,
+        end_cursor=result.end_cursor,
     )
+
+
+# Query.threads' and Resource.threads' cursor arguments, described once.
+THREADS_AFTER = (
+    "Keyset paging (beyond Mastra): only the threads after this cursor in the listing's order "
+    "(ThreadPage.endCursor: newest first, the older ones), counted by total and hasMore."
+)
+THREADS_BEFORE = (
+    "Keyset paging (beyond Mastra): only the threads before this cursor in the listing's order "
+    "(ThreadPage.startCursor), counted by total and hasMore; the page is the first of them."
+)
 
 
 # ---------------------------------------------------------------------------------------------- types
@@ -141,8 +163,10 @@ class Resource:
         per_page: Annotated[PerPage, _arg("Page size (default 100); false returns all.")] = THREADS_PER_PAGE,
         order_by: Annotated[ThreadOrderBy | None, _arg("Ordering (default createdAt DESC).")] = UNSET,
         metadata: Annotated[JSON | None, _arg("Exact-type equality on thread metadata keys.")] = UNSET,
+        after: Annotated[str | None, _arg(THREADS_AFTER)] = UNSET,
+        before: Annotated[str | None, _arg(THREADS_BEFORE)] = UNSET,
     ) -> ThreadPage:
-        return await thread_page(info, self._record.id, page, per_page, order_by, metadata)
+        return await thread_page(info, self._record.id, page, per_page, order_by, metadata, after, before)
 
 
 @strawberry.type(description="The working memory an update left in its scope.")

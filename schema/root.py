@@ -24,7 +24,14 @@ from schema.inputs import (
     UpdateThreadInput,
     given,
 )
-from schema.memory import THREADS_PER_PAGE, MemoryMutation, MemoryQuery, thread_page
+from schema.memory import (
+    THREADS_AFTER,
+    THREADS_BEFORE,
+    THREADS_PER_PAGE,
+    MemoryMutation,
+    MemoryQuery,
+    thread_page,
+)
 from schema.scalars import JSON, PerPage
 from schema.types import (
     Message,
@@ -119,8 +126,10 @@ class Query(MemoryQuery):
         per_page: Annotated[PerPage, _arg("Page size (default 100); false returns all.")] = THREADS_PER_PAGE,
         order_by: Annotated[ThreadOrderBy | None, _arg("Ordering (default createdAt DESC).")] = UNSET,
         metadata: Annotated[JSON | None, _arg("Exact-type equality on thread metadata keys.")] = UNSET,
+        after: Annotated[str | None, _arg(THREADS_AFTER)] = UNSET,
+        before: Annotated[str | None, _arg(THREADS_BEFORE)] = UNSET,
     ) -> ThreadPage:
-        return await thread_page(info, resource_id, page, per_page, order_by, metadata)
+        return await thread_page(info, resource_id, page, per_page, order_by, metadata, after, before)
 
     @strawberry.field(description="Messages by id (null for unknown ids), batched.")
     async def messages(

@@ -488,6 +488,15 @@ class ThreadPage:
     page: int = strawberry.field(description="The page argument, echoed.")
     per_page: PerPage = strawberry.field(description="The page size, or false.")
     has_more: bool = strawberry.field(description="Whether a further page exists.")
+    start_cursor: str | None = strawberry.field(
+        description="The cursor of the page's first thread, for `before`. Null when the page is empty.",
+        default=None,
+    )
+    end_cursor: str | None = strawberry.field(
+        description="The cursor of the page's last thread, for `after`: the next page. Null when the page "
+        "is empty.",
+        default=None,
+    )
 
 
 @strawberry.type(description="The result of saveMessages.")

@@ -239,6 +239,20 @@ async def test_keyset_paging_runs(tmp_path: Path) -> None:
     assert (tmp_path / "k.md").read_text() == out.rstrip("\n") + "\n"
 
 
+async def test_thread_paging_runs(tmp_path: Path) -> None:
+    # The script itself checks that a page by offset and by cursor hold the same threads, at every depth.
+    require(await postgres_available(), f"PostgreSQL is not reachable at {PG_ADMIN_DSN}")
+    out = run(
+        "thread_paging.py",
+        *("--size", "2400", "--calls", "4", "--rounds", "2", "--out", str(tmp_path / "t.md")),
+    )
+    rows = [
+        [cell.strip() for cell in line.split("|")[1:3]] for line in out.splitlines() if line.startswith("| ")
+    ]
+    assert rows[1:] == [[e, d] for e in ("sqlite", "postgres") for d in ("0", "1,000", "1,200")], out
+    assert (tmp_path / "t.md").read_text() == out.rstrip("\n") + "\n"
+
+
 async def test_hidden_rows_runs(tmp_path: Path) -> None:
     # The script itself checks that the page hidden in the page query is full and the other is not.
     require(await postgres_available(), f"PostgreSQL is not reachable at {PG_ADMIN_DSN}")
