@@ -354,3 +354,30 @@ async def test_graphiql_loads_the_schema_once_a_token_is_given(tab: Tab, tmp_pat
         await docs.get_by_role("link", name="Query").first.wait_for()
     finally:
         server.stop()
+
+
+async def test_explorer_loads_more_threads_by_cursor(tab: Tab, server: ServerProcess) -> None:
+    """The explorer lists 50 threads, then the next ones: a thread created meanwhile (which would push an
+    offset page down by one) neither repeats a thread shown nor hides one."""
+    page = tab.page
+    api = Api(server.url)
+    resource = uid("res")
+    create = "mutation ($input: CreateThreadInput!) { createThread(input: $input) { id } }"
+    ids = [f"{resource}-{n:02d}" for n in range(55)]
+    for n, thread_id in enumerate(ids):
+        await api.execute(create, input={"id": thread_id, "resourceId": resource, "createdAt": at(n)})
+
+    await page.goto(f"{server.url}/")
+    await page.get_by_label("Resource id").fill(resource)
+    await page.get_by_label("Resource id").press("Enter")
+    listed = page.locator("#threads button[data-thread-id]")
+    await listed.nth(49).wait_for()
+    assert await page.locator("#threads-status").inner_text() == "50 of 55 threads"
+
+    await api.execute(create, input={"id": f"{resource}-new", "resourceId": resource, "createdAt": at(99)})
+    await page.get_by_role("button", name="Load more threads").click()
+    await listed.nth(54).wait_for()
+    shown = await listed.evaluate_all("els => els.map(e => e.dataset.threadId)")
+    assert shown == ids[::-1]  # newest first, each once, the new one above what was shown
+    assert await page.locator("#threads-status").inner_text() == "55 of 55 threads"
+    assert await page.get_by_role("button", name="Load more threads").is_hidden()

@@ -136,16 +136,18 @@ query ScrollBack($threadId: ID!, $before: String) {
     variables: JSON.stringify({ threadId: 't1', before: null }, null, 2),
   },
   {
-    query: `# A resource's threads, newest first.
-query Threads($resourceId: String!) {
-  threads(resourceId: $resourceId, perPage: 20) {
+    query: `# A resource's threads, most recently active first. For the next page, pass endCursor as $after:
+# a cursor, unlike page, does not show a thread again when another one moves to the top meanwhile.
+query Threads($resourceId: String!, $after: String) {
+  threads(resourceId: $resourceId, perPage: 20, orderBy: {field: UPDATED_AT}, after: $after) {
     total
     hasMore
+    endCursor
     threads { id title createdAt updatedAt metadata }
   }
 }
 `,
-    variables: JSON.stringify({ resourceId: 'alice' }, null, 2),
+    variables: JSON.stringify({ resourceId: 'alice', after: null }, null, 2),
   },
 
 ];

@@ -108,9 +108,10 @@
       }
     }`;
 
-  const THREADS_QUERY = `query ExplorerThreads($resourceId: String!, $page: Int!, $perPage: PerPage!) {
-  threads(resourceId: $resourceId, page: $page, perPage: $perPage) {
-    total hasMore
+  // Paged by cursor: a thread created while the list is open does not push one already shown onto the next page.
+  const THREADS_QUERY = `query ExplorerThreads($resourceId: String!, $after: String, $perPage: PerPage!) {
+  threads(resourceId: $resourceId, after: $after, perPage: $perPage) {
+    total hasMore endCursor
     threads {
       id title createdAt updatedAt
       recall(perPage: 1, hideSignals: {all: true}) {
@@ -158,7 +159,7 @@
   // ------------------------------------------------------------------------------------ state
   const state = {
     resourceId: '',
-    threadsPage: 0,
+    threadsAfter: null,
     threadId: '',
     recallPage: 0,
     lastRecall: null,
@@ -295,7 +296,7 @@
   // ------------------------------------------------------------------------------------ threads
   async function loadResource(resourceId, { keepThread = false } = {}) {
     state.resourceId = resourceId;
-    state.threadsPage = 0;
+    state.threadsAfter = null;
     if (!keepThread) {
       state.threadId = '';
       showThread(null);
@@ -315,18 +316,22 @@
     try {
       const data = await gql(THREADS_QUERY, {
         resourceId: state.resourceId,
-        page: state.threadsPage,
+        after: state.threadsAfter,
         perPage: THREADS_PER_PAGE,
       });
       clearError();
       const page = data.threads;
       if (page.threads.length) rememberResource(state.resourceId);
       for (const thread of page.threads) $('#threads').append(renderThreadItem(thread));
-      $('#threads-count').textContent = `(${page.total})`;
-      status.textContent = page.total
-        ? `${$$('#threads li').length} of ${page.total} thread${page.total === 1 ? '' : 's'}`
+      // total counts this page and those after it; the ones shown before it come on top.
+      const shown = $$('#threads li').length;
+      const total = shown - page.threads.length + page.total;
+      $('#threads-count').textContent = `(${total})`;
+      status.textContent = total
+        ? `${shown} of ${total} thread${total === 1 ? '' : 's'}`
         : `No threads for resource “${state.resourceId}”.`;
       $('#threads-more').hidden = !page.hasMore;
+      if (page.endCursor) state.threadsAfter = page.endCursor;
       markCurrentThread();
     } catch (err) {
       status.textContent = 'Could not load the threads.';
@@ -758,10 +763,7 @@
       const id = $('#resource-id').value.trim();
       if (id) loadResource(id);
     });
-    $('#threads-more').addEventListener('click', () => {
-      state.threadsPage += 1;
-      loadThreads();
-    });
+    $('#threads-more').addEventListener('click', loadThreads);
     $('#show-hidden').addEventListener('change', (event) => {
       $('#thread-messages').classList.toggle('hide-hidden', !event.target.checked);
       const status = $('#thread-status');
