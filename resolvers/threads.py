@@ -177,8 +177,6 @@ class ThreadService:
         cursors (ThreadPage.startCursor, endCursor): places in the listing's order, as Relay's are; the
         page is read, counted and offset among the threads strictly between them."""
         principal.require(resource_id)
-        after_place = cursors.decode_thread(after, "after", order_field) if after is not None else None
-        before_place = cursors.decode_thread(before, "before", order_field) if before is not None else None
         if page < 0:
             raise BadUserInput("page must be >= 0")
         if per_page is not False and per_page < 0:
@@ -192,6 +190,9 @@ class ThreadService:
         if per_page is False and page != 0:
             raise BadUserInput("page must be 0 when perPage is false")
         filters = validate_metadata_filter(metadata)
+        # After Mastra's own checks, as recall's cursors are.
+        after_place = cursors.decode_thread(after, "after", order_field) if after is not None else None
+        before_place = cursors.decode_thread(before, "before", order_field) if before is not None else None
         offset = 0 if per_page is False else page * per_page
         limit = None if per_page is False else per_page
         budget = budget if budget is not None else RowBudget(None)

@@ -237,6 +237,9 @@ async def test_without_cursors_nothing_changes(
 async def test_a_cursor_is_checked_before_anything_is_read(services: Services) -> None:
     with pytest.raises(BadUserInput, match="after is not a threads cursor"):
         await services.threads.list("r1", after="B", principal=OPEN)
+    # Mastra's own checks come first: the page's.
+    with pytest.raises(BadUserInput, match="page must be >= 0"):
+        await services.threads.list("r1", page=-1, after="B", principal=OPEN)
     by_created = cursors.encode_thread("createdAt", 0, "B")
     with pytest.raises(
         BadUserInput, match="listing ordered by createdAt, and this listing is ordered by updatedAt"
