@@ -342,10 +342,12 @@ class Repository:
         metadata: dict[str, Any] | None = None,
         after: bool = False,
         before: bool = False,
+        counted: bool = True,
     ) -> tuple[_AnySelect, _AnySelect]:
         """A threads listing's page statement and its count, with the values as bind parameters
-        (:resource_id, :offset, :limit, :after_at, :after_id, ...; metadata's are bound in)."""
-        key = ("threads", order_field, descending, every_row, after, before)
+        (:resource_id, :offset, :limit, :after_at, :after_id, ...; metadata's are bound in). A page of a
+        `limit` carries the total in every row, unless not `counted`."""
+        key = ("threads", order_field, descending, every_row, after, before, counted)
         cached = self._thread_statements.get(key) if not metadata else None
         if cached is not None:
             return cached
@@ -363,6 +365,9 @@ class Repository:
         count = select(func.count()).select_from(T).where(*where)
         if every_row:  # counted first: an every-row read over max_rows reads nothing
             page = select(T).where(*where).order_by(*order).offset(bindparam("offset"))
+        elif not counted:  # the page and the thread after it, if any
+            page = select(T).where(*where).order_by(*order).offset(bindparam("offset"))
+            page = page.limit(bindparam("limit"))
         else:  # one statement: every row of the page carries the total
             page = (
                 select(*T.c, count.scalar_subquery())
@@ -495,14 +500,18 @@ class Repository:
         max_rows: int | None = None,
         after: tuple[int, str] | None = None,
         before: tuple[int, str] | None = None,
-    ) -> tuple[list[ThreadRecord], int]:
+        counted: bool = True,
+    ) -> tuple[list[ThreadRecord], int | None]:
         """A page of a resource's threads and their total. With `max_rows`, an every-row read (limit
         None) that counts more threads than that reads none (the caller refuses it on the total).
         `after` and `before` are places in the listing's order, (the order field's value, thread id):
-        only threads strictly after or before them are read and counted (keyset paging)."""
+        only threads strictly after or before them are read and counted (keyset paging).
+        Not `counted` (a page of `limit` rows only), the total is None and one row more than the page
+        is read, if there is one: whether a further page exists, without counting every thread."""
+        counted = counted or limit is None
         params: dict[str, Any] = {"resource_id": resource_id, "offset": min(offset, _SQL_INT_MAX)}
         if limit is not None:
-            params["limit"] = min(limit, _SQL_INT_MAX)
+            params["limit"] = min(limit if counted else limit + 1, _SQL_INT_MAX)
         for name, place in (("after", after), ("before", before)):
             if place is not None:
                 params[f"{name}_at"], params[f"{name}_id"] = place
@@ -513,9 +522,12 @@ class Repository:
             metadata=metadata,
             after=after is not None,
             before=before is not None,
+            counted=counted,
         )
 
-        def read(conn: Connection) -> tuple[int, Sequence[Any]]:
+        def read(conn: Connection) -> tuple[int | None, Sequence[Any]]:
+            if not counted:
+                return None, conn.execute(stmt, params).all()
             if limit is not None:
                 rows = conn.execute(stmt, params).all()
                 if rows:

@@ -39,7 +39,7 @@ from resolvers.working_memory import working_memory_config
 @dataclass(slots=True)
 class ThreadPage:
     threads: list[ThreadRecord]
-    total: int
+    total: int | None  # None: not counted (ThreadService.list)
     page: int
     per_page: int | Literal[False]
     has_more: bool
@@ -172,10 +172,13 @@ class ThreadService:
         budget: RowBudget | None = None,
         after: str | None = None,
         before: str | None = None,
+        counted: bool = True,
     ) -> ThreadPage:
         """`budget`: the rows the request may still read (resolvers.budget). `after` and `before` are
         cursors (ThreadPage.startCursor, endCursor): places in the listing's order, as Relay's are; the
-        page is read, counted and offset among the threads strictly between them."""
+        page is read, counted and offset among the threads strictly between them. Not `counted` (the
+        caller does not need the total), a page of a perPage has no total, and hasMore (the same as
+        Mastra's offset + perPage < total) comes from reading one thread more than the page."""
         principal.require(resource_id)
         if page < 0:
             raise BadUserInput("page must be >= 0")
@@ -208,8 +211,9 @@ class ThreadService:
                 max_rows=budget.cap(all_rows),  # counted first: over it, nothing is read
                 after=after_place,
                 before=before_place,
+                counted=counted,
             )
-            if all_rows is not None and total > all_rows:
+            if total is not None and all_rows is not None and total > all_rows:
                 raise BadUserInput(
                     f"perPage: false may return at most {all_rows} threads; this resource has "
                     f"{total}. Page through them with a numeric perPage.",
@@ -218,9 +222,13 @@ class ThreadService:
                     total=total,
                 )
             # A page is one statement with its count: its rows are read before they can be counted.
-            rows = total if limit is None else len(threads)
+            rows = total if limit is None and total is not None else len(threads)
             budget.spend(rows, "this threads listing")
-        has_more = per_page is not False and offset + per_page < total
+        if total is None:  # not counted: the page and the first thread after it, if any
+            assert limit is not None
+            has_more, threads = len(threads) > limit, threads[:limit]
+        else:
+            has_more = per_page is not False and offset + per_page < total
         result = ThreadPage(threads, total, page, per_page, has_more)
         if threads:
             result.start_cursor = _thread_cursor(threads[0], order_field)

@@ -8,7 +8,14 @@ from enum import Enum
 from typing import Annotated, Any, cast
 
 import strawberry
-from graphql import GraphQLError, located_error
+from graphql import (
+    FieldNode,
+    FragmentSpreadNode,
+    GraphQLError,
+    InlineFragmentNode,
+    SelectionSetNode,
+    located_error,
+)
 from strawberry import UNSET
 from strawberry.types import Info
 
@@ -56,7 +63,9 @@ async def thread_page(
     after: str | None = None,
     before: str | None = None,
 ) -> ThreadPage:
-    """A page of a resource's threads: Query.threads and Resource.threads."""
+    """A page of a resource's threads: Query.threads and Resource.threads. The threads are counted only
+    when the query selects total: a sidebar that asks for hasMore and endCursor alone reads its page and
+    one thread more, however many threads the resource has."""
     order = given(order_by)
     result = await info.context.services.threads.list(
         resource_id,
@@ -69,6 +78,7 @@ async def thread_page(
         budget=info.context.rows,
         after=given(after),
         before=given(before),
+        counted=selects(info, "total"),
     )
     return ThreadPage(
         threads=[Thread(_record=t) for t in result.threads],
@@ -79,6 +89,29 @@ async def thread_page(
         start_cursor=result.start_cursor,
         end_cursor=result.end_cursor,
     )
+
+
+def selects(info: Ctx, name: str) -> bool:
+    """Whether the query selects the field `name` of the object this field returns, directly or in a
+    fragment. A selection under @skip or @include counts as selected: the answer may only err towards
+    reading more."""
+    raw = info._raw_info
+
+    def within(selection_set: SelectionSetNode | None) -> bool:
+        for node in selection_set.selections if selection_set else ():
+            if isinstance(node, FieldNode):
+                if node.name.value == name:
+                    return True
+            elif isinstance(node, InlineFragmentNode):
+                if within(node.selection_set):
+                    return True
+            elif isinstance(node, FragmentSpreadNode):
+                fragment = raw.fragments.get(node.name.value)
+                if fragment is not None and within(fragment.selection_set):
+                    return True
+        return False
+
+    return any(within(node.selection_set) for node in raw.field_nodes)
 
 
 # Query.threads' and Resource.threads' cursor arguments, described once.

@@ -484,7 +484,9 @@ class Thread:
 @strawberry.type(description="A page of threads.")
 class ThreadPage:
     threads: list[Thread] = strawberry.field(description="The threads on this page.")
-    total: int = strawberry.field(description="Threads matching the filter.")
+    # Counted only when the query selects it (schema.memory.thread_page); a selection missed would answer
+    # an error (null for Int!), never a wrong number.
+    total: int | None = strawberry.field(graphql_type=int, description="Threads matching the filter.")
     page: int = strawberry.field(description="The page argument, echoed.")
     per_page: PerPage = strawberry.field(description="The page size, or false.")
     has_more: bool = strawberry.field(description="Whether a further page exists.")

@@ -17,10 +17,11 @@ from hypothesis import strategies as st
 from models.records import MAX_MS, MIN_MS, ThreadRecord
 from resolvers import cursors
 from resolvers.auth import OPEN
-from resolvers.context import Services
+from resolvers.context import RequestContext, Services
 from resolvers.errors import MAX_ID_BYTES, BadUserInput
 from resolvers.threads import ThreadPage
-from tests.support import Api, database, engines, uid
+from schema import build_schema
+from tests.support import Api, database, engines, statements, uid
 
 FIELDS = ("createdAt", "updatedAt")
 Place = tuple[int, str]
@@ -127,7 +128,9 @@ def key(thread: ThreadRecord, field: str) -> Place:
     return (thread.updated_at if field == "updatedAt" else thread.created_at), thread.id
 
 
-def expected(threads: list[ThreadRecord], case: Case) -> tuple[list[str], int, bool, str | None, str | None]:
+def expected(
+    threads: list[ThreadRecord], case: Case
+) -> tuple[list[str], int | None, bool, str | None, str | None]:
     """A listing is its threads in (field, id) order; after and before are places in that order."""
 
     def ahead(a: Place, b: Place) -> bool:  # whether a is listed ahead of b
@@ -157,7 +160,7 @@ def expected(threads: list[ThreadRecord], case: Case) -> tuple[list[str], int, b
     return [t.id for t in page], len(listing), has_more, start, end
 
 
-def observed(page: ThreadPage) -> tuple[list[str], int, bool, str | None, str | None]:
+def observed(page: ThreadPage) -> tuple[list[str], int | None, bool, str | None, str | None]:
     return [t.id for t in page.threads], page.total, page.has_more, page.start_cursor, page.end_cursor
 
 
@@ -181,19 +184,25 @@ async def listed(services: Services) -> tuple[Services, list[ThreadRecord], dict
 
 
 async def check(services: Services, threads: list[ThreadRecord], cases: list[Case]) -> None:
+    """Each case, counted and (the page then tells hasMore by reading one thread more) not counted."""
     for case in cases:
-        page = await services.threads.list(
-            "r1",
-            page=case.page,
-            per_page=case.per_page,  # type: ignore[arg-type]
-            order_field=case.field,
-            descending=case.descending,
-            metadata=case.metadata,
-            after=cursors.encode_thread(case.field, *case.after) if case.after else None,
-            before=cursors.encode_thread(case.field, *case.before) if case.before else None,
-            principal=OPEN,
-        )
-        assert observed(page) == expected(threads, case), case
+        for counted in (True, False):
+            page = await services.threads.list(
+                "r1",
+                page=case.page,
+                per_page=case.per_page,  # type: ignore[arg-type]
+                order_field=case.field,
+                descending=case.descending,
+                metadata=case.metadata,
+                after=cursors.encode_thread(case.field, *case.after) if case.after else None,
+                before=cursors.encode_thread(case.field, *case.before) if case.before else None,
+                principal=OPEN,
+                counted=counted,
+            )
+            ids, total, has_more, start, end = expected(threads, case)
+            if not counted and case.per_page is not False:
+                total = None
+            assert observed(page) == (ids, total, has_more, start, end), (case, counted)
 
 
 def cases(field: str, pairs: list[tuple[Place | None, Place | None]]) -> list[Case]:
@@ -313,6 +322,67 @@ async def test_cursor_pages_walk_the_resource_index(services: Services) -> None:
                 assert "Seq Scan" not in plan and "SCAN threads" not in plan, plan
             elif statement is page:  # (half the table's threads are big's: counting them may scan)
                 assert index in plan, plan
+
+
+# ------------------------------------------------------------------------------------- counting
+COUNTED = [
+    '{ threads(resourceId: "r1", perPage: 2) { total hasMore threads { id } } }',
+    '{ threads(resourceId: "r1", perPage: 2) { n: total hasMore threads { id } } }',
+    '{ threads(resourceId: "r1", perPage: 2) { ...F } }'
+    " fragment F on ThreadPage { total hasMore threads { id } }",
+    '{ threads(resourceId: "r1", perPage: 2) { hasMore threads { id } ... on ThreadPage { total } } }',
+    '{ threads(resourceId: "r1", perPage: 2) { hasMore threads { id } total @skip(if: false) } }',
+    '{ resource(id: "r1") { threads(perPage: 2) { total hasMore threads { id } } } }',
+]
+UNCOUNTED = [
+    '{ threads(resourceId: "r1", perPage: 2) { hasMore endCursor threads { id } } }',
+    '{ threads(resourceId: "r1", perPage: 2) { ...F } } fragment F on ThreadPage { hasMore threads { id } }',
+    # A total of something else (a thread's recall) is not the listing's.
+    '{ threads(resourceId: "r1", perPage: 2) { hasMore threads { id recall(perPage: 1) { total } } } }',
+    '{ resource(id: "r1") { threads(perPage: 2) { hasMore threads { id } } } }',
+]
+
+
+@pytest.mark.parametrize("query", COUNTED + UNCOUNTED)
+async def test_threads_are_counted_only_when_the_query_selects_total(services: Services, query: str) -> None:
+    """Both ways a query runs (the compiled path the HTTP front tries first, and Strawberry's): the same
+    answer as counted, and a count of the resource's threads only for a query that selects total."""
+    for n in range(5):
+        await services.repository.insert_thread(ThreadRecord(f"t{n}", "r1", "", None, n, n))
+    schema = build_schema()
+    runs = []
+    plan = schema.fast_path.plan(query, None)
+    # The compiled path takes them all but a directive's and Query.resource's (left to Strawberry).
+    assert (plan is None) == ("@" in query or "resource(" in query)
+    if plan is not None:
+        with statements(services) as fast_seen:
+            fast = await schema.fast_path.execute(
+                plan, None, RequestContext(services=services, principal=OPEN)
+            )
+        runs.append((fast, fast_seen))
+    with statements(services) as normal_seen:
+        normal = await schema.execute(query, context_value=RequestContext(services=services, principal=OPEN))
+    assert not normal.errors, normal.errors
+    runs.append(({"data": normal.data}, normal_seen))
+    assert all(answer == {"data": normal.data} for answer, _ in runs)
+    listing = normal.data["threads"] if "threads" in normal.data else normal.data["resource"]["threads"]
+    assert listing["hasMore"] is True and [t["id"] for t in listing["threads"]] == ["t4", "t3"]
+    for _, seen in runs:
+        threads_counted = [s for s in seen if "count(" in s.lower() and "FROM threads" in s]
+        assert len(threads_counted) == (1 if query in COUNTED else 0), seen
+    if query in COUNTED:
+        assert listing.get("total", listing.get("n")) == 5
+
+
+async def test_has_more_without_a_count_is_mastras(services: Services) -> None:
+    """offset + perPage < total, read as "a thread after the page": at every page and size."""
+    for n in range(5):
+        await services.repository.insert_thread(ThreadRecord(f"t{n}", "r1", "", None, n, n))
+    for per_page, page in itertools.product(range(0, 7), range(0, 7)):
+        counted = await services.threads.list("r1", page=page, per_page=per_page, principal=OPEN)
+        assert counted.total is not None
+        bare = await services.threads.list("r1", page=page, per_page=per_page, principal=OPEN, counted=False)
+        assert (bare.has_more, bare.threads) == (page * per_page + per_page < counted.total, counted.threads)
 
 
 # ------------------------------------------------------------------------------------- over HTTP
