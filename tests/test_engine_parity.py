@@ -32,6 +32,7 @@ from models.db import create_engine
 from models.migrate import upgrade
 from models.records import MessageRecord
 from models.repository import Repository
+from resolvers import cursors
 from resolvers.auth import OPEN, Principal
 from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import Services
@@ -381,6 +382,10 @@ class Listing:
     order_field: str
     descending: bool
     metadata: Any
+    # Keyset paging: the places of these threads (of the world's, by index) as cursors; counted or not.
+    after: int | None = None
+    before: int | None = None
+    counted: bool = True
 
 
 listings = st.builds(
@@ -391,7 +396,35 @@ listings = st.builds(
     st.sampled_from(["createdAt", "updatedAt"]),
     st.booleans(),
     st.one_of(st.none(), st.none(), st.dictionaries(metadata_keys, scalars, min_size=1, max_size=2)),
+    st.one_of(st.none(), st.integers(0, 5)),
+    st.one_of(st.none(), st.none(), st.integers(0, 5)),
+    st.booleans(),
 )
+
+
+async def listed(services: Services, world: World, listing: Listing) -> Any:
+    async def cursor(index: int | None) -> str | None:
+        """The place of a thread of the world (as this engine holds it; a deleted one's at BASE)."""
+        if index is None:
+            return None
+        thread_id = world.threads[index % len(world.threads)]
+        record = await services.threads.get(thread_id, principal=OPEN)
+        updated = listing.order_field == "updatedAt"
+        at = BASE if record is None else record.updated_at if updated else record.created_at
+        return cursors.encode_thread(listing.order_field, at, thread_id)
+
+    return await services.threads.list(
+        world.resources[listing.resource],
+        page=listing.page,
+        per_page=listing.per_page if listing.per_page is False else int(listing.per_page),
+        order_field=listing.order_field,
+        descending=listing.descending,
+        metadata=listing.metadata,
+        principal=OPEN,
+        after=await cursor(listing.after),
+        before=await cursor(listing.before),
+        counted=listing.counted,
+    )
 
 
 async def compare_reads(
@@ -416,19 +449,7 @@ async def compare_reads(
                 lambda s, a=args, p=principal: s.recall.recall(a, principal=p),
             )
     for listing in lists:
-        await same(
-            pair,
-            f"threads {listing!r}",
-            lambda s, ls=listing: s.threads.list(
-                world.resources[ls.resource],
-                page=ls.page,
-                per_page=ls.per_page if ls.per_page is False else int(ls.per_page),
-                order_field=ls.order_field,
-                descending=ls.descending,
-                metadata=ls.metadata,
-                principal=OPEN,
-            ),
-        )
+        await same(pair, f"threads {listing!r}", lambda s, ls=listing: listed(s, world, ls))
     every_id = [world.message_id(n) for n in range(history.saved)]
     await same(pair, "messages by id", lambda s: s.repository.get_messages(every_id))
     for thread_id in world.threads:
