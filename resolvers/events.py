@@ -19,7 +19,7 @@ import contextvars
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
@@ -38,6 +38,10 @@ THREAD_CREATED = "CREATED"
 THREAD_UPDATED = "UPDATED"
 THREAD_DELETED = "DELETED"
 THREAD_TITLE_GENERATED = "TITLE_GENERATED"
+# Not a change: a subscriber that resumes from a cursor publishes it on its own channel and waits until
+# it comes back, which proves the broker delivers the channel's events to it from then on (Redis starts
+# to a moment after SUBSCRIBE is sent). Every subscriber passes over it.
+SUBSCRIBED = "SUBSCRIBED"
 
 Publication = tuple[str, dict[str, Any]]
 
@@ -76,6 +80,10 @@ def message_event(kind: str, thread_id: str, message: MessageRecord, at: int | N
             "at": at if at is not None else now_ms(),
         },
     )
+
+
+def subscribed_event(channel: str, token: str) -> Publication:
+    return channel, {"kind": SUBSCRIBED, "token": token}
 
 
 def thread_event(kind: str, thread: ThreadRecord, at: int | None = None) -> Publication:
@@ -143,6 +151,8 @@ def _received(payload: Any, shape: _Shape) -> dict[str, Any] | None:
     """The record's fields of a received event, or None (logged) when the event does not fit: the
     envelope's strings and time, a known kind, every field of the record with its type. Fields this
     version does not know (a newer replica's) are left out."""
+    if isinstance(payload, dict) and payload.get("kind") == SUBSCRIBED:
+        return None
     problem = _problem(payload, shape)
     if problem is not None:
         log.warning("ignoring a malformed %s event: %s", shape.key, problem)
@@ -191,7 +201,7 @@ class EventBroker(Protocol):
         """Sends the events; never raises (the change they describe has already committed)."""
         ...
 
-    def subscribe(self, channel: str) -> AsyncIterator[dict[str, Any]]:
+    def subscribe(self, channel: str) -> AsyncGenerator[dict[str, Any], None]:
         """The channel's events from now on, until the consumer stops iterating."""
         ...
 
@@ -257,7 +267,7 @@ class InProcessBroker:
         for channel, payload in events:
             self._hub.deliver(channel, payload)
 
-    async def subscribe(self, channel: str) -> AsyncIterator[dict[str, Any]]:
+    async def subscribe(self, channel: str) -> AsyncGenerator[dict[str, Any], None]:
         subscriber, _ = self._hub.add(channel)
         try:
             while True:
@@ -342,7 +352,7 @@ class RedisBroker:
             log.warning("Redis takes events again; %d event(s) were dropped meanwhile", self._dropped)
             self._dropped = 0
 
-    async def subscribe(self, channel: str) -> AsyncIterator[dict[str, Any]]:
+    async def subscribe(self, channel: str) -> AsyncGenerator[dict[str, Any], None]:
         async with self._lock:
             subscriber, first = self._hub.add(channel)
             try:

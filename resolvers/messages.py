@@ -15,17 +15,19 @@ from typing import Any, Protocol
 
 import orjson
 
-from models.records import MessageRecord, ThreadRecord
+from models.records import MessageQuery, MessageRecord, ThreadRecord
 from models.repository import Repository, RowForbidden, ThreadChanged, ThreadForbidden
 from models.signals import is_legacy_reminder, is_transient_signal, signal_type
+from resolvers import cursors
 from resolvers.auth import Principal
 from resolvers.clock import now_ms
 from resolvers.config import BUILTIN_DEFAULTS, deep_merge
-from resolvers.errors import BadUserInput, Conflict, check_id_size, check_json_depth
+from resolvers.errors import BadUserInput, Conflict, ServiceUnavailable, check_id_size, check_json_depth
 from resolvers.events import (
     MESSAGE_DELETED,
     MESSAGE_SAVED,
     MESSAGE_UPDATED,
+    SUBSCRIBED,
     THREAD_UPDATED,
     EventBroker,
     Publication,
@@ -33,6 +35,7 @@ from resolvers.events import (
     message_event,
     publish_quietly,
     received_message_event,
+    subscribed_event,
     thread_event,
 )
 from resolvers.titles import TitleGenerator, TitleOptions, title_options
@@ -401,19 +404,107 @@ class MessageService:
         await publish_quietly(self.events, events + await self._thread_events({m.thread_id for m in deleted}))
         return deleted
 
+    # A resumed subscription replays at most this many messages (the events a live subscriber may fall
+    # behind by, EventBroker's queue); more is a read for recall's pages.
+    MAX_RESUMED = 1000
+    # How long a resumed subscription waits for the broker to deliver its channel (see SUBSCRIBED).
+    SUBSCRIBE_TIMEOUT = 5.0
+
     async def watch(
-        self, thread_id: str, *, principal: Principal
+        self, thread_id: str, *, principal: Principal, after: str | None = None
     ) -> AsyncIterator[tuple[dict[str, Any], MessageRecord]]:
         """The message events of a thread from now on, as (payload, message). A restricted principal
         needs the thread to exist and belong to a granted resource (checked here, before anything is
-        subscribed) and receives only messages of granted resources."""
+        subscribed) and receives only messages of granted resources.
+
+        With `after` (a recall cursor), the stream first replays every message of the thread after that
+        place as a SAVED event (as it is stored now, oldest first), then goes on live; it subscribes
+        before it reads, so no message saved meanwhile is missed, and a live SAVED event of a message
+        the replay already gave as it is is left out."""
         if not thread_id:
             raise BadUserInput("threadId must be a non-empty string.")
+        place = cursors.decode(after, "after") if after is not None else None
         if principal.restricted:
             principal.require_thread(await self.repository.get_thread(thread_id), thread_id)
         if self.events is None:
             raise RuntimeError("MessageService.watch needs an event broker")
-        return self._watch(self.events, thread_id, principal)
+        if place is None:
+            return self._watch(self.events, thread_id, principal)
+        return self._resume(self.events, thread_id, principal, place)
+
+    async def _resume(
+        self, events: EventBroker, thread_id: str, principal: Principal, place: tuple[int, int]
+    ) -> AsyncIterator[tuple[dict[str, Any], MessageRecord]]:
+        channel = message_channel(thread_id)
+        live = events.subscribe(channel)
+        received: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+        async def pump() -> None:
+            async for payload in live:
+                received.put_nowait(payload)
+
+        pumping = asyncio.create_task(pump(), name="recallql-resumed-subscription")
+        try:
+            held = await self._subscribed(events, channel, received, pumping)
+            read = await self.repository.read_page(
+                MessageQuery(thread_id=thread_id, after=place),
+                descending=False,
+                limit=self.MAX_RESUMED + 1,
+                offset=0,
+            )
+            if len(read.rows) > self.MAX_RESUMED:
+                raise BadUserInput(
+                    f"More than {self.MAX_RESUMED} messages came after this cursor: read them with "
+                    "recall(after:) page by page, then subscribe after the newest one.",
+                    argument="after",
+                    limit="maxResumedMessages",
+                    max=self.MAX_RESUMED,
+                )
+            replayed: dict[str, MessageRecord] = {}
+            for row in read.rows:
+                if principal.sees_message(row):
+                    replayed[row.id] = row
+                    yield message_event(MESSAGE_SAVED, thread_id, row)[1], row
+            while True:
+                payload = held.pop(0) if held else await _next_event(received, pumping)
+                record = received_message_event(payload)
+                if record is None or not principal.sees_message(record):
+                    continue
+                if payload["kind"] == MESSAGE_SAVED and replayed.get(record.id) == record:
+                    continue  # published before the replay read it: given already, as it is
+                yield payload, record
+        finally:
+            pumping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pumping
+            await live.aclose()
+
+    async def _subscribed(
+        self,
+        events: EventBroker,
+        channel: str,
+        received: asyncio.Queue[dict[str, Any]],
+        pumping: asyncio.Task[None],
+    ) -> list[dict[str, Any]]:
+        """Waits until the broker delivers the channel to this subscriber: publishes a SUBSCRIBED marker
+        of its own until one comes back. Returns the events received before it (in order)."""
+        token, held = uuid.uuid4().hex, list[dict[str, Any]]()
+        deadline = asyncio.get_running_loop().time() + self.SUBSCRIBE_TIMEOUT
+        while asyncio.get_running_loop().time() < deadline:
+            await events.publish([subscribed_event(channel, token)])
+            retry = asyncio.get_running_loop().time() + 0.1
+            while (left := retry - asyncio.get_running_loop().time()) > 0:
+                try:
+                    payload = await asyncio.wait_for(_next_event(received, pumping), left)
+                except TimeoutError:
+                    break
+                if payload.get("kind") == SUBSCRIBED and payload.get("token") == token:
+                    return held
+                held.append(payload)
+        raise ServiceUnavailable(
+            "Live updates are unavailable (the event broker does not deliver); try again shortly.",
+            service="events",
+        )
 
     @staticmethod
     async def _watch(
@@ -423,6 +514,23 @@ class MessageService:
             record = received_message_event(payload)
             if record is not None and principal.sees_message(record):
                 yield payload, record
+
+
+async def _next_event(received: asyncio.Queue[dict[str, Any]], pumping: asyncio.Task[None]) -> dict[str, Any]:
+    """The next event the pump received; the pump's error (a broker that could not subscribe) if it
+    stopped instead."""
+    if not received.empty():
+        return received.get_nowait()
+    getting = asyncio.ensure_future(received.get())
+    try:
+        await asyncio.wait({getting, pumping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not getting.done():
+            getting.cancel()
+    if getting.done() and not getting.cancelled():
+        return getting.result()
+    pumping.result()  # raises the pump's error
+    raise RuntimeError("the event stream ended")
 
 
 def _check_content(content: Any, where: str) -> None:

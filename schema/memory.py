@@ -532,14 +532,25 @@ class MemoryMutation:
 class Subscription:
     @strawberry.subscription(
         description="Every change to the thread's messages after the subscription starts: SAVED, UPDATED "
-        "and DELETED events (best effort: events published while disconnected are not replayed)."
+        "and DELETED events (best effort: events published while disconnected are not replayed; `after` "
+        "resumes from a cursor)."
     )
     async def message_saved(
-        self, info: Ctx, thread_id: Annotated[strawberry.ID, _arg("The thread to watch.")]
+        self,
+        info: Ctx,
+        thread_id: Annotated[strawberry.ID, _arg("The thread to watch.")],
+        after: Annotated[
+            str | None,
+            _arg(
+                "Resume (beyond Mastra): first every message after this cursor (Message.cursor, "
+                "RecallResult.endCursor) as a SAVED event, as stored now and oldest first (at most 1,000), "
+                "then the live events, none missed in between and none given twice as it is."
+            ),
+        ] = UNSET,
     ) -> AsyncGenerator[MessageEvent, None]:
         try:
             events = await info.context.services.messages.watch(
-                str(thread_id), principal=info.context.principal
+                str(thread_id), principal=info.context.principal, after=given(after)
             )
             async for payload, record in events:
                 info.context.clear_caches()

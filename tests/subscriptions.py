@@ -12,6 +12,8 @@ from gql.transport.websockets import WebsocketsTransport
 
 MESSAGE_EVENTS = """subscription($t: ID!) { messageSaved(threadId: $t) {
   kind threadId messageId at message { id threadId role createdAt cursor content { raw } } } }"""
+RESUMED_MESSAGE_EVENTS = """subscription($t: ID!, $after: String) {
+  messageSaved(threadId: $t, after: $after) { kind messageId message { id cursor content { raw } } } }"""
 THREAD_EVENTS = """subscription($r: String!) { threadUpdated(resourceId: $r) {
   kind threadId resourceId at thread { id title metadata createdAt updatedAt } } }"""
 

@@ -22,10 +22,12 @@ from resolvers.events import (
     RedisBroker,
     message_channel,
     message_event,
+    received_message_event,
+    subscribed_event,
     thread_channel,
     thread_event,
 )
-from tests.subscriptions import MESSAGE_EVENTS, THREAD_EVENTS, subscribed
+from tests.subscriptions import MESSAGE_EVENTS, RESUMED_MESSAGE_EVENTS, THREAD_EVENTS, subscribed
 from tests.support import (
     Api,
     ServerProcess,
@@ -44,6 +46,9 @@ CREATE = "mutation($i: CreateThreadInput!) { createThread(input: $i) { id } }"
 SAVE = "mutation($m: [MessageInput!]!) { saveMessages(messages: $m) { messages { id } } }"
 UPDATE = "mutation($m: [UpdateMessageInput!]!) { updateMessages(messages: $m) { id } }"
 DELETE = "mutation($ids: [ID!]!) { deleteMessages(ids: $ids) { deleted } }"
+SAVE_CURSORS = "mutation($m: [MessageInput!]!) { saveMessages(messages: $m) { messages { id cursor } } }"
+PAGE_ASC = """query($t: ID!) {
+  recall(threadId: $t, perPage: 1, orderBy: {field: CREATED_AT, direction: ASC}) { startCursor } }"""
 PLACED = """query($t: ID!, $after: String, $before: String) {
   recall(threadId: $t, perPage: false, after: $after, before: $before) { total messages { id } } }"""
 
@@ -330,6 +335,72 @@ async def test_message_events_for_saves_updates_and_deletions(api: Api, server: 
         await sub.expect_none()
 
 
+async def resume_while_saving(writer: Api, url: str, thread_id: str) -> None:
+    """Five messages, then a subscription resumed after the second while ten more are saved one by one
+    (some before the server has subscribed, some while it reads what came after the cursor, some after):
+    each message after the cursor arrives once, the ones before the subscription first and in order."""
+    first = [text_message(thread_id=thread_id, id=f"{thread_id}-{n:02}", created_at=at(n)) for n in range(5)]
+    saved = (await writer.execute(SAVE_CURSORS, m=first))["saveMessages"]["messages"]
+    later = [f"{thread_id}-{n:02}" for n in range(5, 15)]
+
+    async def save_later() -> None:
+        for n, message_id in enumerate(later):
+            await writer.execute(
+                SAVE, m=[text_message(thread_id=thread_id, id=message_id, created_at=at(5 + n))]
+            )
+            await asyncio.sleep(0.02)
+
+    async with subscribed(url, RESUMED_MESSAGE_EVENTS, t=thread_id, after=saved[1]["cursor"]) as sub:
+        saving = asyncio.create_task(save_later())
+        try:
+            seen = [(await sub.next())["messageSaved"] for _ in range(13)]
+        finally:
+            await saving
+        assert [e["kind"] for e in seen] == ["SAVED"] * 13
+        ids = [e["messageId"] for e in seen]
+        assert sorted(ids) == [f"{thread_id}-{n:02}" for n in range(2, 15)], ids
+        assert ids[:3] == [f"{thread_id}-02", f"{thread_id}-03", f"{thread_id}-04"]
+        await sub.expect_none()
+        # Then live, changes of the replayed messages too.
+        await writer.execute(UPDATE, m=[{"id": f"{thread_id}-02", "content": {"metadata": {"read": True}}}])
+        updated = (await sub.next())["messageSaved"]
+        assert (updated["kind"], updated["messageId"]) == ("UPDATED", f"{thread_id}-02")
+        assert updated["message"]["cursor"] == seen[0]["message"]["cursor"]
+
+
+async def test_a_subscription_resumes_after_a_cursor(api: Api, server: ServerProcess) -> None:
+    thread_id, _ = await _thread(api)
+    await resume_while_saving(api, server.url, thread_id)
+
+
+async def test_a_resumed_subscription_refuses_what_is_not_a_place_and_too_long_a_replay(
+    api: Api, server: ServerProcess
+) -> None:
+    thread_id, _ = await _thread(api)
+    async with subscribed(server.url, RESUMED_MESSAGE_EVENTS, t=thread_id, after="m1") as sub:
+        with pytest.raises(AssertionError, match="after is not a recall cursor") as refused:
+            await sub.next()
+        assert "BAD_USER_INPUT" in str(refused.value)
+    # 1,001 messages after the oldest one: one more than a resumed subscription replays.
+    for start, size in ((0, 1000), (1000, 2)):
+        batch = [text_message(thread_id=thread_id, id=f"{thread_id}-{n}") for n in range(start, start + size)]
+        await api.execute(SAVE, m=batch)
+    oldest = (await api.execute(PAGE_ASC, t=thread_id))["recall"]["startCursor"]
+    async with subscribed(server.url, RESUMED_MESSAGE_EVENTS, t=thread_id, after=oldest) as sub:
+        with pytest.raises(AssertionError, match="More than 1000 messages came after this cursor") as refused:
+            await sub.next()
+        assert "maxResumedMessages" in str(refused.value)
+
+
+def test_subscribed_markers_pass_every_subscriber_by_quietly(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="recallql"):
+        assert received_message_event(subscribed_event(message_channel("t1"), "token")[1]) is None
+        assert received_message_event({"kind": "NONSENSE"}) is None
+    assert [r.getMessage() for r in caplog.records] == [
+        "ignoring a malformed message event: unknown kind 'NONSENSE'"
+    ]
+
+
 async def test_a_moved_message_is_announced_on_both_threads(api: Api, server: ServerProcess) -> None:
     source, resource_id = await _thread(api)
     target = uid("t")
@@ -458,6 +529,10 @@ async def test_subscriptions_reach_across_processes_through_redis(tmp_path: Path
                 await threads.drain()
                 await writer.execute(SAVE, m=[text_message(thread_id=thread_id, id=f"{thread_id}-z")])
                 assert (await threads.next())["threadUpdated"]["threadId"] == thread_id
+            # A subscription resumed on one process while the other saves: each message once, through Redis.
+            resumed = uid("t")
+            await writer.execute(CREATE, i={"id": resumed, "resourceId": resource_id})
+            await resume_while_saving(writer, first.url, resumed)
             # The message saved through the second process is readable through the first.
             reader = Api(first.url)
             got = await reader.execute(
