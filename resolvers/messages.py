@@ -9,7 +9,7 @@ import contextlib
 import logging
 import re
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -412,7 +412,7 @@ class MessageService:
 
     async def watch(
         self, thread_id: str, *, principal: Principal, after: str | None = None
-    ) -> AsyncIterator[tuple[dict[str, Any], MessageRecord]]:
+    ) -> AsyncGenerator[tuple[dict[str, Any], MessageRecord], None]:
         """The message events of a thread from now on, as (payload, message). A restricted principal
         needs the thread to exist and belong to a granted resource (checked here, before anything is
         subscribed) and receives only messages of granted resources.
@@ -434,7 +434,7 @@ class MessageService:
 
     async def _resume(
         self, events: EventBroker, thread_id: str, principal: Principal, place: tuple[int, int]
-    ) -> AsyncIterator[tuple[dict[str, Any], MessageRecord]]:
+    ) -> AsyncGenerator[tuple[dict[str, Any], MessageRecord], None]:
         channel = message_channel(thread_id)
         live = events.subscribe(channel)
         received: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
@@ -467,6 +467,8 @@ class MessageService:
                     yield message_event(MESSAGE_SAVED, thread_id, row)[1], row
             while True:
                 payload = held.pop(0) if held else await _next_event(received, pumping)
+                if payload is None:  # (no timeout given: not reached)
+                    continue
                 record = received_message_event(payload)
                 if record is None or not principal.sees_message(record):
                     continue
@@ -489,14 +491,16 @@ class MessageService:
         """Waits until the broker delivers the channel to this subscriber: publishes a SUBSCRIBED marker
         of its own until one comes back. Returns the events received before it (in order)."""
         token, held = uuid.uuid4().hex, list[dict[str, Any]]()
-        deadline = asyncio.get_running_loop().time() + self.SUBSCRIBE_TIMEOUT
-        while asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0)  # the pump's first step: the in-process broker subscribes there and then
+        clock = asyncio.get_running_loop().time
+        deadline, wait = clock() + self.SUBSCRIBE_TIMEOUT, 0.005
+        while clock() < deadline:
             await events.publish([subscribed_event(channel, token)])
-            retry = asyncio.get_running_loop().time() + 0.1
-            while (left := retry - asyncio.get_running_loop().time()) > 0:
-                try:
-                    payload = await asyncio.wait_for(_next_event(received, pumping), left)
-                except TimeoutError:
+            # Redis subscribes within milliseconds, mostly: ask again soon, then less often.
+            retry, wait = clock() + wait, min(wait * 2, 0.1)
+            while (left := retry - clock()) > 0:
+                payload = await _next_event(received, pumping, left)
+                if payload is None:
                     break
                 if payload.get("kind") == SUBSCRIBED and payload.get("token") == token:
                     return held
@@ -509,26 +513,31 @@ class MessageService:
     @staticmethod
     async def _watch(
         events: EventBroker, thread_id: str, principal: Principal
-    ) -> AsyncIterator[tuple[dict[str, Any], MessageRecord]]:
+    ) -> AsyncGenerator[tuple[dict[str, Any], MessageRecord], None]:
         async for payload in events.subscribe(message_channel(thread_id)):
             record = received_message_event(payload)
             if record is not None and principal.sees_message(record):
                 yield payload, record
 
 
-async def _next_event(received: asyncio.Queue[dict[str, Any]], pumping: asyncio.Task[None]) -> dict[str, Any]:
-    """The next event the pump received; the pump's error (a broker that could not subscribe) if it
-    stopped instead."""
+async def _next_event(
+    received: asyncio.Queue[dict[str, Any]], pumping: asyncio.Task[None], timeout: float | None = None
+) -> dict[str, Any] | None:
+    """The next event the pump received, or None after `timeout` seconds; the pump's error (a broker
+    that could not subscribe) if it stopped instead. No event is lost to the timeout: a get that has
+    not completed holds none (asyncio.wait, unlike wait_for, leaves a completed get's result here)."""
     if not received.empty():
         return received.get_nowait()
     getting = asyncio.ensure_future(received.get())
     try:
-        await asyncio.wait({getting, pumping}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({getting, pumping}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     finally:
         if not getting.done():
             getting.cancel()
     if getting.done() and not getting.cancelled():
         return getting.result()
+    if not pumping.done():
+        return None
     pumping.result()  # raises the pump's error
     raise RuntimeError("the event stream ended")
 

@@ -253,6 +253,19 @@ async def test_thread_paging_runs(tmp_path: Path) -> None:
     assert (tmp_path / "t.md").read_text() == out.rstrip("\n") + "\n"
 
 
+async def test_resumed_subscription_runs(tmp_path: Path) -> None:
+    from tests.test_subscriptions import REDIS_URL, redis_available
+
+    require(await redis_available(), f"Redis is not reachable at {REDIS_URL}")
+    out = run(
+        "resumed_subscription.py",
+        *("--gap", "3,10", "--calls", "2", "--redis", REDIS_URL, "--out", str(tmp_path / "r.md")),
+    )
+    rows = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ")][1:]
+    ways = ("live", "resumed, gap 3", "resumed, gap 10")
+    assert rows == [f"{broker}: {way}" for broker in ("in-process", "Redis") for way in ways], out
+
+
 async def test_hidden_rows_runs(tmp_path: Path) -> None:
     # The script itself checks that the page hidden in the page query is full and the other is not.
     require(await postgres_available(), f"PostgreSQL is not reachable at {PG_ADMIN_DSN}")
