@@ -437,10 +437,12 @@ class MessageService:
     ) -> AsyncGenerator[tuple[dict[str, Any], MessageRecord], None]:
         channel = message_channel(thread_id)
         live = events.subscribe(channel)
-        received: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        received: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=self.MAX_RESUMED)
 
         async def pump() -> None:
             async for payload in live:
+                if received.full():  # as the broker's own queue: a slow client loses the oldest events
+                    received.get_nowait()
                 received.put_nowait(payload)
 
         pumping = asyncio.create_task(pump(), name="recallql-resumed-subscription")
@@ -467,8 +469,7 @@ class MessageService:
                     yield message_event(MESSAGE_SAVED, thread_id, row)[1], row
             while True:
                 payload = held.pop(0) if held else await _next_event(received, pumping)
-                if payload is None:  # (no timeout given: not reached)
-                    continue
+                assert payload is not None  # (None only after a timeout)
                 record = received_message_event(payload)
                 if record is None or not principal.sees_message(record):
                     continue

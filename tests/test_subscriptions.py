@@ -15,7 +15,10 @@ from typing import Any
 import orjson
 import pytest
 
-from models.records import MessageRecord, ThreadRecord
+from models.records import MIN_MS, MessageRecord, ThreadRecord
+from resolvers import cursors
+from resolvers.auth import OPEN
+from resolvers.context import Services
 from resolvers.errors import ServiceUnavailable
 from resolvers.events import (
     InProcessBroker,
@@ -27,6 +30,8 @@ from resolvers.events import (
     thread_channel,
     thread_event,
 )
+from resolvers.messages import MessageService
+from tests.factories import msg
 from tests.subscriptions import MESSAGE_EVENTS, RESUMED_MESSAGE_EVENTS, THREAD_EVENTS, subscribed
 from tests.support import (
     Api,
@@ -390,6 +395,25 @@ async def test_a_resumed_subscription_refuses_what_is_not_a_place_and_too_long_a
         with pytest.raises(AssertionError, match="More than 1000 messages came after this cursor") as refused:
             await sub.next()
         assert "maxResumedMessages" in str(refused.value)
+
+
+async def test_a_slow_resumed_subscriber_loses_the_oldest_events_not_memory(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resumed stream reads its channel ahead into a queue of its own: as bounded as the broker's."""
+    monkeypatch.setattr(MessageService, "MAX_RESUMED", 3)
+    await services.threads.create(resource_id="r1", thread_id="t1", principal=OPEN)
+    saved = await services.messages.save([msg("m0")], principal=OPEN)
+    stream = await services.messages.watch("t1", principal=OPEN, after=cursors.encode(MIN_MS, 0))
+    try:
+        payload, first = await anext(stream)  # the replay: m0
+        assert (payload["kind"], first) == ("SAVED", saved.messages[0])
+        for n in range(1, 11):
+            await services.messages.save([msg(f"m{n}")], principal=OPEN)
+        await asyncio.sleep(0.1)  # the stream reads ahead meanwhile
+        assert [(await anext(stream))[1].id for _ in range(3)] == ["m8", "m9", "m10"]
+    finally:
+        await stream.aclose()
 
 
 def test_subscribed_markers_pass_every_subscriber_by_quietly(caplog: pytest.LogCaptureFixture) -> None:
