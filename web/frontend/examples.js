@@ -136,6 +136,20 @@ query ScrollBack($threadId: ID!, $before: String) {
     variables: JSON.stringify({ threadId: 't1', before: null }, null, 2),
   },
   {
+    query: `# Live changes to a thread's messages (Run, then save a message in another tab). After a
+# reconnect, pass the cursor of the newest message seen as $after: what came after it is replayed first.
+subscription LiveMessages($threadId: ID!, $after: String) {
+  messageSaved(threadId: $threadId, after: $after) {
+    kind
+    messageId
+    at
+    message { id role createdAt cursor }
+  }
+}
+`,
+    variables: JSON.stringify({ threadId: 't1', after: null }, null, 2),
+  },
+  {
     query: `# A resource's threads, most recently active first. For the next page, pass endCursor as $after:
 # a cursor, unlike page, does not show a thread again when another one moves to the top meanwhile.
 query Threads($resourceId: String!, $after: String) {
