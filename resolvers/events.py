@@ -19,15 +19,16 @@ import contextvars
 import functools
 import logging
 import time
-from collections.abc import AsyncGenerator, Iterable, Sequence
+import uuid
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
 from models.records import MessageRecord, ThreadRecord
 from resolvers.clock import MAX_MS, MIN_MS, now_ms
-from resolvers.errors import ServiceUnavailable
+from resolvers.errors import BadUserInput, ServiceUnavailable
 
 log = logging.getLogger("recallql.events")
 
@@ -477,3 +478,119 @@ async def publish_quietly(broker: EventBroker | None, events: Iterable[Publicati
         await broker.publish(batch)
     except Exception as exc:
         log.warning("could not publish %d event(s): %s", len(batch), exc)
+
+
+# ------------------------------------------------------------------------------------ resuming
+Record = TypeVar("Record", MessageRecord, ThreadRecord)
+
+
+def too_long_a_replay(most: int, what: str, reader: str) -> BadUserInput:
+    return BadUserInput(
+        f"More than {most} {what} came after this cursor: read them with {reader} page by page, then "
+        "subscribe after the newest one.",
+        argument="after",
+        limit="maxResumedMessages" if what == "messages" else "maxResumedThreads",
+        max=most,
+    )
+
+
+async def resumed(
+    events: EventBroker,
+    channel: str,
+    *,
+    read: Callable[[], Awaitable[Sequence[Record]]],
+    replayed_as: Callable[[Record], dict[str, Any]],
+    received: Callable[[dict[str, Any]], Record | None],
+    repeats: Collection[str],
+    queue_size: int,
+    subscribe_timeout: float = 5.0,
+) -> AsyncGenerator[tuple[dict[str, Any], Record], None]:
+    """A channel's stream resumed from a place: what `read` returns (the records changed after the
+    place, as stored now), each as the event `replayed_as` makes, then the live events `received` keeps.
+
+    It subscribes before it reads and waits until the broker delivers the channel to it (see
+    SUBSCRIBED), so nothing that changes meanwhile is missed; a live event of a kind in `repeats`
+    whose record the replay already gave as it is, is left out. Events are read ahead into a queue of
+    `queue_size`, which loses the oldest for a slow consumer, as the broker's own does."""
+    live = events.subscribe(channel)
+    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=queue_size)
+
+    async def pump() -> None:
+        async for payload in live:
+            if queue.full():
+                queue.get_nowait()
+            queue.put_nowait(payload)
+
+    pumping = asyncio.create_task(pump(), name="recallql-resumed-subscription")
+    try:
+        held = await _subscribed(events, channel, queue, pumping, subscribe_timeout)
+        replayed: dict[str, Record] = {}
+        for row in await read():
+            replayed[row.id] = row
+            yield replayed_as(row), row
+        while True:
+            payload = held.pop(0) if held else await _next_event(queue, pumping)
+            assert payload is not None  # (None only after a timeout)
+            record = received(payload)
+            if record is None:
+                continue
+            if payload.get("kind") in repeats and replayed.get(record.id) == record:
+                continue  # published before the replay read it: given already, as it is
+            yield payload, record
+    finally:
+        pumping.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pumping
+        await live.aclose()
+
+
+async def _subscribed(
+    events: EventBroker,
+    channel: str,
+    queue: asyncio.Queue[dict[str, Any]],
+    pumping: asyncio.Task[None],
+    timeout: float,
+) -> list[dict[str, Any]]:
+    """Waits until the broker delivers the channel to this subscriber: publishes a SUBSCRIBED marker of
+    its own until one comes back. Returns the events received before it (in order)."""
+    token, held = uuid.uuid4().hex, list[dict[str, Any]]()
+    await asyncio.sleep(0)  # the pump's first step: the in-process broker subscribes there and then
+    clock = asyncio.get_running_loop().time
+    deadline, wait = clock() + timeout, 0.005
+    while clock() < deadline:
+        await events.publish([subscribed_event(channel, token)])
+        # Redis subscribes within milliseconds, mostly: ask again soon, then less often.
+        retry, wait = clock() + wait, min(wait * 2, 0.1)
+        while (left := retry - clock()) > 0:
+            payload = await _next_event(queue, pumping, left)
+            if payload is None:
+                break
+            if payload.get("kind") == SUBSCRIBED and payload.get("token") == token:
+                return held
+            held.append(payload)
+    raise ServiceUnavailable(
+        "Live updates are unavailable (the event broker does not deliver); try again shortly.",
+        service="events",
+    )
+
+
+async def _next_event(
+    queue: asyncio.Queue[dict[str, Any]], pumping: asyncio.Task[None], timeout: float | None = None
+) -> dict[str, Any] | None:
+    """The next event the pump received, or None after `timeout` seconds; the pump's error (a broker
+    that could not subscribe) if it stopped instead. No event is lost to the timeout: a get that has
+    not completed holds none (asyncio.wait, unlike wait_for, leaves a completed get's result here)."""
+    if not queue.empty():
+        return queue.get_nowait()
+    getting = asyncio.ensure_future(queue.get())
+    try:
+        await asyncio.wait({getting, pumping}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not getting.done():
+            getting.cancel()
+    if getting.done() and not getting.cancelled():
+        return getting.result()
+    if not pumping.done():
+        return None
+    pumping.result()  # raises the pump's error
+    raise RuntimeError("the event stream ended")

@@ -22,12 +22,11 @@ from resolvers import cursors
 from resolvers.auth import Principal
 from resolvers.clock import now_ms
 from resolvers.config import BUILTIN_DEFAULTS, deep_merge
-from resolvers.errors import BadUserInput, Conflict, ServiceUnavailable, check_id_size, check_json_depth
+from resolvers.errors import BadUserInput, Conflict, check_id_size, check_json_depth
 from resolvers.events import (
     MESSAGE_DELETED,
     MESSAGE_SAVED,
     MESSAGE_UPDATED,
-    SUBSCRIBED,
     THREAD_UPDATED,
     EventBroker,
     Publication,
@@ -35,8 +34,9 @@ from resolvers.events import (
     message_event,
     publish_quietly,
     received_message_event,
-    subscribed_event,
+    resumed,
     thread_event,
+    too_long_a_replay,
 )
 from resolvers.titles import TitleGenerator, TitleOptions, title_options
 
@@ -435,81 +435,32 @@ class MessageService:
     async def _resume(
         self, events: EventBroker, thread_id: str, principal: Principal, place: tuple[int, int]
     ) -> AsyncGenerator[tuple[dict[str, Any], MessageRecord], None]:
-        channel = message_channel(thread_id)
-        live = events.subscribe(channel)
-        received: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=self.MAX_RESUMED)
-
-        async def pump() -> None:
-            async for payload in live:
-                if received.full():  # as the broker's own queue: a slow client loses the oldest events
-                    received.get_nowait()
-                received.put_nowait(payload)
-
-        pumping = asyncio.create_task(pump(), name="recallql-resumed-subscription")
-        try:
-            held = await self._subscribed(events, channel, received, pumping)
-            read = await self.repository.read_page(
+        async def read() -> list[MessageRecord]:
+            page = await self.repository.read_page(
                 MessageQuery(thread_id=thread_id, after=place),
                 descending=False,
                 limit=self.MAX_RESUMED + 1,
                 offset=0,
             )
-            if len(read.rows) > self.MAX_RESUMED:
-                raise BadUserInput(
-                    f"More than {self.MAX_RESUMED} messages came after this cursor: read them with "
-                    "recall(after:) page by page, then subscribe after the newest one.",
-                    argument="after",
-                    limit="maxResumedMessages",
-                    max=self.MAX_RESUMED,
-                )
-            replayed: dict[str, MessageRecord] = {}
-            for row in read.rows:
-                if principal.sees_message(row):
-                    replayed[row.id] = row
-                    yield message_event(MESSAGE_SAVED, thread_id, row)[1], row
-            while True:
-                payload = held.pop(0) if held else await _next_event(received, pumping)
-                assert payload is not None  # (None only after a timeout)
-                record = received_message_event(payload)
-                if record is None or not principal.sees_message(record):
-                    continue
-                if payload["kind"] == MESSAGE_SAVED and replayed.get(record.id) == record:
-                    continue  # published before the replay read it: given already, as it is
-                yield payload, record
-        finally:
-            pumping.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await pumping
-            await live.aclose()
+            if len(page.rows) > self.MAX_RESUMED:
+                raise too_long_a_replay(self.MAX_RESUMED, "messages", "recall(after:)")
+            return [row for row in page.rows if principal.sees_message(row)]
 
-    async def _subscribed(
-        self,
-        events: EventBroker,
-        channel: str,
-        received: asyncio.Queue[dict[str, Any]],
-        pumping: asyncio.Task[None],
-    ) -> list[dict[str, Any]]:
-        """Waits until the broker delivers the channel to this subscriber: publishes a SUBSCRIBED marker
-        of its own until one comes back. Returns the events received before it (in order)."""
-        token, held = uuid.uuid4().hex, list[dict[str, Any]]()
-        await asyncio.sleep(0)  # the pump's first step: the in-process broker subscribes there and then
-        clock = asyncio.get_running_loop().time
-        deadline, wait = clock() + self.SUBSCRIBE_TIMEOUT, 0.005
-        while clock() < deadline:
-            await events.publish([subscribed_event(channel, token)])
-            # Redis subscribes within milliseconds, mostly: ask again soon, then less often.
-            retry, wait = clock() + wait, min(wait * 2, 0.1)
-            while (left := retry - clock()) > 0:
-                payload = await _next_event(received, pumping, left)
-                if payload is None:
-                    break
-                if payload.get("kind") == SUBSCRIBED and payload.get("token") == token:
-                    return held
-                held.append(payload)
-        raise ServiceUnavailable(
-            "Live updates are unavailable (the event broker does not deliver); try again shortly.",
-            service="events",
-        )
+        def received(payload: dict[str, Any]) -> MessageRecord | None:
+            record = received_message_event(payload)
+            return record if record is not None and principal.sees_message(record) else None
+
+        async for event in resumed(
+            events,
+            message_channel(thread_id),
+            read=read,
+            replayed_as=lambda row: message_event(MESSAGE_SAVED, thread_id, row)[1],
+            received=received,
+            repeats={MESSAGE_SAVED},
+            queue_size=self.MAX_RESUMED,
+            subscribe_timeout=self.SUBSCRIBE_TIMEOUT,
+        ):
+            yield event
 
     @staticmethod
     async def _watch(
@@ -519,28 +470,6 @@ class MessageService:
             record = received_message_event(payload)
             if record is not None and principal.sees_message(record):
                 yield payload, record
-
-
-async def _next_event(
-    received: asyncio.Queue[dict[str, Any]], pumping: asyncio.Task[None], timeout: float | None = None
-) -> dict[str, Any] | None:
-    """The next event the pump received, or None after `timeout` seconds; the pump's error (a broker
-    that could not subscribe) if it stopped instead. No event is lost to the timeout: a get that has
-    not completed holds none (asyncio.wait, unlike wait_for, leaves a completed get's result here)."""
-    if not received.empty():
-        return received.get_nowait()
-    getting = asyncio.ensure_future(received.get())
-    try:
-        await asyncio.wait({getting, pumping}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if not getting.done():
-            getting.cancel()
-    if getting.done() and not getting.cancelled():
-        return getting.result()
-    if not pumping.done():
-        return None
-    pumping.result()  # raises the pump's error
-    raise RuntimeError("the event stream ended")
 
 
 def _check_content(content: Any, where: str) -> None:

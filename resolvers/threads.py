@@ -4,7 +4,7 @@ divergences). Every change is announced on the event broker after it has committ
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -23,13 +23,16 @@ from resolvers.events import (
     MESSAGE_SAVED,
     THREAD_CREATED,
     THREAD_DELETED,
+    THREAD_TITLE_GENERATED,
     THREAD_UPDATED,
     EventBroker,
     message_event,
     publish_quietly,
     received_thread_event,
+    resumed,
     thread_channel,
     thread_event,
+    too_long_a_replay,
 )
 from resolvers.messages import VectorSync, sync_vectors
 from resolvers.recall import validate_metadata_filter
@@ -381,22 +384,65 @@ class ThreadService:
         await publish_quietly(self.events, events)
         return CloneResult(thread, copies, id_map)
 
+    # A resumed subscription replays at most this many threads (as many events as a live subscriber may
+    # fall behind by); more is a read for the listing's pages.
+    MAX_RESUMED = 1000
+
     def watch(
-        self, resource_id: str, *, principal: Principal
-    ) -> AsyncIterator[tuple[dict[str, Any], ThreadRecord]]:
+        self, resource_id: str, *, principal: Principal, after: str | None = None
+    ) -> AsyncGenerator[tuple[dict[str, Any], ThreadRecord], None]:
         """The thread events of a resource from now on, as (payload, thread). The resource must be
-        granted (FORBIDDEN here, before anything is subscribed); each event is checked again."""
+        granted (FORBIDDEN here, before anything is subscribed); each event is checked again.
+
+        With `after` (a cursor of an updatedAt listing), the stream first replays every thread of the
+        resource changed after that place as an UPDATED event (as it is stored now, least recently
+        changed first), then goes on live (resolvers.events.resumed)."""
         if not resource_id:
             raise BadUserInput("resourceId must be a non-empty string.")
         principal.require(resource_id)
+        place = cursors.decode_thread(after, "after", "updatedAt") if after is not None else None
         if self.events is None:
             raise RuntimeError("ThreadService.watch needs an event broker")
-        return self._watch(self.events, resource_id, principal)
+        if place is None:
+            return self._watch(self.events, resource_id, principal)
+        return self._resume(self.events, resource_id, principal, place)
+
+    async def _resume(
+        self, events: EventBroker, resource_id: str, principal: Principal, place: tuple[int, str]
+    ) -> AsyncGenerator[tuple[dict[str, Any], ThreadRecord], None]:
+        async def read() -> list[ThreadRecord]:
+            rows, _ = await self.repository.list_threads(
+                resource_id,
+                offset=0,
+                limit=self.MAX_RESUMED,
+                order_field="updatedAt",
+                descending=False,
+                after=place,
+                counted=False,  # one thread more than the limit, if there is one
+            )
+            if len(rows) > self.MAX_RESUMED:
+                raise too_long_a_replay(self.MAX_RESUMED, "threads", "threads(after:)")
+            return [row for row in rows if principal.sees_thread(row)]
+
+        def received(payload: dict[str, Any]) -> ThreadRecord | None:
+            record = received_thread_event(payload)
+            return record if record is not None and principal.sees_thread(record) else None
+
+        async for event in resumed(
+            events,
+            thread_channel(resource_id),
+            read=read,
+            replayed_as=lambda row: thread_event(THREAD_UPDATED, row)[1],
+            received=received,
+            repeats={THREAD_CREATED, THREAD_UPDATED, THREAD_TITLE_GENERATED},
+            queue_size=self.MAX_RESUMED,
+        ):
+            yield event
 
     @staticmethod
     async def _watch(
         events: EventBroker, resource_id: str, principal: Principal
-    ) -> AsyncIterator[tuple[dict[str, Any], ThreadRecord]]:
+    ) -> AsyncGenerator[tuple[dict[str, Any], ThreadRecord], None]:
         async for payload in events.subscribe(thread_channel(resource_id)):
             record = received_thread_event(payload)
             if record is not None and principal.sees_thread(record):

@@ -565,14 +565,26 @@ class Subscription:
             raise _located(exc, info) from exc
 
     @strawberry.subscription(
-        description="Changes to the resource's threads: CREATED, UPDATED, DELETED and TITLE_GENERATED."
+        description="Changes to the resource's threads: CREATED, UPDATED, DELETED and TITLE_GENERATED "
+        "(`after` resumes from a cursor)."
     )
     async def thread_updated(
-        self, info: Ctx, resource_id: Annotated[str, _arg("The resource whose threads to watch.")]
+        self,
+        info: Ctx,
+        resource_id: Annotated[str, _arg("The resource whose threads to watch.")],
+        after: Annotated[
+            str | None,
+            _arg(
+                "Resume (beyond Mastra): first every thread changed after this cursor of an UPDATED_AT "
+                "listing (ThreadPage.startCursor of a newest-first page: its top thread) as an UPDATED "
+                "event, as stored now and least recently changed first (at most 1,000), then the live "
+                "events, none missed in between and none given twice as it is."
+            ),
+        ] = UNSET,
     ) -> AsyncGenerator[ThreadEvent, None]:
         try:
             async for payload, record in info.context.services.threads.watch(
-                resource_id, principal=info.context.principal
+                resource_id, principal=info.context.principal, after=given(after)
             ):
                 info.context.clear_caches()
                 yield ThreadEvent(

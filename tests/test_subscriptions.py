@@ -19,7 +19,7 @@ from models.records import MIN_MS, MessageRecord, ThreadRecord
 from resolvers import cursors
 from resolvers.auth import OPEN
 from resolvers.context import Services
-from resolvers.errors import ServiceUnavailable
+from resolvers.errors import BadUserInput, ServiceUnavailable
 from resolvers.events import (
     InProcessBroker,
     RedisBroker,
@@ -31,6 +31,7 @@ from resolvers.events import (
     thread_event,
 )
 from resolvers.messages import MessageService
+from resolvers.threads import ThreadService
 from tests.factories import msg
 from tests.subscriptions import MESSAGE_EVENTS, RESUMED_MESSAGE_EVENTS, THREAD_EVENTS, subscribed
 from tests.support import (
@@ -412,6 +413,86 @@ async def test_a_slow_resumed_subscriber_loses_the_oldest_events_not_memory(
             await services.messages.save([msg(f"m{n}")], principal=OPEN)
         await asyncio.sleep(0.1)  # the stream reads ahead meanwhile
         assert [(await anext(stream))[1].id for _ in range(3)] == ["m8", "m9", "m10"]
+    finally:
+        await stream.aclose()
+
+
+RESUMED_THREAD_EVENTS = """subscription($r: String!, $after: String) {
+  threadUpdated(resourceId: $r, after: $after) { kind threadId thread { id title updatedAt } } }"""
+NTH_BY_ACTIVITY = """query($r: String!, $page: Int!) {
+  threads(resourceId: $r, perPage: 1, page: $page, orderBy: {field: UPDATED_AT, direction: ASC})
+  { startCursor threads { id } } }"""
+RENAME = "mutation($i: UpdateThreadInput!) { updateThread(input: $i) { id } }"
+
+
+async def test_a_thread_subscription_resumes_after_a_cursor(api: Api, server: ServerProcess) -> None:
+    """Five threads; a subscription resumed after the second most stale one while another is renamed and
+    a new one created around its start: the three changed after the cursor come first, in order, then
+    every later change; no state comes twice and none is missed."""
+    resource_id = uid("r")
+    ids = [f"{resource_id}-{n}" for n in range(5)]
+    for thread_id in ids:
+        await api.execute(CREATE, i={"id": thread_id, "resourceId": resource_id})
+        await asyncio.sleep(0.002)  # distinct updatedAt
+    second = (await api.execute(NTH_BY_ACTIVITY, r=resource_id, page=1))["threads"]
+    assert [t["id"] for t in second["threads"]] == [ids[1]]
+
+    async def change() -> None:
+        for n in range(3):
+            await api.execute(RENAME, i={"id": ids[0], "title": f"renamed {n}"})
+            await asyncio.sleep(0.01)
+        await api.execute(CREATE, i={"id": f"{resource_id}-new", "resourceId": resource_id})
+
+    async with subscribed(
+        server.url, RESUMED_THREAD_EVENTS, r=resource_id, after=second["startCursor"]
+    ) as sub:
+        changing = asyncio.create_task(change())
+        seen: list[dict[str, Any]] = []
+        try:
+            while not (
+                any(e["thread"]["title"] == "renamed 2" for e in seen)
+                and any(e["threadId"] == f"{resource_id}-new" for e in seen)
+            ):
+                seen.append((await sub.next())["threadUpdated"])
+        finally:
+            await changing
+        await sub.expect_none()
+        assert [e["threadId"] for e in seen[:3]] == ids[2:5]
+        assert all(e["kind"] == "UPDATED" for e in seen[:3])
+        states = [(e["threadId"], e["thread"]["title"], e["thread"]["updatedAt"]) for e in seen]
+        assert len(states) == len(set(states)), states
+        await api.execute("mutation($id: ID!) { deleteThread(id: $id) }", id=ids[2])
+        deleted = (await sub.next())["threadUpdated"]
+        assert (deleted["kind"], deleted["threadId"]) == ("DELETED", ids[2])
+
+    # What is not a cursor of an updatedAt listing is refused.
+    by_created = await api.execute(
+        "query($r: String!) { threads(resourceId: $r, perPage: 1) { startCursor } }", r=resource_id
+    )
+    for cursor, said in (
+        (by_created["threads"]["startCursor"], "ordered by createdAt"),
+        ("t1", "not a threads"),
+    ):
+        async with subscribed(server.url, RESUMED_THREAD_EVENTS, r=resource_id, after=cursor) as sub:
+            with pytest.raises(AssertionError, match=said) as refused:
+                await sub.next()
+            assert "BAD_USER_INPUT" in str(refused.value)
+
+
+async def test_a_thread_replay_is_bounded(services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ThreadService, "MAX_RESUMED", 2)
+    for n in range(4):
+        await services.repository.insert_thread(ThreadRecord(f"t{n}", "r1", "", None, n, n))
+    stream = services.threads.watch("r1", principal=OPEN, after=cursors.encode_thread("updatedAt", 0, "t0"))
+    try:
+        with pytest.raises(BadUserInput, match="More than 2 threads came after this cursor") as refused:
+            await anext(stream)
+        assert refused.value.extensions["limit"] == "maxResumedThreads"
+    finally:
+        await stream.aclose()
+    stream = services.threads.watch("r1", principal=OPEN, after=cursors.encode_thread("updatedAt", 1, "t1"))
+    try:
+        assert [(await anext(stream))[1].id for _ in range(2)] == ["t2", "t3"]
     finally:
         await stream.aclose()
 
