@@ -24,7 +24,7 @@ import contextlib
 import datetime as dt
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from scale_bench import big_thread, depth_main, machine  # this folder
+from scale_bench import big_thread, depth_main, depth_rows, machine  # this folder
 
 from models.records import MessageQuery
 from resolvers import cursors
@@ -99,13 +99,8 @@ def report(size: int, results: dict[str, dict[tuple[int, str], tuple[float, floa
         "| engine | depth | by page (offset) | by before, paging on | by before, jumping in "
         "| offset / paging on (p50) | offset / jumping in (p50) |",
         "|---|---|---|---|---|---|---|",
+        *depth_rows(results, ("page", "before", "jump")),
     ]
-    for kind, rows in results.items():
-        for depth in sorted({d for d, _ in rows}):
-            offset, on, jump = (rows[(depth, way)] for way in ("page", "before", "jump"))
-            cells = [f"{p50:.2f} / {p99:.2f}" for p50, p99 in (offset, on, jump)]
-            ratios = [f"{offset[0] / on[0]:.2f}x", f"{offset[0] / jump[0]:.2f}x"]
-            lines.append(f"| {kind} | {depth:,} | {' | '.join(cells + ratios)} |")
     return "\n".join(lines) + "\n"
 
 

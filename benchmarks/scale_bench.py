@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -119,6 +119,19 @@ async def timed_rounds(
         for key, fn in reads.items():
             await timed(fn, max(1, calls // rounds), samples.setdefault(key, []))
     return {key: summary(values) for key, values in samples.items()}
+
+
+def depth_rows(results: dict[str, Results], ways: Sequence[str]) -> list[str]:
+    """A paging report's rows: per engine and depth, each way's p50 / p99, then the first way's p50 over
+    each other's."""
+    lines = []
+    for kind, rows in results.items():
+        for depth in sorted({d for d, _ in rows}):
+            timed = [rows[(depth, way)] for way in ways]
+            cells = [f"{p50:.2f} / {p99:.2f}" for p50, p99 in timed]
+            ratios = [f"{timed[0][0] / other[0]:.2f}x" for other in timed[1:]]
+            lines.append(f"| {kind} | {depth:,} | {' | '.join(cells + ratios)} |")
+    return lines
 
 
 def machine() -> str:

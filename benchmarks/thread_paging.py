@@ -22,7 +22,7 @@ import contextlib
 import datetime as dt
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from scale_bench import Scenario, depth_main, machine, migrated  # this folder
+from scale_bench import Scenario, depth_main, depth_rows, machine, migrated  # this folder
 from sqlalchemy import text
 
 from models.records import ThreadRecord
@@ -135,13 +135,8 @@ def report(size: int, results: dict[str, dict[tuple[int, str], tuple[float, floa
         "| engine | depth | by page (offset), total | by after (cursor), total | by after, no total "
         "| offset / cursor (p50) | offset / cursor without total (p50) |",
         "|---|---|---|---|---|---|---|",
+        *depth_rows(results, ("page", "after", "bare")),
     ]
-    for kind, rows in results.items():
-        for depth in sorted({d for d, _ in rows}):
-            offset, keyset, bare = (rows[(depth, way)] for way in ("page", "after", "bare"))
-            cells = [f"{p50:.2f} / {p99:.2f}" for p50, p99 in (offset, keyset, bare)]
-            ratios = [f"{offset[0] / keyset[0]:.2f}x", f"{offset[0] / bare[0]:.2f}x"]
-            lines.append(f"| {kind} | {depth:,} | {' | '.join(cells + ratios)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -24,13 +24,13 @@ Place = tuple[int, int]
 
 
 def encode(created_at: int, seq: int) -> str:
-    return base64.urlsafe_b64encode(f"{created_at}:{seq}".encode()).rstrip(b"=").decode()
+    return _packed(f"{created_at}:{seq}")
 
 
 def decode(cursor: str, argument: str) -> Place:
     """The place a cursor names; BAD_USER_INPUT for anything this server did not write, so that a
     mistaken value (a message id, say) is refused rather than read as some other place."""
-    place = _decoded(cursor) if len(cursor) <= _MAX_CHARS else None
+    place = _decoded(cursor)
     if place is None or encode(*place) != cursor:
         raise BadUserInput(
             f"{argument} is not a recall cursor: pass a Message.cursor, RecallResult.startCursor or "
@@ -41,11 +41,8 @@ def decode(cursor: str, argument: str) -> Place:
 
 
 def _decoded(cursor: str) -> Place | None:
-    try:
-        text = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True).decode()
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        return None
-    match = _PLACE.fullmatch(text)
+    text = _unpacked(cursor, _MAX_CHARS)
+    match = _PLACE.fullmatch(text) if text is not None else None
     if match is None:
         return None
     created_at, seq = int(match[1]), int(match[2])
@@ -69,15 +66,14 @@ ThreadPlace = tuple[int, str]
 
 
 def encode_thread(order_field: str, at: int, thread_id: str) -> str:
-    text = f"{THREAD_ORDER_FIELDS[order_field]}:{at}:{thread_id}"
-    return base64.urlsafe_b64encode(text.encode()).rstrip(b"=").decode()
+    return _packed(f"{THREAD_ORDER_FIELDS[order_field]}:{at}:{thread_id}")
 
 
 def decode_thread(cursor: str, argument: str, order_field: str) -> ThreadPlace:
     """The place a thread cursor names in a listing ordered by `order_field`: BAD_USER_INPUT for
     anything this server did not write, and for a cursor of the other field's order (a place in
     createdAt order is no place in updatedAt order)."""
-    decoded = _decoded_thread(cursor) if len(cursor) <= _MAX_THREAD_CHARS else None
+    decoded = _decoded_thread(cursor)
     if decoded is None or encode_thread(*decoded) != cursor:
         raise BadUserInput(
             f"{argument} is not a threads cursor: pass a ThreadPage.startCursor or ThreadPage.endCursor "
@@ -95,12 +91,8 @@ def decode_thread(cursor: str, argument: str, order_field: str) -> ThreadPlace:
 
 
 def _decoded_thread(cursor: str) -> tuple[str, int, str] | None:
-    try:
-        raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
-        text = raw.decode()  # strict: no stored id holds a lone surrogate
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        return None
-    match = _THREAD_PLACE.fullmatch(text)
+    text = _unpacked(cursor, _MAX_THREAD_CHARS)
+    match = _THREAD_PLACE.fullmatch(text) if text is not None else None
     if match is None:
         return None
     at, thread_id = int(match[2]), match[3]
@@ -108,3 +100,20 @@ def _decoded_thread(cursor: str) -> tuple[str, int, str] | None:
     if not MIN_MS <= at <= MAX_MS or len(thread_id.encode()) > MAX_ID_BYTES or "\x00" in thread_id:
         return None
     return _FIELD_OF_TAG[match[1]], at, thread_id
+
+
+# ------------------------------------------------------------------------------------- the wrapping
+def _packed(text: str) -> str:
+    """URL-safe base64 without padding: a cursor goes into a GET query's variables as it is."""
+    return base64.urlsafe_b64encode(text.encode()).rstrip(b"=").decode()
+
+
+def _unpacked(cursor: str, max_chars: int) -> str | None:
+    """The text of a cursor, or None when it is longer than any this server writes or is not base64 of
+    UTF-8 (strictly: no stored id holds a lone surrogate)."""
+    if len(cursor) > max_chars:
+        return None
+    try:
+        return base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return None

@@ -484,12 +484,12 @@ async def publish_quietly(broker: EventBroker | None, events: Iterable[Publicati
 Record = TypeVar("Record", MessageRecord, ThreadRecord)
 
 
-def too_long_a_replay(most: int, what: str, reader: str) -> BadUserInput:
+def too_long_a_replay(most: int, what: str, reader: str, limit: str) -> BadUserInput:
     return BadUserInput(
         f"More than {most} {what} came after this cursor: read them with {reader} page by page, then "
         "subscribe after the newest one.",
         argument="after",
-        limit="maxResumedMessages" if what == "messages" else "maxResumedThreads",
+        limit=limit,
         max=most,
     )
 
@@ -498,22 +498,26 @@ async def resumed(
     events: EventBroker,
     channel: str,
     *,
-    read: Callable[[], Awaitable[Sequence[Record]]],
+    read: Callable[[int], Awaitable[Sequence[Record]]],
     replayed_as: Callable[[Record], dict[str, Any]],
     received: Callable[[dict[str, Any]], Record | None],
+    visible: Callable[[Record], bool],
     repeats: Collection[str],
-    queue_size: int,
+    most: int,
+    too_long: BadUserInput,
     subscribe_timeout: float = 5.0,
 ) -> AsyncGenerator[tuple[dict[str, Any], Record], None]:
-    """A channel's stream resumed from a place: what `read` returns (the records changed after the
-    place, as stored now), each as the event `replayed_as` makes, then the live events `received` keeps.
+    """A channel's stream resumed from a place: the records changed after the place, as stored now
+    (`read(n)`: at most n of them, oldest change first), each as the event `replayed_as` makes, then the
+    live events `received` reads. Only `visible` records are given.
 
     It subscribes before it reads and waits until the broker delivers the channel to it (see
     SUBSCRIBED), so nothing that changes meanwhile is missed; a live event of a kind in `repeats`
-    whose record the replay already gave as it is, is left out. Events are read ahead into a queue of
-    `queue_size`, which loses the oldest for a slow consumer, as the broker's own does."""
+    whose record the replay already gave as it is, is left out. More than `most` records to replay is
+    `too_long`. Events are read ahead into a queue of `most`, which loses the oldest for a slow
+    consumer, as the broker's own does."""
     live = events.subscribe(channel)
-    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=queue_size)
+    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=most)
 
     async def pump() -> None:
         async for payload in live:
@@ -524,15 +528,18 @@ async def resumed(
     pumping = asyncio.create_task(pump(), name="recallql-resumed-subscription")
     try:
         held = await _subscribed(events, channel, queue, pumping, subscribe_timeout)
+        rows = await read(most + 1)
+        if len(rows) > most:
+            raise too_long
         replayed: dict[str, Record] = {}
-        for row in await read():
+        for row in filter(visible, rows):
             replayed[row.id] = row
             yield replayed_as(row), row
         while True:
             payload = held.pop(0) if held else await _next_event(queue, pumping)
             assert payload is not None  # (None only after a timeout)
             record = received(payload)
-            if record is None:
+            if record is None or not visible(record):
                 continue
             if payload.get("kind") in repeats and replayed.get(record.id) == record:
                 continue  # published before the replay read it: given already, as it is

@@ -407,8 +407,6 @@ class MessageService:
     # A resumed subscription replays at most this many messages (the events a live subscriber may fall
     # behind by, EventBroker's queue); more is a read for recall's pages.
     MAX_RESUMED = 1000
-    # How long a resumed subscription waits for the broker to deliver its channel (see SUBSCRIBED).
-    SUBSCRIBE_TIMEOUT = 5.0
 
     async def watch(
         self, thread_id: str, *, principal: Principal, after: str | None = None
@@ -435,30 +433,20 @@ class MessageService:
     async def _resume(
         self, events: EventBroker, thread_id: str, principal: Principal, place: tuple[int, int]
     ) -> AsyncGenerator[tuple[dict[str, Any], MessageRecord], None]:
-        async def read() -> list[MessageRecord]:
-            page = await self.repository.read_page(
-                MessageQuery(thread_id=thread_id, after=place),
-                descending=False,
-                limit=self.MAX_RESUMED + 1,
-                offset=0,
-            )
-            if len(page.rows) > self.MAX_RESUMED:
-                raise too_long_a_replay(self.MAX_RESUMED, "messages", "recall(after:)")
-            return [row for row in page.rows if principal.sees_message(row)]
-
-        def received(payload: dict[str, Any]) -> MessageRecord | None:
-            record = received_message_event(payload)
-            return record if record is not None and principal.sees_message(record) else None
+        async def read(limit: int) -> list[MessageRecord]:
+            query = MessageQuery(thread_id=thread_id, after=place)
+            return (await self.repository.read_page(query, descending=False, limit=limit, offset=0)).rows
 
         async for event in resumed(
             events,
             message_channel(thread_id),
             read=read,
             replayed_as=lambda row: message_event(MESSAGE_SAVED, thread_id, row)[1],
-            received=received,
+            received=received_message_event,
+            visible=principal.sees_message,
             repeats={MESSAGE_SAVED},
-            queue_size=self.MAX_RESUMED,
-            subscribe_timeout=self.SUBSCRIBE_TIMEOUT,
+            most=self.MAX_RESUMED,
+            too_long=too_long_a_replay(self.MAX_RESUMED, "messages", "recall(after:)", "maxResumedMessages"),
         ):
             yield event
 

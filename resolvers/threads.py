@@ -410,32 +410,28 @@ class ThreadService:
     async def _resume(
         self, events: EventBroker, resource_id: str, principal: Principal, place: tuple[int, str]
     ) -> AsyncGenerator[tuple[dict[str, Any], ThreadRecord], None]:
-        async def read() -> list[ThreadRecord]:
+        async def read(limit: int) -> list[ThreadRecord]:
             rows, _ = await self.repository.list_threads(
                 resource_id,
                 offset=0,
-                limit=self.MAX_RESUMED,
+                limit=limit - 1,  # not counted: the page and one thread more, `limit` in all
                 order_field="updatedAt",
                 descending=False,
                 after=place,
-                counted=False,  # one thread more than the limit, if there is one
+                counted=False,
             )
-            if len(rows) > self.MAX_RESUMED:
-                raise too_long_a_replay(self.MAX_RESUMED, "threads", "threads(after:)")
-            return [row for row in rows if principal.sees_thread(row)]
-
-        def received(payload: dict[str, Any]) -> ThreadRecord | None:
-            record = received_thread_event(payload)
-            return record if record is not None and principal.sees_thread(record) else None
+            return rows
 
         async for event in resumed(
             events,
             thread_channel(resource_id),
             read=read,
             replayed_as=lambda row: thread_event(THREAD_UPDATED, row)[1],
-            received=received,
+            received=received_thread_event,
+            visible=principal.sees_thread,
             repeats={THREAD_CREATED, THREAD_UPDATED, THREAD_TITLE_GENERATED},
-            queue_size=self.MAX_RESUMED,
+            most=self.MAX_RESUMED,
+            too_long=too_long_a_replay(self.MAX_RESUMED, "threads", "threads(after:)", "maxResumedThreads"),
         ):
             yield event
 
