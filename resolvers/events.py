@@ -289,6 +289,10 @@ class RedisBroker:
     Every process publishes to Redis and holds one pub/sub connection, subscribed to the channels its
     own subscribers listen on; a reader task delivers what arrives to them. Channel names carry
     `prefix`, so several deployments (or test runs) can share one Redis.
+
+    The connection is also subscribed to a wake-up channel of this process alone (`wake_channel`):
+    (un)subscribing needs the connection, which the reader holds while it waits for a message, so it
+    first publishes an empty message there, which ends the reader's wait at once.
     """
 
     # A write answers after publishing its events: while Redis hangs (a paused or partitioned server),
@@ -313,6 +317,8 @@ class RedisBroker:
         self._hub = _LocalHub(queue_size)
         self._lock = asyncio.Lock()
         self._reader: asyncio.Task[None] | None = None
+        self._reading = False  # the reader holds the lock, waiting for a message
+        self.wake_channel = f"{prefix}wake:{uuid.uuid4().hex}"
         self._closed = False
 
     def _key(self, channel: str) -> str:
@@ -354,11 +360,14 @@ class RedisBroker:
             self._dropped = 0
 
     async def subscribe(self, channel: str) -> AsyncGenerator[dict[str, Any], None]:
-        async with self._lock:
+        async with self._connection():
             subscriber, first = self._hub.add(channel)
             try:
                 if first:
-                    await self._ensure_pubsub().subscribe(self._key(channel))
+                    keys = [self._key(channel)]
+                    if self.wake_channel not in self._held():
+                        keys.append(self.wake_channel)
+                    await self._ensure_pubsub().subscribe(*keys)
                 self._ensure_reader()
             except BaseException as exc:
                 self._hub.remove(channel, subscriber)
@@ -377,8 +386,42 @@ class RedisBroker:
             # The unsubscribe must run even when the consumer was cancelled.
             await asyncio.shield(self._unsubscribe(channel, subscriber))
 
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncGenerator[None, None]:
+        """The pub/sub connection, for a command: the reader is woken rather than waited for (up to
+        POLL seconds: 200 ms at p99 for a new subscription before)."""
+        if not self._reading:
+            await self._lock.acquire()
+        else:
+            # Queued for the lock before the wake-up can arrive, so that the woken reader hands it
+            # over instead of taking it again for its next wait.
+            acquiring = asyncio.ensure_future(self._lock.acquire())
+            try:
+                await asyncio.sleep(0)
+                await self._wake()
+                await acquiring
+            except BaseException:
+                if acquiring.done() and not acquiring.cancelled() and acquiring.exception() is None:
+                    self._lock.release()
+                else:
+                    acquiring.cancel()
+                raise
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    async def _wake(self) -> None:
+        if time.monotonic() < self._held_until:
+            return  # Redis is away: the reader's poll bounds the wait
+        try:
+            async with asyncio.timeout(self.PUBLISH_TIMEOUT):
+                await self._publisher.publish(self.wake_channel, b"")
+        except Exception as exc:
+            log.debug("could not wake the Redis reader: %r", exc)
+
     async def _unsubscribe(self, channel: str, subscriber: _Subscriber) -> None:
-        async with self._lock:
+        async with self._connection():
             if self._hub.remove(channel, subscriber) and self._pubsub is not None and not self._closed:
                 try:
                     await self._pubsub.unsubscribe(self._key(channel))
@@ -401,16 +444,23 @@ class RedisBroker:
     # subscribers deaf for as long after Redis was back.
     RETRY_MAX = 1.0
     READ_TIMEOUT = 5.0
+    POLL = 0.2  # how long a read waits for a message (a command wakes it sooner)
 
     async def _read(self) -> None:
         delay, failed = 0.25, False
         while not self._closed:
             try:
                 # Under the lock, as subscribe and unsubscribe use the connection: a reconnect by two of
-                # them at once broke its reads. A short wait, so that they seldom wait for it.
+                # them at once broke its reads. They wake it (_connection) rather than wait.
                 # Bounded too: a Redis that accepts connections and never answers held the lock.
                 async with self._lock, asyncio.timeout(self.READ_TIMEOUT):
-                    message = await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=0.2)
+                    self._reading = True
+                    try:
+                        message = await self._pubsub.get_message(
+                            ignore_subscribe_messages=True, timeout=self.POLL
+                        )
+                    finally:
+                        self._reading = False
                     if failed:
                         await self._reconcile()
                 delay, failed = 0.25, False
@@ -426,7 +476,7 @@ class RedisBroker:
             if message is None or message.get("type") != "message":
                 continue
             key = message["channel"].decode() if isinstance(message["channel"], bytes) else message["channel"]
-            if not key.startswith(self.prefix):
+            if not key.startswith(self.prefix) or key == self.wake_channel:
                 continue
             try:
                 payload = orjson.loads(message["data"])
@@ -438,13 +488,18 @@ class RedisBroker:
     async def _reconcile(self) -> None:
         """After an outage (under the lock): redis-py subscribed again to every channel it had, those
         whose UNSUBSCRIBE failed meanwhile included; Redis is made to match the subscribers here."""
-        held = {k.decode() if isinstance(k, bytes) else k for k in self._pubsub.channels}
-        wanted = {self._key(channel) for channel in self._hub.channels}
+        held = self._held()
+        wanted = {self._key(channel) for channel in self._hub.channels} | {self.wake_channel}
         if stale := sorted(held - wanted):
             await self._pubsub.unsubscribe(*stale)
         if missing := sorted(wanted - held):
             await self._pubsub.subscribe(*missing)
         log.info("Redis pub/sub is back (%d channel(s) dropped, %d added)", len(stale), len(missing))
+
+    def _held(self) -> set[str]:
+        """The channels redis-py keeps the connection subscribed to (again after a reconnect)."""
+        channels = self._pubsub.channels if self._pubsub is not None else {}
+        return {k.decode() if isinstance(k, bytes) else k for k in channels}
 
     def subscriber_count(self, channel: str) -> int:
         return self._hub.count(channel)
@@ -563,7 +618,7 @@ async def _subscribed(
     token, held = uuid.uuid4().hex, list[dict[str, Any]]()
     await asyncio.sleep(0)  # the pump's first step: the in-process broker subscribes there and then
     clock = asyncio.get_running_loop().time
-    deadline, wait = clock() + timeout, 0.005
+    deadline, wait = clock() + timeout, 0.001
     while clock() < deadline:
         await events.publish([subscribed_event(channel, token)])
         # Redis subscribes within milliseconds, mostly: ask again soon, then less often.

@@ -144,6 +144,48 @@ async def test_redis_broker_crosses_processes() -> None:
             await broker.aclose()
 
 
+async def test_subscribing_wakes_the_redis_reader_instead_of_waiting_for_it() -> None:
+    """The reader holds the pub/sub connection while it waits for a message; subscribing and
+    unsubscribing need it. With a wait of a minute, a subscription still starts and ends at once, time
+    after time: it wakes the reader, and the woken reader hands the connection over rather than taking
+    it again for its next wait."""
+    require(await redis_available(), f"Redis is not reachable at {REDIS_URL}")
+    import redis.asyncio as redis
+
+    prefix = f"recallql-test-{uuid.uuid4().hex[:8]}:"
+    listener, raw = RedisBroker(REDIS_URL, prefix=prefix), redis.from_url(REDIS_URL)
+    listener.POLL, listener.READ_TIMEOUT = 60.0, 120.0  # a wait the test would not outlast
+    first = listener.subscribe(thread_channel("r0"))
+    waiting = asyncio.ensure_future(anext(first))
+    try:
+        await eventually(lambda: _true(listener._reading), timeout=10, what="the reader waiting")
+
+        async def heard(channel: str) -> dict[str, Any]:
+            stream = listener.subscribe(channel)
+            received = asyncio.ensure_future(anext(stream))
+            while not received.done():  # SUBSCRIBE reaches Redis a moment after subscribe() starts
+                await raw.publish(f"{prefix}{channel}", orjson.dumps({"on": channel}))
+                await asyncio.wait({received}, timeout=0.01)
+            await stream.aclose()
+            return received.result()
+
+        for n in range(1, 21):
+            channel = thread_channel(f"r{n}")
+            assert await asyncio.wait_for(heard(channel), 10) == {"on": channel}
+            assert listener.subscriber_count(channel) == 0
+        assert not waiting.done()  # the wake-ups reached no subscriber
+    finally:
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+        await first.aclose()
+        await listener.aclose()
+        await raw.aclose()
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
 async def test_the_redis_reader_runs_outside_the_context_of_its_first_subscriber() -> None:
     """The reader serves every subscriber of the process: its log lines must not carry the request id
     (a ContextVar in web/observability.py) of whichever subscription happened to start it."""
@@ -280,6 +322,7 @@ async def test_after_a_redis_outage_subscribers_hear_again_and_ended_ones_are_go
             assert kept_next.result() == {"n": 1}
             await eventually(lambda: _zero(listeners(ended)), timeout=10, what="the ended subscription gone")
             assert await listeners(kept) == 1
+            assert await listeners(broker.wake_channel.removeprefix(prefix)) == 1  # kept for wake-ups
         finally:
             kept_next.cancel()
             await asyncio.gather(kept_next, return_exceptions=True)
