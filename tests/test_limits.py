@@ -66,6 +66,7 @@ LIMITS = {
     "RECALLQL_MAX_SEARCH_CHARS": "100",
     "RECALLQL_MAX_BODY_BYTES": "20000",
     "RECALLQL_BODY_TIMEOUT": "1",
+    "RECALLQL_HEADER_TIMEOUT": "1",
     "RECALLQL_MAX_SUBSCRIPTIONS_PER_CONNECTION": "2",
     "RECALLQL_INTROSPECTION": "false",
     "RECALLQL_MAX_ENTITIES": "5",
@@ -526,6 +527,91 @@ async def test_a_body_that_arrives_too_slowly_is_refused(limited: ServerProcess)
     assert error["message"] == "The request body did not arrive within 1 seconds."
     # A whole body is answered, however long the request then takes.
     assert (await post(limited.url, "{ __typename }")) == {"data": {"__typename": "Query"}}
+
+
+async def _connected(url: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    host, port = url.removeprefix("http://").split(":")
+    return await asyncio.open_connection(host, int(port))
+
+
+async def _response(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """The status line and headers, and the body, of the next response on a connection."""
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+    length = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+    assert length, head
+    return head, await asyncio.wait_for(reader.readexactly(int(length[1])), 30)
+
+
+async def _timed_out(reader: asyncio.StreamReader) -> None:
+    head, body = await _response(reader)
+    assert head.startswith(b"HTTP/1.1 408"), head
+    assert re.search(rb"(?i)\r\nconnection: *close", head), head
+    assert json.loads(body) == {
+        "errors": [
+            {
+                "message": "The request headers did not arrive within 1 seconds.",
+                "extensions": {"code": "REQUEST_TIMEOUT"},
+            }
+        ]
+    }
+    assert await asyncio.wait_for(reader.read(), 30) == b""  # and the connection closes
+
+
+async def test_headers_that_arrive_too_slowly_are_refused(limited: ServerProcess) -> None:
+    """A client that sent a request line and then a header now and then (slowloris) held its
+    connection for good: uvicorn bounds a body (RECALLQL_BODY_TIMEOUT) and the idle time between
+    requests, not headers. Here they must arrive within 1 s of the connection."""
+    reader, writer = await _connected(limited.url)
+    writer.write(b"POST /graphql HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+    for _ in range(3):  # a header every half second keeps nothing open
+        await asyncio.sleep(0.5)
+        if writer.is_closing() or reader.at_eof():
+            break
+        writer.write(b"X-Slow: 1\r\n")
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+    await _timed_out(reader)
+    writer.close()
+
+
+async def test_a_connection_that_sends_nothing_is_closed(limited: ServerProcess) -> None:
+    reader, writer = await _connected(limited.url)
+    assert await asyncio.wait_for(reader.read(), 30) == b""  # closed without an answer
+    writer.close()
+
+
+async def test_the_header_deadline_holds_for_each_request_of_a_kept_alive_connection(
+    limited: ServerProcess,
+) -> None:
+    """The deadline counts from a request's first byte: a connection kept alive answers requests
+    sent whole at any time, and refuses a later request whose headers stall."""
+    reader, writer = await _connected(limited.url)
+    body = json.dumps({"query": "{ __typename }"}).encode()
+    request = (
+        "POST /graphql HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    for pause in (0.0, 0.7, 0.7):  # 1.4 s in all: past a deadline counted from the connection
+        await asyncio.sleep(pause)
+        writer.write(request)
+        head, answer = await _response(reader)
+        assert head.startswith(b"HTTP/1.1 200"), head
+        assert json.loads(answer) == {"data": {"__typename": "Query"}}
+    writer.write(b"POST /graphql HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+    await _timed_out(reader)
+    writer.close()
+
+
+async def test_the_header_deadline_ends_with_the_headers(limited: ServerProcess) -> None:
+    """A WebSocket lives on after its upgrade's headers, past the deadline."""
+    async with ws_session(limited.url, "graphql-transport-ws") as ws:
+        await asyncio.sleep(1.5)
+        await ws.send(json.dumps({"id": "1", "type": "subscribe", "payload": {"query": "{ __typename }"}}))
+        assert await next_message(ws) == {
+            "id": "1",
+            "type": "next",
+            "payload": {"data": {"__typename": "Query"}},
+        }
 
 
 async def test_include_items_limit(api: Api, limited: ServerProcess) -> None:

@@ -260,6 +260,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=30,
         # A WebSocket frame is bounded like a request body (uvicorn's default: 16 MiB).
         ws_max_size=settings.max_body_bytes,
+        http="web.protocol:HeaderDeadlineProtocol",  # by path: each worker builds it
     )
     if workers > 1:
         return _supervise(config)
