@@ -4,7 +4,8 @@
 
 Each write (a save of 2 new messages, a re-save of 2 stored ones, a thread update, a working-memory
 update, an update and a delete of 2 messages, an outbox settle, plain and with a pipeline batch's rows
-checked) runs --calls times, one after another; prints the median and p90 of each in ms. SQLite: a fresh
+checked; the re-save, the update and the delete also as a server that keeps changes for changedSince
+does) runs --calls times, one after another; prints the median and p90 of each in ms. SQLite: a fresh
 file; a write transaction is one hop to the writer thread and back, its statements run there on a plain
 connection (before, each statement and fetch hopped through aiosqlite's thread on its own). PostgreSQL:
 the database given (migrated, rows of this run under ids of its own); a save takes its threads' advisory
@@ -53,6 +54,10 @@ def _writes(
         "re-save of 2 stored messages": lambda n: repository.save_messages(
             saved(n, "m"), now=10 + n, track_vectors=True
         ),
+        # The same writes of a server that keeps changes (RECALLQL_CHANGE_RETENTION), on rows of their own.
+        "re-save of 2 stored messages, changes kept": lambda n: repository.save_messages(
+            saved(n, "k"), now=10 + n, track_vectors=True, record_changes=True
+        ),
         "thread update (title, metadata)": lambda n: repository.update_thread(
             f"{run}t", title=f"title {n}", metadata={"n": n}, now=10 + n
         ),
@@ -65,8 +70,18 @@ def _writes(
             now=10 + n,
             track_vectors=True,
         ),
+        "update of 2 messages, changes kept": lambda n: repository.update_messages(
+            pair(n, "k"),
+            lambda before, _threads: list(before.values()),
+            now=10 + n,
+            track_vectors=True,
+            record_changes=True,
+        ),
         "delete of 2 messages": lambda n: repository.delete_messages(
             pair(n, "m"), now=10 + n, track_vectors=True
+        ),
+        "delete of 2 messages, changes kept": lambda n: repository.delete_messages(
+            pair(n, "k"), now=10 + n, track_vectors=True, record_changes=True
         ),
         "outbox settle (1 entry)": lambda n: repository.outbox_done([entries[n]]),
         # What the vector pipeline settles: its batch's rows are read again to see none changed.
@@ -86,11 +101,15 @@ async def measure(calls: int, url: str) -> dict[str, list[float]]:
             ThreadRecord(id=f"{run}t", resource_id="r", title="", metadata=None, created_at=0, updated_at=0)
         )
         content = {"format": 2, "parts": [{"type": "text", "text": "hello there"}]}
-        await repository.save_messages(
-            [MessageRecord(f"{run}m{i}", f"{run}t", "r", "user", "v2", i, content) for i in range(2 * calls)],
-            now=1,
-            track_vectors=True,
-        )
+        for prefix in ("m", "k"):
+            await repository.save_messages(
+                [
+                    MessageRecord(f"{run}{prefix}{i}", f"{run}t", "r", "user", "v2", i, content)
+                    for i in range(2 * calls)
+                ],
+                now=1,
+                track_vectors=True,
+            )
         batch = [MessageRecord(f"{run}b{i}", f"{run}t", "r", "user", "v2", i, content) for i in range(64)]
         await repository.save_messages(batch, now=1)
         stored = await repository.get_messages([m.id for m in batch])

@@ -29,6 +29,15 @@ class MessageRecord:
 
 
 @dataclass(slots=True)
+class ChangeRecord:
+    """The latest change to a message of a thread after its first save (tables.MessageChange)."""
+
+    message_id: str
+    changed_at: int  # ms since the epoch, UTC
+    deleted: MessageRecord | None  # the change deleted it: as it was last stored
+
+
+@dataclass(slots=True)
 class ThreadRecord:
     id: str
     resource_id: str

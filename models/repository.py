@@ -51,6 +51,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from models.db import DatabaseUnavailable, create_read_engine, transaction_lock_timeout, unavailability
 from models.records import (
+    ChangeRecord,
     IncludeWindow,
     MessageQuery,
     MessageRecord,
@@ -60,6 +61,7 @@ from models.records import (
     ThreadRecord,
 )
 from models.tables import HIDDEN_ROWS_PREDICATE
+from models.tables import changes_table as C
 from models.tables import messages_table as M
 from models.tables import outbox_table as O
 from models.tables import resources_table as R
@@ -67,6 +69,9 @@ from models.tables import thread_resources_table as TR
 from models.tables import threads_table as T
 
 _T = TypeVar("_T")
+# A change to record (tables.MessageChange): thread id, message id, and the message as last stored when
+# the change deleted it.
+_Change: TypeAlias = tuple[str, str, MessageRecord | None]
 # Any SELECT, whatever its columns (SQLAlchemy 2.1 types a Select by the types of its columns).
 _AnySelect: TypeAlias = "Select[*tuple[Any, ...]]"
 # thread_resources' key for messages stored without a resource.
@@ -159,6 +164,22 @@ def _sqlite_transaction(conn: Connection, begin: str) -> Iterator[None]:
             raw.rollback()
         raise
     raw.commit()
+
+
+def _changes(previous: Mapping[str, MessageRecord], written: Iterable[MessageRecord]) -> list[_Change]:
+    """The changes a write of messages that existed before makes: one on the thread each is in now, and
+    one on the thread it left."""
+    changes: list[_Change] = []
+    for m in written:
+        if (before := previous.get(m.id)) is not None:
+            changes.append((m.thread_id, m.id, None))
+            if before.thread_id != m.thread_id:
+                changes.append((before.thread_id, m.id, None))
+    return changes
+
+
+def _deleted(m: MessageRecord) -> dict[str, Any]:
+    return {**_row(m), "seq": m.seq}
 
 
 def _select_messages(conn: Connection, ids: Sequence[str]) -> dict[str, MessageRecord]:
@@ -551,13 +572,15 @@ class Repository:
         *,
         now: int,
         track_vectors: bool = False,
+        record_changes: bool = False,
         owned_by: Collection[str] | None = None,
         thread_owners: Mapping[str, str] | None = None,
     ) -> tuple[dict[str, MessageRecord], list[MessageRecord]]:
         """Upserts the batch in one transaction, in the given order.
 
         A re-saved id keeps its createdAt and insertion sequence; everything else is replaced.
-        With track_vectors, the same transaction queues every message in the vector outbox.
+        With track_vectors, the same transaction queues every message in the vector outbox; with
+        record_changes, it records each re-saved message's change (tables.MessageChange).
         With owned_by, only stored rows of those resources may be overwritten: a row of another
         resource (or of none), even one another writer inserted a moment ago, is left alone by the
         upsert and raises RowForbidden(id), and nothing is written; and every thread of the batch must
@@ -605,6 +628,8 @@ class Repository:
             if track_vectors:
                 _write_outbox(conn, [(i, previous.get(i)) for i in ids], now)
             written = _select_messages(conn, ids)
+            if record_changes:
+                self._write_changes(conn, _changes(previous, written.values()), now)
             if owned_by is not None:
                 for rec in written.values():
                     if rec.resource_id not in owned_by:
@@ -696,6 +721,54 @@ class Repository:
         with self.read_engine.connect() as conn, _sqlite_transaction(conn, "BEGIN IMMEDIATE"):
             return body(conn)
 
+    def _write_changes(self, conn: Connection, changes: Sequence[_Change], now: int) -> None:
+        """Records each change as its message's latest on its thread (the batch's last one wins)."""
+        latest = {(thread_id, message_id): gone for thread_id, message_id, gone in changes}
+        if not latest:
+            return
+        insert = self._insert(C)
+        stmt = insert.on_conflict_do_update(
+            index_elements=["thread_id", "message_id"],
+            set_={"changed_at": insert.excluded.changed_at, "deleted": insert.excluded.deleted},
+        )
+        rows = [
+            {
+                "thread_id": thread_id,
+                "message_id": message_id,
+                "changed_at": now,
+                "deleted": None if gone is None else _deleted(gone),
+            }
+            for (thread_id, message_id), gone in sorted(latest.items(), key=lambda item: item[0])
+        ]
+        for start in range(0, len(rows), 500):
+            conn.execute(stmt, rows[start : start + 500])
+
+    async def changes_since(self, thread_id: str, since: int, limit: int) -> list[ChangeRecord]:
+        """The latest changes to messages of the thread made at `since` or later, oldest first (at most
+        `limit`)."""
+
+        def read(conn: Connection) -> list[ChangeRecord]:
+            stmt = (
+                select(C.c.message_id, C.c.changed_at, C.c.deleted)
+                .where(C.c.thread_id == thread_id, C.c.changed_at >= since)
+                .order_by(C.c.changed_at, self._code_points(C.c.message_id))
+                .limit(limit)
+            )
+            return [
+                ChangeRecord(message_id, changed_at, None if gone is None else MessageRecord(**gone))
+                for message_id, changed_at, gone in conn.execute(stmt)
+            ]
+
+        return await self._read(read)
+
+    async def prune_changes(self, before: int) -> int:
+        """Forgets the changes made before `before`; returns how many."""
+
+        def body(conn: Connection) -> int:
+            return int(conn.execute(delete(C).where(C.c.changed_at < before)).rowcount or 0)
+
+        return await self._write_transaction(body)
+
     async def get_messages(self, ids: Sequence[str]) -> dict[str, MessageRecord]:
         if not ids:
             return {}
@@ -711,10 +784,11 @@ class Repository:
         *,
         now: int,
         track_vectors: bool = False,
+        record_changes: bool = False,
         guard: Callable[[dict[str, MessageRecord]], None] | None = None,
     ) -> list[MessageRecord]:
-        """Deletes the messages that exist. `guard` sees them, locked, before anything is deleted; if
-        it raises, nothing is."""
+        """Deletes the messages that exist (with record_changes, recording each deletion). `guard` sees
+        them, locked, before anything is deleted; if it raises, nothing is."""
         if not ids:
             return []
 
@@ -730,6 +804,8 @@ class Repository:
                     conn.execute(update(T).where(T.c.id.in_(threads)).values(updated_at=now))
                 if track_vectors:
                     _write_outbox(conn, [(m.id, m) for m in existing.values()], now)
+                if record_changes:
+                    self._write_changes(conn, [(m.thread_id, m.id, m) for m in existing.values()], now)
             return list(existing.values())
 
         return await self._write_transaction(body)
@@ -1919,6 +1995,7 @@ class Repository:
             self._write_stats(conn, removed=[(m.thread_id, m.resource_id) for m in messages])
             if row is not None:
                 conn.execute(delete(T).where(T.c.id == thread_id))
+            conn.execute(delete(C).where(C.c.thread_id == thread_id))  # nothing left to resume
             return thread, messages
 
         return await self._write_transaction(body, lock_keys=[thread_id])
@@ -2019,6 +2096,7 @@ class Repository:
         *,
         now: int,
         track_vectors: bool = False,
+        record_changes: bool = False,
         lock_keys: Iterable[str] = (),
         threads: Collection[str] = (),
     ) -> tuple[dict[str, MessageRecord], list[MessageRecord]]:
@@ -2080,6 +2158,8 @@ class Repository:
                 if track_vectors:
                     _write_outbox(conn, [(m.id, before[m.id]) for m in after], now)
             stored = _select_messages(conn, [m.id for m in after])
+            if record_changes:
+                self._write_changes(conn, _changes(before, stored.values()), now)
             return before, [stored[m.id] for m in after if m.id in stored]
 
         return await self._write_transaction(body, lock_keys=lock_keys)

@@ -121,6 +121,26 @@ class ThreadResource(SQLModel, table=True):
     version: int = Field(default=0, sa_column=Column(BigInteger, nullable=False, server_default="0"))
 
 
+class MessageChange(SQLModel, table=True):
+    """The latest change to each message of a thread that was not its first save: an update, a re-save,
+    a move (on the thread it left and the one it joined) or a delete. Written in the same transaction
+    as the change; a subscription resumed with `changedSince` replays them (resolvers/messages.py).
+    Rows older than RECALLQL_CHANGE_RETENTION are pruned: a deleted message's last state, kept here to
+    announce its deletion, is not kept longer."""
+
+    __tablename__ = "message_changes"
+    __table_args__ = (
+        Index("ix_message_changes_thread_changed", "thread_id", "changed_at"),
+        Index("ix_message_changes_changed", "changed_at"),
+    )
+
+    thread_id: str = Field(sa_column=Column(String, primary_key=True))
+    message_id: str = Field(sa_column=Column(String, primary_key=True))
+    changed_at: int = Field(sa_column=Column(BigInteger, nullable=False))
+    # The message as it was last stored, for a delete; NULL for a change (the message is read as it is).
+    deleted: dict[str, Any] | None = Field(default=None, sa_column=Column(JsonType, nullable=True))
+
+
 class VectorOutbox(SQLModel, table=True):
     """Messages whose vectors must be brought in line with SQL, written in the same transaction as the
     change. Draining re-reads the message: present means (re)embed, gone means delete."""
@@ -142,3 +162,4 @@ class VectorOutbox(SQLModel, table=True):
 
 thread_resources_table = ThreadResource.__table__  # type: ignore[attr-defined]
 outbox_table = VectorOutbox.__table__  # type: ignore[attr-defined]
+changes_table = MessageChange.__table__  # type: ignore[attr-defined]

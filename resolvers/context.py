@@ -64,6 +64,7 @@ class Services:
         max_search_chars: int | None = None,
         max_request_rows: int | None = None,
         max_thread_recalls: int | None = None,
+        change_retention: float = 0.0,
     ) -> Services:
         broker: EventBroker = events if events is not None else InProcessBroker()
         titles = TitleGenerator(repository, chat=chat, events=broker, timeout=title_timeout)
@@ -95,6 +96,7 @@ class Services:
                 events=broker,
                 titles=titles,
                 defaults=memory_defaults,
+                change_retention=change_retention,
             ),
             semantic=semantic,
             working_memory=WorkingMemoryService(repository, defaults=memory_defaults, events=broker),

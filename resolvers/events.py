@@ -588,8 +588,10 @@ async def resumed(
             raise too_long
         replayed: dict[str, Record] = {}
         for row in filter(visible, rows):
-            replayed[row.id] = row
-            yield replayed_as(row), row
+            event = replayed_as(row)
+            if event.get("kind") in repeats:  # (a deletion is no state a later event repeats)
+                replayed[row.id] = row
+            yield event, row
         while True:
             payload = held.pop(0) if held else await _next_event(queue, pumping)
             assert payload is not None  # (None only after a timeout)

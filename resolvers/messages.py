@@ -138,8 +138,12 @@ class MessageService:
         events: EventBroker | None = None,
         titles: TitleGenerator | None = None,
         defaults: dict[str, Any] | None = None,
+        change_retention: float = 0.0,
     ) -> None:
         self.repository = repository
+        # Seconds a message's latest change is kept for changedSince (run_pruner forgets older ones);
+        # 0: none is recorded, the default (an update or a delete costs one statement less).
+        self.change_retention = change_retention
         self.max_batch = max_batch
         self.vectors = vectors
         self.vector_sync_timeout = vector_sync_timeout
@@ -252,6 +256,7 @@ class MessageService:
                 records,
                 now=now,
                 track_vectors=self.vectors is not None,
+                record_changes=self.change_retention > 0,
                 owned_by=principal.resources,
                 thread_owners=derived,
             )
@@ -366,6 +371,7 @@ class MessageService:
             apply,
             now=now_ms(),
             track_vectors=self.vectors is not None,
+            record_changes=self.change_retention > 0,
             lock_keys=lock_keys,
             threads=targets,
         )
@@ -397,6 +403,7 @@ class MessageService:
             ids,
             now=now_ms(),
             track_vectors=self.vectors is not None,
+            record_changes=self.change_retention > 0,
             guard=guard if principal.restricted else None,
         )
         await self._sync_vectors(deleted)
@@ -408,8 +415,34 @@ class MessageService:
     # behind by, EventBroker's queue); more is a read for recall's pages.
     MAX_RESUMED = 1000
 
+    async def run_pruner(self) -> None:
+        """Forgets the changes older than `change_retention`, now and then every tenth of it (at most
+        every 10 minutes), until cancelled. Every replica prunes; a failed prune is tried again later."""
+        if self.change_retention <= 0:  # none are recorded: forget those of a time they were
+            with contextlib.suppress(Exception):
+                await self.repository.prune_changes(now_ms() + 1)
+            return
+        every = min(600.0, self.change_retention / 10)
+        while True:
+            try:
+                horizon = now_ms() - round(self.change_retention * 1000)
+                if pruned := await self.repository.prune_changes(horizon):
+                    log.debug("forgot %d message change(s) past their retention", pruned)
+            except Exception as exc:
+                log.warning("could not prune message changes (tried again in %.0f s): %r", every, exc)
+            await asyncio.sleep(every)
+
+    # A change is stamped when it is written and published once its transaction commits, so changes
+    # do not arrive in the order of their stamps: a replay from `changedSince` starts this much earlier.
+    CHANGE_GRACE_MS = 30_000
+
     async def watch(
-        self, thread_id: str, *, principal: Principal, after: str | None = None
+        self,
+        thread_id: str,
+        *,
+        principal: Principal,
+        after: str | None = None,
+        changed_since: int | None = None,
     ) -> AsyncGenerator[tuple[dict[str, Any], MessageRecord], None]:
         """The message events of a thread from now on, as (payload, message). A restricted principal
         needs the thread to exist and belong to a granted resource (checked here, before anything is
@@ -418,35 +451,106 @@ class MessageService:
         With `after` (a recall cursor), the stream first replays every message of the thread after that
         place as a SAVED event (as it is stored now, oldest first), then goes on live; it subscribes
         before it reads, so no message saved meanwhile is missed, and a live SAVED event of a message
-        the replay already gave as it is is left out."""
+        the replay already gave as it is is left out.
+
+        With `changed_since` too (ms), the replay begins with the messages at or before the place whose
+        latest change (an update, a move, a delete) was made since then, CHANGE_GRACE_MS earlier
+        included: UPDATED as each is stored now, or DELETED as it was last stored, oldest change
+        first."""
         if not thread_id:
             raise BadUserInput("threadId must be a non-empty string.")
         place = cursors.decode(after, "after") if after is not None else None
+        if changed_since is not None:
+            if place is None:
+                raise BadUserInput(
+                    "changedSince needs after: the cursor of the newest message the client has, whose "
+                    "older messages' changes it asks for.",
+                    argument="changedSince",
+                )
+            if self.change_retention <= 0:
+                raise BadUserInput(
+                    "changedSince needs a server that keeps changes: this one keeps none "
+                    "(RECALLQL_CHANGE_RETENTION is 0).",
+                    argument="changedSince",
+                    limit="changeRetention",
+                    max=0,
+                )
+            if changed_since < now_ms() - self.change_retention * 1000:
+                raise BadUserInput(
+                    f"Changes are kept for {self.change_retention:g} seconds, and changedSince is older: "
+                    "re-read the thread's window, then resume after its newest message.",
+                    argument="changedSince",
+                    limit="changeRetention",
+                    max=self.change_retention,
+                )
         if principal.restricted:
             principal.require_thread(await self.repository.get_thread(thread_id), thread_id)
         if self.events is None:
             raise RuntimeError("MessageService.watch needs an event broker")
         if place is None:
             return self._watch(self.events, thread_id, principal)
-        return self._resume(self.events, thread_id, principal, place)
+        return self._resume(self.events, thread_id, principal, place, changed_since)
+
+    async def _changed(
+        self, thread_id: str, place: tuple[int, int], since: int, limit: int
+    ) -> list[tuple[str, MessageRecord]]:
+        """(kind, message) of the messages at or before `place` changed since `since`; those after it
+        the client never had."""
+        changes = await self.repository.changes_since(thread_id, since - self.CHANGE_GRACE_MS, limit)
+        current = await self.repository.get_messages([c.message_id for c in changes if c.deleted is None])
+        changed: list[tuple[str, MessageRecord]] = []
+        for change in changes:
+            if change.deleted is not None:
+                kind, record = MESSAGE_DELETED, change.deleted
+            elif (now := current.get(change.message_id)) is not None:
+                kind, record = MESSAGE_UPDATED, now  # in this thread, or moved away from it
+            else:
+                continue  # moved away, then deleted in the other thread
+            if record.order_key <= place:
+                changed.append((kind, record))
+        return changed
 
     async def _resume(
-        self, events: EventBroker, thread_id: str, principal: Principal, place: tuple[int, int]
+        self,
+        events: EventBroker,
+        thread_id: str,
+        principal: Principal,
+        place: tuple[int, int],
+        changed_since: int | None,
     ) -> AsyncGenerator[tuple[dict[str, Any], MessageRecord], None]:
-        async def read(limit: int) -> list[MessageRecord]:
-            query = MessageQuery(thread_id=thread_id, after=place)
-            return (await self.repository.read_page(query, descending=False, limit=limit, offset=0)).rows
+        kinds: dict[str, str] = {}
 
+        async def read(limit: int) -> list[MessageRecord]:
+            changed = (
+                [] if changed_since is None else await self._changed(thread_id, place, changed_since, limit)
+            )
+            query = MessageQuery(thread_id=thread_id, after=place)
+            page = await self.repository.read_page(
+                query, descending=False, limit=max(limit - len(changed), 0), offset=0
+            )
+            kinds.update((record.id, kind) for kind, record in changed)
+            return [record for _, record in changed] + page.rows
+
+        if changed_since is None:
+            too_long = too_long_a_replay(self.MAX_RESUMED, "messages", "recall(after:)", "maxResumedMessages")
+        else:
+            too_long = BadUserInput(
+                f"More than {self.MAX_RESUMED} messages came after this cursor or changed since "
+                "changedSince: re-read the thread's window, then resume after its newest message.",
+                argument="changedSince",
+                limit="maxResumedMessages",
+                max=self.MAX_RESUMED,
+            )
         async for event in resumed(
             events,
             message_channel(thread_id),
             read=read,
-            replayed_as=lambda row: message_event(MESSAGE_SAVED, thread_id, row)[1],
+            replayed_as=lambda row: message_event(kinds.get(row.id, MESSAGE_SAVED), thread_id, row)[1],
             received=received_message_event,
             visible=principal.sees_message,
-            repeats={MESSAGE_SAVED},
+            repeats={MESSAGE_SAVED, MESSAGE_UPDATED},
             most=self.MAX_RESUMED,
-            too_long=too_long_a_replay(self.MAX_RESUMED, "messages", "recall(after:)", "maxResumedMessages"),
+            too_long=too_long,
         ):
             yield event
 

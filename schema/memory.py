@@ -547,10 +547,23 @@ class Subscription:
                 "then the live events, none missed in between and none given twice as it is."
             ),
         ] = UNSET,
+        changed_since: Annotated[
+            DateTime | None,
+            _arg(
+                "With after (beyond Mastra): the replay begins with every message at or before the "
+                "cursor changed or deleted since this time (the `at` of the last event received; 30 s "
+                "earlier included, as changes are published when they commit), as UPDATED (as stored "
+                "now) or DELETED (as last stored), oldest change first. Changes are kept for "
+                "RECALLQL_CHANGE_RETENTION seconds (0, the default, keeps none: changedSince is refused)."
+            ),
+        ] = UNSET,
     ) -> AsyncGenerator[MessageEvent, None]:
         try:
             events = await info.context.services.messages.watch(
-                str(thread_id), principal=info.context.principal, after=given(after)
+                str(thread_id),
+                principal=info.context.principal,
+                after=given(after),
+                changed_since=given(changed_since),
             )
             async for payload, record in events:
                 info.context.clear_caches()

@@ -233,6 +233,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
                 max_search_chars=settings.max_search_chars,
                 max_request_rows=settings.max_request_rows,
                 max_thread_recalls=settings.max_thread_recalls,
+                change_retention=settings.change_retention,
             )
         app.state.services = built
         observability.instrument(built)
@@ -246,10 +247,11 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
                     settings.vector_drain_interval, grace=settings.vector_sync_timeout + 5
                 )
             )
+        pruner = asyncio.create_task(built.messages.run_pruner())  # message_changes past retention
         try:
             yield
         finally:
-            for task in (warming, drainer):
+            for task in (warming, drainer, pruner):
                 if task is not None:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):

@@ -153,6 +153,8 @@ class Settings(BaseSettings):
     max_save_batch: int = Field(default=1000, ge=1, le=10_000)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1)
     body_timeout: float = Field(default=30.0, gt=0)  # seconds a request body may take to arrive
+    # Seconds a message's latest change is kept, for subscriptions resumed with changedSince (0: none).
+    change_retention: float = Field(default=0.0, ge=0, le=365 * 86_400)
     header_timeout: float = Field(default=10.0, gt=0)  # seconds request headers may take (web/protocol.py)
     max_per_page: int = Field(
         default=1000, ge=1

@@ -1,0 +1,305 @@
+"""Changes to older messages, for subscriptions resumed with changedSince: the message_changes journal
+(written in each write's transaction) and messageSaved(after:, changedSince:)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+import pytest
+
+from models.records import ChangeRecord, MessageRecord, ThreadRecord
+from models.repository import Repository
+from resolvers import cursors
+from resolvers.auth import OPEN
+from resolvers.clock import now_ms, to_iso
+from resolvers.config import BUILTIN_DEFAULTS
+from resolvers.context import Services
+from resolvers.errors import BadUserInput
+from resolvers.messages import MessageInput, MessagePatch, MessageService
+from tests.subscriptions import subscribed
+from tests.support import (
+    Api,
+    ServerProcess,
+    at,
+    database,
+    engines,
+    eventually,
+    running_server,
+    text_message,
+    uid,
+)
+
+CHANGED_EVENTS = """subscription($t: ID!, $after: String, $since: DateTime) {
+  messageSaved(threadId: $t, after: $after, changedSince: $since) {
+    kind threadId messageId at message { id threadId cursor content { raw } } } }"""
+SAVE = "mutation($m: [MessageInput!]!) { saveMessages(messages: $m) { messages { id cursor } } }"
+UPDATE = "mutation($m: [UpdateMessageInput!]!) { updateMessages(messages: $m) { id } }"
+DELETE = "mutation($ids: [ID!]!) { deleteMessages(ids: $ids) { deleted } }"
+CREATE = "mutation($i: CreateThreadInput!) { createThread(input: $i) { id } }"
+
+
+@pytest.fixture
+def services(repository: Repository) -> Services:
+    """A server's services that keep changes for a day (RECALLQL_CHANGE_RETENTION=86400)."""
+    return Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS), change_retention=86_400)
+
+
+@pytest.fixture(scope="module", params=engines())
+async def keeping(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    tmp = tmp_path_factory.mktemp(f"keeping-{request.param}")
+    async with database(request.param, tmp) as url:
+        env = {"RECALLQL_DATABASE_URL": url, "RECALLQL_CHANGE_RETENTION": "86400"}
+        with running_server(tmp / "data", env) as srv:
+            yield srv
+
+
+def _text(record: MessageRecord) -> str:
+    return str(record.content["parts"][0]["text"])
+
+
+def _with(record: MessageRecord, **changes: Any) -> MessageRecord:
+    return dataclasses.replace(record, **changes)
+
+
+def _said(record: MessageRecord, text: str) -> MessageRecord:
+    return _with(record, content={"format": 2, "parts": [{"type": "text", "text": text}]})
+
+
+def _message(thread_id: str, n: int) -> MessageRecord:
+    content = {"format": 2, "parts": [{"type": "text", "text": f"m{n}"}]}
+    return MessageRecord(f"{thread_id}-m{n}", thread_id, "r", "user", "v2", 1_000 + n, content)
+
+
+def _summary(changes: list[ChangeRecord]) -> list[tuple[str, int, str | None]]:
+    return [(c.message_id, c.changed_at, None if c.deleted is None else _text(c.deleted)) for c in changes]
+
+
+async def test_each_write_keeps_the_latest_change_of_a_message_on_each_thread_it_touched(
+    repository: Repository,
+) -> None:
+    t, u = uid("t"), uid("u")
+    for thread_id in (t, u):
+        assert await repository.insert_thread(ThreadRecord(thread_id, "r", "", None, 1, 1))
+    kept = {"record_changes": True}
+    first = [_message(t, n) for n in range(6)]
+    saved = {m.id: m for m in (await repository.save_messages(first, now=1, **kept))[1]}
+    m = [saved[f"{t}-m{n}"] for n in range(6)]
+    assert await repository.changes_since(t, 0, 100) == []  # a first save is no change
+
+    def apply(patch: dict[str, MessageRecord]) -> Any:
+        return lambda before, _threads: [patch[i] for i in before]
+
+    async def edit(n: int, text: str, now: int, **options: Any) -> None:
+        await repository.update_messages([m[n].id], apply({m[n].id: _said(m[n], text)}), now=now, **options)
+
+    await edit(0, "edited", 2_000, **kept)
+    await repository.save_messages([_said(m[1], "re-saved")], now=3_000, **kept)
+    moved = apply({m[2].id: _with(m[2], thread_id=u)})
+    await repository.update_messages([m[2].id], moved, now=4_000, threads=[u], **kept)
+    await repository.delete_messages([m[3].id], now=5_000, **kept)
+    await edit(0, "again", 6_000, **kept)
+    await edit(4, "edited", 7_000, **kept)
+    # Not recorded: the writes of a server that keeps no changes, and imports.
+    await edit(5, "unkept", 7_500)
+    await repository.save_messages([_said(m[5], "unkept")], now=7_600)
+    await repository.delete_messages([m[5].id], now=7_700)
+    await repository.import_messages([_said(m[1], "imported")], now=7_800)
+
+    changes = await repository.changes_since(t, 0, 100)
+    assert _summary(changes) == [
+        (m[1].id, 3_000, None),
+        (m[2].id, 4_000, None),  # moved away
+        (m[3].id, 5_000, "m3"),  # deleted, as it was last stored
+        (m[0].id, 6_000, None),  # its latest change only
+        (m[4].id, 7_000, None),
+    ]
+    assert changes[2].deleted == m[3]  # every field, seq included: its place stays known
+    assert _summary(await repository.changes_since(u, 0, 100)) == [(m[2].id, 4_000, None)]  # moved in
+    assert [c.message_id for c in await repository.changes_since(t, 5_000, 100)] == [
+        m[3].id,
+        m[0].id,
+        m[4].id,
+    ]
+    assert [c.message_id for c in await repository.changes_since(t, 0, 2)] == [m[1].id, m[2].id]
+
+    assert await repository.prune_changes(5_000) == 3  # m1 and m2 here, m2 on u
+    assert [c.message_id for c in await repository.changes_since(t, 0, 100)] == [m[3].id, m[0].id, m[4].id]
+    assert await repository.changes_since(u, 0, 100) == []
+    await repository.delete_thread(t, now=8_000)
+    assert await repository.changes_since(t, 0, 100) == []
+
+
+async def _thread(services: Services, n: int) -> tuple[str, list[MessageRecord]]:
+    thread_id = uid("t")
+    await services.threads.create(resource_id="r", thread_id=thread_id, principal=OPEN)
+    inputs = [
+        MessageInput(
+            thread_id,
+            "user",
+            {"format": 2, "parts": [{"type": "text", "text": f"m{i}"}]},
+            id=f"{thread_id}-m{i}",
+            resource_id="r",
+            created_at=1_767_225_600_000 + i * 1000,
+        )
+        for i in range(n)
+    ]
+    return thread_id, (await services.messages.save(inputs, principal=OPEN)).messages
+
+
+def _edit(message_id: str, text: str) -> MessagePatch:
+    return MessagePatch(message_id, content={"parts": [{"type": "text", "text": text}]})
+
+
+async def _replayed(stream: Any, n: int) -> list[tuple[str, str, str, str]]:
+    """(kind, message id, its thread, its text) of the next n events."""
+    events = []
+    for _ in range(n):
+        payload, record = await asyncio.wait_for(anext(stream), 10)
+        events.append((payload["kind"], record.id, record.thread_id, _text(record)))
+    return events
+
+
+async def test_a_resumed_subscription_replays_the_changes_since_a_time_before_what_came_after(
+    services: Services,
+) -> None:
+    """The client has m0..m3 and heard its last event at `since`. Meanwhile m0 was edited, m1 deleted,
+    m2 moved away; m4 (after the cursor) edited, m5 (after it too) deleted, m6 saved."""
+    thread_id, m = await _thread(services, 6)
+    other, _ = await _thread(services, 0)
+    cursor = cursors.encode(*m[3].order_key)
+    since = now_ms()
+    messages = services.messages
+    await messages.update([_edit(m[0].id, "edited")], principal=OPEN)
+    await messages.delete([m[1].id], principal=OPEN)
+    await messages.update([MessagePatch(m[2].id, thread_id=other)], principal=OPEN)
+    await messages.update([_edit(m[4].id, "edited")], principal=OPEN)
+    await messages.delete([m[5].id], principal=OPEN)
+    m6 = MessageInput(thread_id, "user", {"format": 2, "parts": [{"type": "text", "text": "m6"}]}, id="m6")
+    await messages.save([m6], principal=OPEN)
+
+    stream = await messages.watch(thread_id, principal=OPEN, after=cursor, changed_since=since)
+    try:
+        assert await _replayed(stream, 5) == [
+            ("UPDATED", m[0].id, thread_id, "edited"),
+            ("DELETED", m[1].id, thread_id, "m1"),
+            ("UPDATED", m[2].id, other, "m2"),  # as the live event on the thread it left
+            ("SAVED", m[4].id, thread_id, "edited"),  # after the cursor: as stored now
+            ("SAVED", "m6", thread_id, "m6"),
+        ]
+        # Then live; an update to the state the replay gave is no repeat of it.
+        await messages.update([_edit(m[0].id, "live")], principal=OPEN)
+        assert await _replayed(stream, 1) == [("UPDATED", m[0].id, thread_id, "live")]
+    finally:
+        await stream.aclose()
+
+    # Changes are stamped when written and may be published up to a while later: a replay starts 30 s
+    # before changedSince, and not more.
+    grace = MessageService.CHANGE_GRACE_MS
+    for since_then, changes in ((now_ms() + grace - 5_000, 3), (now_ms() + grace + 5_000, 0)):
+        stream = await messages.watch(thread_id, principal=OPEN, after=cursor, changed_since=since_then)
+        try:
+            events = await _replayed(stream, changes + 2)
+            assert (
+                sorted(kind for kind, *_ in events[:changes])
+                == ["DELETED", "UPDATED", "UPDATED"][3 - changes :]
+            )
+            assert [(kind, message_id) for kind, message_id, *_ in events[changes:]] == [
+                ("SAVED", m[4].id),
+                ("SAVED", "m6"),
+            ]
+        finally:
+            await stream.aclose()
+
+
+async def test_changed_since_needs_a_cursor_a_kept_time_and_a_bounded_replay(
+    services: Services, repository: Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    thread_id, m = await _thread(services, 4)
+    cursor = cursors.encode(*m[3].order_key)
+    # By default a server keeps no changes: its writes record none, and changedSince is refused.
+    default = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS)).messages
+    await default.update([_edit(m[0].id, "unkept")], principal=OPEN)
+    await default.delete([m[3].id], principal=OPEN)  # (the cursor stays a place)
+    assert await repository.changes_since(thread_id, 0, 10) == []
+    with pytest.raises(BadUserInput, match="this one keeps none") as refused:
+        await default.watch(thread_id, principal=OPEN, after=cursor, changed_since=now_ms())
+    assert refused.value.extensions["limit"] == "changeRetention"
+
+    messages = services.messages
+    with pytest.raises(BadUserInput, match="changedSince needs after") as refused:
+        await messages.watch(thread_id, principal=OPEN, changed_since=now_ms())
+    assert refused.value.extensions == {"code": "BAD_USER_INPUT", "argument": "changedSince"}
+    day = 86_400_000
+    with pytest.raises(BadUserInput, match="Changes are kept for 86400 seconds") as refused:
+        await messages.watch(thread_id, principal=OPEN, after=cursor, changed_since=now_ms() - day - 60_000)
+    assert refused.value.extensions["limit"] == "changeRetention"
+    kept = await messages.watch(
+        thread_id, principal=OPEN, after=cursor, changed_since=now_ms() - day + 60_000
+    )
+    await kept.aclose()
+
+    since = now_ms()
+    await messages.update([_edit(m[n].id, "edited") for n in range(3)], principal=OPEN)
+    monkeypatch.setattr(MessageService, "MAX_RESUMED", 2)
+    stream = await messages.watch(thread_id, principal=OPEN, after=cursor, changed_since=since)
+    with pytest.raises(BadUserInput, match="More than 2 messages came after this cursor or changed since"):
+        await anext(stream)
+    await stream.aclose()
+
+
+async def test_changes_past_their_retention_are_pruned(services: Services) -> None:
+    """A deleted message's last state is kept to announce its deletion, and no longer."""
+    thread_id, m = await _thread(services, 2)
+    pruning = MessageService(services.repository, events=services.events, change_retention=0.5)
+    task = asyncio.create_task(pruning.run_pruner())
+    try:
+        await services.messages.delete([m[0].id], principal=OPEN)
+        assert [c.message_id for c in await services.repository.changes_since(thread_id, 0, 10)] == [m[0].id]
+
+        async def forgotten() -> bool:
+            return await services.repository.changes_since(thread_id, 0, 10) == []
+
+        await eventually(forgotten, timeout=10, what="the change pruned")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_resuming_with_changed_since_over_graphql(keeping: ServerProcess) -> None:
+    api, server = Api(keeping.url), keeping
+    thread_id = uid("t")
+    await api.execute(CREATE, i={"id": thread_id, "resourceId": uid("r")})
+    first = [text_message(thread_id=thread_id, id=f"{thread_id}-{n}", created_at=at(n)) for n in range(3)]
+    saved = (await api.execute(SAVE, m=first))["saveMessages"]["messages"]
+    since = to_iso(now_ms())
+    await api.execute(
+        UPDATE, m=[{"id": f"{thread_id}-0", "content": {"parts": [{"type": "text", "text": "new"}]}}]
+    )
+    await api.execute(DELETE, ids=[f"{thread_id}-1"])
+    variables = {"t": thread_id, "after": saved[2]["cursor"], "since": since}
+    async with subscribed(server.url, CHANGED_EVENTS, **variables) as sub:
+        events = [(await sub.next())["messageSaved"] for _ in range(2)]
+        assert [(e["kind"], e["messageId"]) for e in events] == [
+            ("UPDATED", f"{thread_id}-0"),
+            ("DELETED", f"{thread_id}-1"),
+        ]
+        assert events[0]["message"]["content"]["raw"]["parts"] == [{"type": "text", "text": "new"}]
+        assert events[1]["message"]["cursor"] == saved[1]["cursor"]
+        await sub.expect_none()
+    async with subscribed(server.url, CHANGED_EVENTS, t=thread_id, since=since) as sub:
+        with pytest.raises(AssertionError, match="changedSince needs after") as refused:
+            await sub.next()
+        assert "BAD_USER_INPUT" in str(refused.value)
+
+
+async def test_a_server_that_keeps_no_changes_refuses_changed_since(api: Api, server: ServerProcess) -> None:
+    thread_id = uid("t")
+    await api.execute(CREATE, i={"id": thread_id, "resourceId": uid("r")})
+    saved = (await api.execute(SAVE, m=[text_message(thread_id=thread_id)]))["saveMessages"]["messages"]
+    variables = {"t": thread_id, "after": saved[0]["cursor"], "since": to_iso(now_ms())}
+    async with subscribed(server.url, CHANGED_EVENTS, **variables) as sub:
+        with pytest.raises(AssertionError, match="this one keeps none") as refused:
+            await sub.next()
+        assert "BAD_USER_INPUT" in str(refused.value)
