@@ -9,7 +9,9 @@ reads its first event:
 - live: a plain subscription, which waits for a save (made once the broker delivers; not timed beyond
   the event's arrival) — the baseline a client reconnecting without `after` pays;
 - resumed, a gap of N: `after` the cursor N messages before the newest, until the N-th replayed event
-  (N = 0: until the first live event, as for `live`).
+  (N = 0: until the first live event, as for `live`);
+- resumed, a gap of 20 and 20 changed: the same with `changedSince` on a server that keeps changes,
+  20 older messages having been edited since, until the 40th replayed event.
 
 Writes a Markdown table to --out (benchmarks/results/resumed-subscription-<date>.md).
 """
@@ -30,9 +32,10 @@ from scale_bench import big_thread, machine, summary  # this folder
 from models.records import MessageQuery
 from resolvers import cursors
 from resolvers.auth import OPEN
+from resolvers.clock import now_ms
 from resolvers.context import Services
 from resolvers.events import EventBroker, InProcessBroker, RedisBroker
-from resolvers.messages import MessageInput
+from resolvers.messages import MessageInput, MessagePatch
 
 SIZE = 2000
 
@@ -43,9 +46,12 @@ def heard(thread_id: str) -> MessageInput:
     )
 
 
-async def first_events(services: Services, thread_id: str, gap: int) -> float:
+async def first_events(
+    services: Services, thread_id: str, gap: int, since: int | None = None, changed: int = 0
+) -> float:
     """ms until the stream has given `gap` replayed events (resumed `after` the message `gap` before the
-    newest), or for 0 its first live event (a plain subscription, with saves until it hears one)."""
+    newest), or for 0 its first live event (a plain subscription, with saves until it hears one); with
+    `since`, `changed` more events (the changes replayed from `changedSince`)."""
     after = None
     if gap:
         row = (
@@ -56,7 +62,7 @@ async def first_events(services: Services, thread_id: str, gap: int) -> float:
         after = cursors.encode(*row.order_key)
     messages = services.messages
     started = time.perf_counter()
-    stream = await messages.watch(thread_id, principal=OPEN, after=after)
+    stream = await messages.watch(thread_id, principal=OPEN, after=after, changed_since=since)
     try:
         if gap == 0:
             waiting = asyncio.ensure_future(anext(stream))
@@ -65,7 +71,7 @@ async def first_events(services: Services, thread_id: str, gap: int) -> float:
                 await asyncio.wait({waiting}, timeout=0.005)
             await waiting
         else:
-            for _ in range(gap):
+            for _ in range(gap + changed):
                 await anext(stream)
         return (time.perf_counter() - started) * 1000
     finally:
@@ -76,14 +82,25 @@ async def run(
     broker_name: str, broker: EventBroker, gaps: list[int], calls: int
 ) -> dict[str, tuple[float, float]]:
     async with big_thread("sqlite", SIZE) as (repo, base, thread_id, _rate):
-        services = Services.build(repo, memory_defaults=base.recall.defaults, events=broker)
-        ways = {"live": 0} | {f"resumed, gap {gap}": gap for gap in gaps if gap}
+        services = Services.build(
+            repo, memory_defaults=base.recall.defaults, events=broker, change_retention=86_400
+        )
+        since = now_ms()
+        older = (
+            await repo.read_page(MessageQuery(thread_id=thread_id), descending=False, limit=20, offset=100)
+        ).rows
+        await services.messages.update(
+            [MessagePatch(m.id, content={"metadata": {"edited": True}}) for m in older], principal=OPEN
+        )
+        ways: dict[str, tuple[int, int | None, int]] = {"live": (0, None, 0)}
+        ways |= {f"resumed, gap {gap}": (gap, None, 0) for gap in gaps if gap}
+        ways["resumed, gap 20, 20 changed"] = (20, since, len(older))
         samples: dict[str, list[float]] = {way: [] for way in ways}
-        for gap in ways.values():  # warm-up
-            await first_events(services, thread_id, gap)
+        for way in ways.values():  # warm-up
+            await first_events(services, thread_id, *way)
         for _ in range(calls):
-            for way, gap in ways.items():
-                samples[way].append(await first_events(services, thread_id, gap))
+            for name, way in ways.items():
+                samples[name].append(await first_events(services, thread_id, *way))
         await services.aclose()
         return {f"{broker_name}: {way}": summary(values) for way, values in samples.items()}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import inspect
 import random
@@ -65,6 +66,7 @@ from models.tables import changes_table as C
 from models.tables import messages_table as M
 from models.tables import outbox_table as O
 from models.tables import resources_table as R
+from models.tables import thread_deletions_table as TD
 from models.tables import thread_resources_table as TR
 from models.tables import threads_table as T
 
@@ -761,11 +763,27 @@ class Repository:
 
         return await self._read(read)
 
+    async def thread_deletions_since(self, resource_id: str, since: int, limit: int) -> list[ThreadRecord]:
+        """The resource's threads deleted at `since` or later, as last stored, oldest deletion first (at
+        most `limit`)."""
+
+        def read(conn: Connection) -> list[ThreadRecord]:
+            stmt = (
+                select(TD.c.thread)
+                .where(TD.c.resource_id == resource_id, TD.c.deleted_at >= since)
+                .order_by(TD.c.deleted_at, self._code_points(TD.c.thread_id))
+                .limit(limit)
+            )
+            return [ThreadRecord(**thread) for (thread,) in conn.execute(stmt)]
+
+        return await self._read(read)
+
     async def prune_changes(self, before: int) -> int:
-        """Forgets the changes made before `before`; returns how many."""
+        """Forgets the message changes and thread deletions made before `before`; returns how many."""
 
         def body(conn: Connection) -> int:
-            return int(conn.execute(delete(C).where(C.c.changed_at < before)).rowcount or 0)
+            changes = conn.execute(delete(C).where(C.c.changed_at < before)).rowcount or 0
+            return int(changes + (conn.execute(delete(TD).where(TD.c.deleted_at < before)).rowcount or 0))
 
         return await self._write_transaction(body)
 
@@ -1972,6 +1990,7 @@ class Repository:
         *,
         now: int,
         track_vectors: bool = False,
+        record_changes: bool = False,
         guard: Callable[[ThreadRecord | None, list[MessageRecord]], None] | None = None,
     ) -> tuple[ThreadRecord | None, list[MessageRecord]]:
         """Deletes the thread and every message filed under its id, in one transaction; returns what
@@ -1996,6 +2015,14 @@ class Repository:
             if row is not None:
                 conn.execute(delete(T).where(T.c.id == thread_id))
             conn.execute(delete(C).where(C.c.thread_id == thread_id))  # nothing left to resume
+            if thread is not None and record_changes:
+                insert = self._insert(TD)
+                values = {"deleted_at": now, "thread": dataclasses.asdict(thread)}
+                conn.execute(
+                    insert.values(
+                        resource_id=thread.resource_id, thread_id=thread.id, **values
+                    ).on_conflict_do_update(index_elements=["resource_id", "thread_id"], set_=values)
+                )
             return thread, messages
 
         return await self._write_transaction(body, lock_keys=[thread_id])

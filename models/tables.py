@@ -141,6 +141,23 @@ class MessageChange(SQLModel, table=True):
     deleted: dict[str, Any] | None = Field(default=None, sa_column=Column(JsonType, nullable=True))
 
 
+class ThreadDeletion(SQLModel, table=True):
+    """A thread deleted, as it was last stored: what a thread subscription resumed from a cursor of the
+    time after it announces as DELETED (the listing it replays no longer holds the thread). Kept and
+    pruned as MessageChange is."""
+
+    __tablename__ = "thread_deletions"
+    __table_args__ = (
+        Index("ix_thread_deletions_resource_deleted", "resource_id", "deleted_at"),
+        Index("ix_thread_deletions_deleted", "deleted_at"),
+    )
+
+    resource_id: str = Field(sa_column=Column(String, primary_key=True))
+    thread_id: str = Field(sa_column=Column(String, primary_key=True))
+    deleted_at: int = Field(sa_column=Column(BigInteger, nullable=False))
+    thread: dict[str, Any] = Field(sa_column=Column(JsonType, nullable=False))
+
+
 class VectorOutbox(SQLModel, table=True):
     """Messages whose vectors must be brought in line with SQL, written in the same transaction as the
     change. Draining re-reads the message: present means (re)embed, gone means delete."""
@@ -163,3 +180,4 @@ class VectorOutbox(SQLModel, table=True):
 thread_resources_table = ThreadResource.__table__  # type: ignore[attr-defined]
 outbox_table = VectorOutbox.__table__  # type: ignore[attr-defined]
 changes_table = MessageChange.__table__  # type: ignore[attr-defined]
+thread_deletions_table = ThreadDeletion.__table__  # type: ignore[attr-defined]

@@ -87,6 +87,7 @@ class Services:
                 vector_sync_timeout=vector_sync_timeout,
                 max_per_page=max_per_page,
                 max_all_rows=max_all_rows,
+                change_retention=change_retention,
             ),
             messages=MessageService(
                 repository,

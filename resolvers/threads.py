@@ -34,7 +34,7 @@ from resolvers.events import (
     thread_event,
     too_long_a_replay,
 )
-from resolvers.messages import VectorSync, sync_vectors
+from resolvers.messages import MessageService, VectorSync, sync_vectors
 from resolvers.recall import validate_metadata_filter
 from resolvers.working_memory import working_memory_config
 
@@ -84,8 +84,10 @@ class ThreadService:
         vector_sync_timeout: float = 10.0,
         max_per_page: int | None = None,
         max_all_rows: int | None = None,
+        change_retention: float = 0.0,
     ) -> None:
         self.repository = repository
+        self.change_retention = change_retention  # > 0: deletions are recorded for resumed streams
         self.events = events
         self.vectors = vectors
         self.defaults = defaults or {}
@@ -269,6 +271,7 @@ class ThreadService:
             thread_id,
             now=now_ms(),
             track_vectors=self.vectors is not None,
+            record_changes=self.change_retention > 0,
             guard=guard if principal.restricted else None,
         )
         await sync_vectors(self.vectors, messages, self.vector_sync_timeout)
@@ -396,7 +399,9 @@ class ThreadService:
 
         With `after` (a cursor of an updatedAt listing), the stream first replays every thread of the
         resource changed after that place as an UPDATED event (as it is stored now, least recently
-        changed first), then goes on live (resolvers.events.resumed)."""
+        changed first), then goes on live (resolvers.events.resumed). On a server that keeps changes,
+        the threads deleted since the place's time (30 s earlier included, as messages' changes are)
+        come first, as DELETED events, oldest first."""
         if not resource_id:
             raise BadUserInput("resourceId must be a non-empty string.")
         principal.require(resource_id)
@@ -410,23 +415,35 @@ class ThreadService:
     async def _resume(
         self, events: EventBroker, resource_id: str, principal: Principal, place: tuple[int, str]
     ) -> AsyncGenerator[tuple[dict[str, Any], ThreadRecord], None]:
+        deleted: set[str] = set()
+
         async def read(limit: int) -> list[ThreadRecord]:
+            gone: list[ThreadRecord] = []
+            if self.change_retention > 0:
+                since = place[0] - MessageService.CHANGE_GRACE_MS
+                gone = await self.repository.thread_deletions_since(resource_id, since, limit)
+                again = await self.repository.get_threads([t.id for t in gone])
+                gone = [t for t in gone if t.id not in again]  # deleted, then created anew
+                deleted.update(t.id for t in gone)
             rows, _ = await self.repository.list_threads(
                 resource_id,
                 offset=0,
-                limit=limit - 1,  # not counted: the page and one thread more, `limit` in all
+                limit=max(limit - len(gone) - 1, 0),  # not counted: the page and one thread more
                 order_field="updatedAt",
                 descending=False,
                 after=place,
                 counted=False,
             )
-            return rows
+            return gone + rows
+
+        def replayed_as(row: ThreadRecord) -> dict[str, Any]:
+            return thread_event(THREAD_DELETED if row.id in deleted else THREAD_UPDATED, row)[1]
 
         async for event in resumed(
             events,
             thread_channel(resource_id),
             read=read,
-            replayed_as=lambda row: thread_event(THREAD_UPDATED, row)[1],
+            replayed_as=replayed_as,
             received=received_thread_event,
             visible=principal.sees_thread,
             repeats={THREAD_CREATED, THREAD_UPDATED, THREAD_TITLE_GENERATED},

@@ -591,7 +591,9 @@ class Subscription:
                 "Resume (beyond Mastra): first every thread changed after this cursor of an UPDATED_AT "
                 "listing (ThreadPage.startCursor of a newest-first page: its top thread) as an UPDATED "
                 "event, as stored now and least recently changed first (at most 1,000), then the live "
-                "events, none missed in between and none given twice as it is."
+                "events, none missed in between and none given twice as it is. On a server that keeps "
+                "changes (RECALLQL_CHANGE_RETENTION), the threads deleted since the cursor's time (30 s "
+                "earlier included) come first, as DELETED events."
             ),
         ] = UNSET,
     ) -> AsyncGenerator[ThreadEvent, None]:

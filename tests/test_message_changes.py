@@ -303,3 +303,61 @@ async def test_a_server_that_keeps_no_changes_refuses_changed_since(api: Api, se
         with pytest.raises(AssertionError, match="this one keeps none") as refused:
             await sub.next()
         assert "BAD_USER_INPUT" in str(refused.value)
+
+
+# ---------------------------------------------------------------------------------------------- threads
+async def test_a_thread_deletion_is_kept_as_the_thread_was_last_stored(repository: Repository) -> None:
+    resource = uid("r")
+    threads = [ThreadRecord(uid("t"), resource, f"t{n}", {"n": n}, 1, 1) for n in range(3)]
+    for thread in threads:
+        assert await repository.insert_thread(thread)
+    await repository.delete_thread(threads[0].id, now=1_000, record_changes=True)
+    await repository.delete_thread(threads[1].id, now=2_000)  # a server that keeps no changes
+    await repository.delete_thread(threads[2].id, now=3_000, record_changes=True)
+    assert await repository.thread_deletions_since(resource, 0, 10) == [threads[0], threads[2]]
+    assert await repository.thread_deletions_since(resource, 1_001, 10) == [threads[2]]
+    assert await repository.thread_deletions_since(uid("r"), 0, 10) == []
+    assert await repository.insert_thread(threads[2])  # created anew, deleted again: its latest deletion
+    await repository.delete_thread(threads[2].id, now=4_000, record_changes=True)
+    assert await repository.thread_deletions_since(resource, 3_500, 10) == [threads[2]]
+    assert await repository.prune_changes(2_000) == 1
+    assert await repository.thread_deletions_since(resource, 0, 10) == [threads[2]]
+
+
+async def test_a_resumed_thread_subscription_announces_the_threads_deleted_since_its_cursor(
+    services: Services, repository: Repository
+) -> None:
+    resource = uid("r")
+    ids = [f"{resource}-{n}" for n in range(5)]
+    for thread_id in ids:
+        await services.threads.create(resource_id=resource, thread_id=thread_id, principal=OPEN)
+        await asyncio.sleep(0.002)  # updatedAt apart
+    listing, _ = await repository.list_threads(
+        resource, offset=0, limit=1, order_field="updatedAt", descending=True, counted=False
+    )
+    top = listing[0]
+    cursor = cursors.encode_thread("updatedAt", top.updated_at, top.id)
+    await asyncio.sleep(0.002)
+    for thread_id in ids[1:3]:
+        await services.threads.delete(thread_id, principal=OPEN)
+    await services.threads.delete(ids[3], principal=OPEN)
+    await services.threads.create(resource_id=resource, thread_id=ids[3], principal=OPEN)  # anew
+
+    async def replayed(threads: Any, n: int) -> list[tuple[str, str]]:
+        stream = threads.watch(resource, principal=OPEN, after=cursor)
+        try:
+            return [
+                (payload["kind"], record.id)
+                for payload, record in [await asyncio.wait_for(anext(stream), 10) for _ in range(n)]
+            ]
+        finally:
+            await stream.aclose()
+
+    assert await replayed(services.threads, 3) == [
+        ("DELETED", ids[1]),
+        ("DELETED", ids[2]),
+        ("UPDATED", ids[3]),
+    ]
+    # A server that keeps no changes replays the listing alone.
+    default = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS)).threads
+    assert await replayed(default, 1) == [("UPDATED", ids[3])]
