@@ -492,11 +492,14 @@ class MessageService:
         return self._resume(self.events, thread_id, principal, place, changed_since)
 
     async def _changed(
-        self, thread_id: str, place: tuple[int, int], since: int, limit: int
+        self, thread_id: str, place: tuple[int, int], since: int, limit: int, too_long: BadUserInput
     ) -> list[tuple[str, MessageRecord]]:
         """(kind, message) of the messages at or before `place` changed since `since`; those after it
-        the client never had."""
+        the client never had. `too_long` if there are `limit` changes or more, those after the place
+        included (the ones read are not all there are)."""
         changes = await self.repository.changes_since(thread_id, since - self.CHANGE_GRACE_MS, limit)
+        if len(changes) >= limit:
+            raise too_long
         current = await self.repository.get_messages([c.message_id for c in changes if c.deleted is None])
         changed: list[tuple[str, MessageRecord]] = []
         for change in changes:
@@ -519,18 +522,6 @@ class MessageService:
         changed_since: int | None,
     ) -> AsyncGenerator[tuple[dict[str, Any], MessageRecord], None]:
         kinds: dict[str, str] = {}
-
-        async def read(limit: int) -> list[MessageRecord]:
-            changed = (
-                [] if changed_since is None else await self._changed(thread_id, place, changed_since, limit)
-            )
-            query = MessageQuery(thread_id=thread_id, after=place)
-            page = await self.repository.read_page(
-                query, descending=False, limit=max(limit - len(changed), 0), offset=0
-            )
-            kinds.update((record.id, kind) for kind, record in changed)
-            return [record for _, record in changed] + page.rows
-
         if changed_since is None:
             too_long = too_long_a_replay(self.MAX_RESUMED, "messages", "recall(after:)", "maxResumedMessages")
         else:
@@ -541,6 +532,18 @@ class MessageService:
                 limit="maxResumedMessages",
                 max=self.MAX_RESUMED,
             )
+
+        async def read(limit: int) -> list[MessageRecord]:
+            changed = []
+            if changed_since is not None:
+                changed = await self._changed(thread_id, place, changed_since, limit, too_long)
+            query = MessageQuery(thread_id=thread_id, after=place)
+            page = await self.repository.read_page(
+                query, descending=False, limit=max(limit - len(changed), 0), offset=0
+            )
+            kinds.update((record.id, kind) for kind, record in changed)
+            return [record for _, record in changed] + page.rows
+
         async for event in resumed(
             events,
             message_channel(thread_id),

@@ -416,12 +416,15 @@ class ThreadService:
         self, events: EventBroker, resource_id: str, principal: Principal, place: tuple[int, str]
     ) -> AsyncGenerator[tuple[dict[str, Any], ThreadRecord], None]:
         deleted: set[str] = set()
+        too_long = too_long_a_replay(self.MAX_RESUMED, "threads", "threads(after:)", "maxResumedThreads")
 
         async def read(limit: int) -> list[ThreadRecord]:
             gone: list[ThreadRecord] = []
             if self.change_retention > 0:
                 since = place[0] - MessageService.CHANGE_GRACE_MS
                 gone = await self.repository.thread_deletions_since(resource_id, since, limit)
+                if len(gone) >= limit:  # (re-created ones among them or not: the rest is unread)
+                    raise too_long
                 again = await self.repository.get_threads([t.id for t in gone])
                 gone = [t for t in gone if t.id not in again]  # deleted, then created anew
                 deleted.update(t.id for t in gone)
@@ -448,7 +451,7 @@ class ThreadService:
             visible=principal.sees_thread,
             repeats={THREAD_CREATED, THREAD_UPDATED, THREAD_TITLE_GENERATED},
             most=self.MAX_RESUMED,
-            too_long=too_long_a_replay(self.MAX_RESUMED, "threads", "threads(after:)", "maxResumedThreads"),
+            too_long=too_long,
         ):
             yield event
 

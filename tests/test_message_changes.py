@@ -361,3 +361,26 @@ async def test_a_resumed_thread_subscription_announces_the_threads_deleted_since
     # A server that keeps no changes replays the listing alone.
     default = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS)).threads
     assert await replayed(default, 1) == [("UPDATED", ids[3])]
+
+
+async def test_a_replay_whose_changes_are_not_all_read_is_refused(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Changes after the cursor are read and left out: when they fill the read, a change before the
+    cursor behind them would be missed, so the replay is refused as too long instead."""
+    thread_id, m = await _thread(services, 6)
+    cursor = cursors.encode(*m[2].order_key)
+    since = now_ms()
+    await services.messages.delete([m[n].id for n in (3, 4, 5)], principal=OPEN)  # after the cursor
+    await services.messages.update([_edit(m[0].id, "edited")], principal=OPEN)  # the latest change
+    monkeypatch.setattr(MessageService, "MAX_RESUMED", 2)
+    stream = await services.messages.watch(thread_id, principal=OPEN, after=cursor, changed_since=since)
+    with pytest.raises(BadUserInput, match="More than 2 messages came after this cursor or changed since"):
+        await asyncio.wait_for(anext(stream), 10)  # (missing m0's change, it would wait for live events)
+    await stream.aclose()
+    monkeypatch.setattr(MessageService, "MAX_RESUMED", 4)
+    stream = await services.messages.watch(thread_id, principal=OPEN, after=cursor, changed_since=since)
+    try:
+        assert await _replayed(stream, 1) == [("UPDATED", m[0].id, thread_id, "edited")]
+    finally:
+        await stream.aclose()
