@@ -262,7 +262,7 @@ async def test_resumed_subscription_runs(tmp_path: Path) -> None:
         *("--gap", "3,10", "--calls", "2", "--redis", REDIS_URL, "--out", str(tmp_path / "r.md")),
     )
     rows = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ")][1:]
-    ways = ("live", "resumed, gap 3", "resumed, gap 10")
+    ways = ("live", "resumed, gap 3", "resumed, gap 10", "resumed, gap 20, 20 changed")
     assert rows == [f"{broker}: {way}" for broker in ("in-process", "Redis") for way in ways], out
 
 
