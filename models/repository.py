@@ -180,10 +180,6 @@ def _changes(previous: Mapping[str, MessageRecord], written: Iterable[MessageRec
     return changes
 
 
-def _deleted(m: MessageRecord) -> dict[str, Any]:
-    return {**_row(m), "seq": m.seq}
-
-
 def _select_messages(conn: Connection, ids: Sequence[str]) -> dict[str, MessageRecord]:
     """The stored rows of these message ids (those that exist), by id."""
     found: dict[str, MessageRecord] = {}
@@ -738,7 +734,7 @@ class Repository:
                 "thread_id": thread_id,
                 "message_id": message_id,
                 "changed_at": now,
-                "deleted": None if gone is None else _deleted(gone),
+                "deleted": None if gone is None else dataclasses.asdict(gone),
             }
             for (thread_id, message_id), gone in sorted(latest.items(), key=lambda item: item[0])
         ]

@@ -537,6 +537,9 @@ async def publish_quietly(broker: EventBroker | None, events: Iterable[Publicati
 
 # ------------------------------------------------------------------------------------ resuming
 Record = TypeVar("Record", MessageRecord, ThreadRecord)
+# A change is stamped when it is written and published once its transaction commits, so changes do not
+# arrive in the order of their stamps: a replay of changes since a time starts this much earlier.
+CHANGE_GRACE_MS = 30_000
 
 
 def too_long_a_replay(most: int, what: str, reader: str, limit: str) -> BadUserInput:
@@ -553,8 +556,8 @@ async def resumed(
     events: EventBroker,
     channel: str,
     *,
-    read: Callable[[int], Awaitable[Sequence[Record]]],
-    replayed_as: Callable[[Record], dict[str, Any]],
+    read: Callable[[int], Awaitable[Sequence[tuple[str, Record]]]],
+    event_of: Callable[[str, Record], dict[str, Any]],
     received: Callable[[dict[str, Any]], Record | None],
     visible: Callable[[Record], bool],
     repeats: Collection[str],
@@ -563,8 +566,8 @@ async def resumed(
     subscribe_timeout: float = 5.0,
 ) -> AsyncGenerator[tuple[dict[str, Any], Record], None]:
     """A channel's stream resumed from a place: the records changed after the place, as stored now
-    (`read(n)`: at most n of them, oldest change first), each as the event `replayed_as` makes, then the
-    live events `received` reads. Only `visible` records are given.
+    (`read(n)`: at most n of them, oldest change first, each with its event's kind), each as the event
+    `event_of` makes, then the live events `received` reads. Only `visible` records are given.
 
     It subscribes before it reads and waits until the broker delivers the channel to it (see
     SUBSCRIBED), so nothing that changes meanwhile is missed; a live event of a kind in `repeats`
@@ -587,11 +590,12 @@ async def resumed(
         if len(rows) > most:
             raise too_long
         replayed: dict[str, Record] = {}
-        for row in filter(visible, rows):
-            event = replayed_as(row)
-            if event.get("kind") in repeats:  # (a deletion is no state a later event repeats)
+        for kind, row in rows:
+            if not visible(row):
+                continue
+            if kind in repeats:  # (a deletion is no state a later event repeats)
                 replayed[row.id] = row
-            yield event, row
+            yield event_of(kind, row), row
         while True:
             payload = held.pop(0) if held else await _next_event(queue, pumping)
             assert payload is not None  # (None only after a timeout)

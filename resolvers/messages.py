@@ -24,6 +24,7 @@ from resolvers.clock import now_ms
 from resolvers.config import BUILTIN_DEFAULTS, deep_merge
 from resolvers.errors import BadUserInput, Conflict, check_id_size, check_json_depth
 from resolvers.events import (
+    CHANGE_GRACE_MS,
     MESSAGE_DELETED,
     MESSAGE_SAVED,
     MESSAGE_UPDATED,
@@ -416,8 +417,9 @@ class MessageService:
     MAX_RESUMED = 1000
 
     async def run_pruner(self) -> None:
-        """Forgets the changes older than `change_retention`, now and then every tenth of it (at most
-        every 10 minutes), until cancelled. Every replica prunes; a failed prune is tried again later."""
+        """Forgets the message changes and thread deletions older than `change_retention`, now and then
+        every tenth of it (at most every 10 minutes), until cancelled. Every replica prunes; a failed
+        prune is tried again later."""
         if self.change_retention <= 0:  # none are recorded: forget those of a time they were
             with contextlib.suppress(Exception):
                 await self.repository.prune_changes(now_ms() + 1)
@@ -427,14 +429,10 @@ class MessageService:
             try:
                 horizon = now_ms() - round(self.change_retention * 1000)
                 if pruned := await self.repository.prune_changes(horizon):
-                    log.debug("forgot %d message change(s) past their retention", pruned)
+                    log.debug("forgot %d change(s) past their retention", pruned)
             except Exception as exc:
-                log.warning("could not prune message changes (tried again in %.0f s): %r", every, exc)
+                log.warning("could not prune kept changes (tried again in %.0f s): %r", every, exc)
             await asyncio.sleep(every)
-
-    # A change is stamped when it is written and published once its transaction commits, so changes
-    # do not arrive in the order of their stamps: a replay from `changedSince` starts this much earlier.
-    CHANGE_GRACE_MS = 30_000
 
     async def watch(
         self,
@@ -497,7 +495,7 @@ class MessageService:
         """(kind, message) of the messages at or before `place` changed since `since`; those after it
         the client never had. `too_long` if there are `limit` changes or more, those after the place
         included (the ones read are not all there are)."""
-        changes = await self.repository.changes_since(thread_id, since - self.CHANGE_GRACE_MS, limit)
+        changes = await self.repository.changes_since(thread_id, since - CHANGE_GRACE_MS, limit)
         if len(changes) >= limit:
             raise too_long
         current = await self.repository.get_messages([c.message_id for c in changes if c.deleted is None])
@@ -521,7 +519,6 @@ class MessageService:
         place: tuple[int, int],
         changed_since: int | None,
     ) -> AsyncGenerator[tuple[dict[str, Any], MessageRecord], None]:
-        kinds: dict[str, str] = {}
         if changed_since is None:
             too_long = too_long_a_replay(self.MAX_RESUMED, "messages", "recall(after:)", "maxResumedMessages")
         else:
@@ -533,7 +530,7 @@ class MessageService:
                 max=self.MAX_RESUMED,
             )
 
-        async def read(limit: int) -> list[MessageRecord]:
+        async def read(limit: int) -> list[tuple[str, MessageRecord]]:
             changed = []
             if changed_since is not None:
                 changed = await self._changed(thread_id, place, changed_since, limit, too_long)
@@ -541,14 +538,13 @@ class MessageService:
             page = await self.repository.read_page(
                 query, descending=False, limit=max(limit - len(changed), 0), offset=0
             )
-            kinds.update((record.id, kind) for kind, record in changed)
-            return [record for _, record in changed] + page.rows
+            return changed + [(MESSAGE_SAVED, record) for record in page.rows]
 
         async for event in resumed(
             events,
             message_channel(thread_id),
             read=read,
-            replayed_as=lambda row: message_event(kinds.get(row.id, MESSAGE_SAVED), thread_id, row)[1],
+            event_of=lambda kind, row: message_event(kind, thread_id, row)[1],
             received=received_message_event,
             visible=principal.sees_message,
             repeats={MESSAGE_SAVED, MESSAGE_UPDATED},

@@ -19,6 +19,7 @@ from resolvers.clock import now_ms, to_iso
 from resolvers.config import deep_merge
 from resolvers.errors import BadUserInput, Conflict, Forbidden, NotFound, check_id_size, check_json_depth
 from resolvers.events import (
+    CHANGE_GRACE_MS,
     MESSAGE_DELETED,
     MESSAGE_SAVED,
     THREAD_CREATED,
@@ -34,7 +35,7 @@ from resolvers.events import (
     thread_event,
     too_long_a_replay,
 )
-from resolvers.messages import MessageService, VectorSync, sync_vectors
+from resolvers.messages import VectorSync, sync_vectors
 from resolvers.recall import validate_metadata_filter
 from resolvers.working_memory import working_memory_config
 
@@ -415,19 +416,17 @@ class ThreadService:
     async def _resume(
         self, events: EventBroker, resource_id: str, principal: Principal, place: tuple[int, str]
     ) -> AsyncGenerator[tuple[dict[str, Any], ThreadRecord], None]:
-        deleted: set[str] = set()
         too_long = too_long_a_replay(self.MAX_RESUMED, "threads", "threads(after:)", "maxResumedThreads")
 
-        async def read(limit: int) -> list[ThreadRecord]:
+        async def read(limit: int) -> list[tuple[str, ThreadRecord]]:
             gone: list[ThreadRecord] = []
             if self.change_retention > 0:
-                since = place[0] - MessageService.CHANGE_GRACE_MS
+                since = place[0] - CHANGE_GRACE_MS
                 gone = await self.repository.thread_deletions_since(resource_id, since, limit)
                 if len(gone) >= limit:  # (re-created ones among them or not: the rest is unread)
                     raise too_long
                 again = await self.repository.get_threads([t.id for t in gone])
                 gone = [t for t in gone if t.id not in again]  # deleted, then created anew
-                deleted.update(t.id for t in gone)
             rows, _ = await self.repository.list_threads(
                 resource_id,
                 offset=0,
@@ -437,16 +436,13 @@ class ThreadService:
                 after=place,
                 counted=False,
             )
-            return gone + rows
-
-        def replayed_as(row: ThreadRecord) -> dict[str, Any]:
-            return thread_event(THREAD_DELETED if row.id in deleted else THREAD_UPDATED, row)[1]
+            return [(THREAD_DELETED, t) for t in gone] + [(THREAD_UPDATED, t) for t in rows]
 
         async for event in resumed(
             events,
             thread_channel(resource_id),
             read=read,
-            replayed_as=replayed_as,
+            event_of=lambda kind, row: thread_event(kind, row)[1],
             received=received_thread_event,
             visible=principal.sees_thread,
             repeats={THREAD_CREATED, THREAD_UPDATED, THREAD_TITLE_GENERATED},

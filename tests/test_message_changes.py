@@ -17,6 +17,7 @@ from resolvers.clock import now_ms, to_iso
 from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import Services
 from resolvers.errors import BadUserInput
+from resolvers.events import CHANGE_GRACE_MS
 from resolvers.messages import MessageInput, MessagePatch, MessageService
 from tests.subscriptions import subscribed
 from tests.support import (
@@ -196,7 +197,7 @@ async def test_a_resumed_subscription_replays_the_changes_since_a_time_before_wh
 
     # Changes are stamped when written and may be published up to a while later: a replay starts 30 s
     # before changedSince, and not more.
-    grace = MessageService.CHANGE_GRACE_MS
+    grace = CHANGE_GRACE_MS
     for since_then, changes in ((now_ms() + grace - 5_000, 3), (now_ms() + grace + 5_000, 0)):
         stream = await messages.watch(thread_id, principal=OPEN, after=cursor, changed_since=since_then)
         try:

@@ -247,7 +247,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
                     settings.vector_drain_interval, grace=settings.vector_sync_timeout + 5
                 )
             )
-        pruner = asyncio.create_task(built.messages.run_pruner())  # message_changes past retention
+        pruner = asyncio.create_task(built.messages.run_pruner())  # kept changes past their retention
         try:
             yield
         finally:
