@@ -138,8 +138,10 @@ query ScrollBack($threadId: ID!, $before: String) {
   {
     query: `# Live changes to a thread's messages (Run, then save a message in another tab). After a
 # reconnect, pass the cursor of the newest message seen as $after: what came after it is replayed first.
-subscription LiveMessages($threadId: ID!, $after: String) {
-  messageSaved(threadId: $threadId, after: $after) {
+# On a server that keeps changes (RECALLQL_CHANGE_RETENTION), pass the \`at\` of the last event received
+# as $changedSince too: edits and deletions of older messages made meanwhile are replayed before that.
+subscription LiveMessages($threadId: ID!, $after: String, $changedSince: DateTime) {
+  messageSaved(threadId: $threadId, after: $after, changedSince: $changedSince) {
     kind
     messageId
     at
@@ -147,7 +149,7 @@ subscription LiveMessages($threadId: ID!, $after: String) {
   }
 }
 `,
-    variables: JSON.stringify({ threadId: 't1', after: null }, null, 2),
+    variables: JSON.stringify({ threadId: 't1', after: null, changedSince: null }, null, 2),
   },
   {
     query: `# A resource's threads, most recently active first. For the next page, pass endCursor as $after:
