@@ -85,6 +85,7 @@ async def run(
         services = Services.build(
             repo, memory_defaults=base.recall.defaults, events=broker, change_retention=86_400
         )
+        await services.messages.start_journal()  # as a server keeping changes does when it starts
         since = now_ms()
         older = (
             await repo.read_page(MessageQuery(thread_id=thread_id), descending=False, limit=20, offset=100)

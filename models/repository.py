@@ -62,6 +62,7 @@ from models.records import (
     ThreadRecord,
 )
 from models.tables import HIDDEN_ROWS_PREDICATE
+from models.tables import change_journal_table as J
 from models.tables import changes_table as C
 from models.tables import messages_table as M
 from models.tables import outbox_table as O
@@ -782,6 +783,36 @@ class Repository:
             return int(changes + (conn.execute(delete(TD).where(TD.c.deleted_at < before)).rowcount or 0))
 
         return await self._write_transaction(body)
+
+    async def open_change_journal(self, now: int) -> int:
+        """Opens the change journal at `now`, unless it is open; returns since when it is."""
+
+        def body(conn: Connection) -> int:
+            conn.execute(
+                self._insert(J).values(id=1, since=now).on_conflict_do_nothing(index_elements=["id"])
+            )
+            return int(conn.execute(select(J.c.since).where(J.c.id == 1)).scalar_one())
+
+        return await self._write_transaction(body)
+
+    async def close_change_journal(self) -> None:
+        """Closes the change journal and forgets every change and deletion it held: a server keeping
+        none is writing."""
+
+        def body(conn: Connection) -> None:
+            for table in (J, C, TD):
+                conn.execute(delete(table))
+
+        await self._write_transaction(body)
+
+    async def change_journal_since(self) -> int | None:
+        """Since when the kept changes are complete (None: the journal is closed)."""
+
+        def read(conn: Connection) -> int | None:
+            since = conn.execute(select(J.c.since).where(J.c.id == 1)).scalar()
+            return None if since is None else int(since)
+
+        return await self._read(read)
 
     async def get_messages(self, ids: Sequence[str]) -> dict[str, MessageRecord]:
         if not ids:

@@ -158,6 +158,18 @@ class ThreadDeletion(SQLModel, table=True):
     thread: dict[str, Any] = Field(sa_column=Column(JsonType, nullable=False))
 
 
+class ChangeJournal(SQLModel, table=True):
+    """Since when the change tables above are complete: opened (one row) by the first process that
+    starts keeping changes, and closed (no row) by one that starts keeping none, whose writes go
+    unrecorded. A resumed replay asked for changes from before the row's time is refused, instead of
+    leaving out changes made while none were kept."""
+
+    __tablename__ = "change_journal"
+
+    id: int = Field(default=1, sa_column=Column(Integer, primary_key=True, autoincrement=False))
+    since: int = Field(sa_column=Column(BigInteger, nullable=False))
+
+
 class VectorOutbox(SQLModel, table=True):
     """Messages whose vectors must be brought in line with SQL, written in the same transaction as the
     change. Draining re-reads the message: present means (re)embed, gone means delete."""
@@ -181,3 +193,4 @@ thread_resources_table = ThreadResource.__table__  # type: ignore[attr-defined]
 outbox_table = VectorOutbox.__table__  # type: ignore[attr-defined]
 changes_table = MessageChange.__table__  # type: ignore[attr-defined]
 thread_deletions_table = ThreadDeletion.__table__  # type: ignore[attr-defined]
+change_journal_table = ChangeJournal.__table__  # type: ignore[attr-defined]

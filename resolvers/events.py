@@ -27,7 +27,8 @@ from typing import Any, Protocol, TypeVar
 import orjson
 
 from models.records import MessageRecord, ThreadRecord
-from resolvers.clock import MAX_MS, MIN_MS, now_ms
+from models.repository import Repository
+from resolvers.clock import MAX_MS, MIN_MS, now_ms, to_iso
 from resolvers.errors import BadUserInput, ServiceUnavailable
 
 log = logging.getLogger("recallql.events")
@@ -540,6 +541,45 @@ Record = TypeVar("Record", MessageRecord, ThreadRecord)
 # A change is stamped when it is written and published once its transaction commits, so changes do not
 # arrive in the order of their stamps: a replay of changes since a time starts this much earlier.
 CHANGE_GRACE_MS = 30_000
+
+
+async def check_changed_since(
+    repository: Repository, retention: float, changed_since: int, *, resumed: bool, reread: str
+) -> None:
+    """Refuses (BAD_USER_INPUT) a changedSince whose replay could not be complete: one without a cursor
+    to resume from (not `resumed`), on a server keeping no changes (a `retention` of 0), older than the
+    retention (the replay reads from CHANGE_GRACE_MS before it: those changes must not be pruned yet),
+    or older than the change journal (changes made while no server kept them are in no replay).
+    `reread` says what the client reads instead."""
+    if not resumed:
+        raise BadUserInput(
+            "changedSince needs after: the cursor the client resumes from, before which it asks for "
+            "the changes made since then.",
+            argument="changedSince",
+        )
+    if retention <= 0:
+        raise BadUserInput(
+            "changedSince needs a server that keeps changes: this one keeps none "
+            "(RECALLQL_CHANGE_RETENTION is 0).",
+            argument="changedSince",
+            limit="changeRetention",
+            max=0,
+        )
+    if changed_since - CHANGE_GRACE_MS < now_ms() - retention * 1000:
+        raise BadUserInput(
+            f"Changes are kept for {retention:g} seconds, and changedSince is older: {reread}",
+            argument="changedSince",
+            limit="changeRetention",
+            max=retention,
+        )
+    begun = await repository.change_journal_since()
+    if begun is None or changed_since < begun:
+        kept = "none yet" if begun is None else f"those since {to_iso(begun)}"
+        raise BadUserInput(
+            f"This server keeps changes, but {kept}, and changedSince is older: {reread}",
+            argument="changedSince",
+            limit="changeRetention",
+        )
 
 
 def too_long_a_replay(most: int, what: str, reader: str, limit: str) -> BadUserInput:

@@ -31,6 +31,7 @@ from resolvers.events import (
     THREAD_UPDATED,
     EventBroker,
     Publication,
+    check_changed_since,
     message_channel,
     message_event,
     publish_quietly,
@@ -416,17 +417,30 @@ class MessageService:
     # behind by, EventBroker's queue); more is a read for recall's pages.
     MAX_RESUMED = 1000
 
+    async def start_journal(self) -> None:
+        """A server keeping changes opens the change journal (the time from which a replay can be
+        complete), unless it is open; one keeping none closes it and forgets what it held, as its own
+        writes go unrecorded."""
+        if self.change_retention > 0:
+            await self.repository.open_change_journal(now_ms())
+        else:
+            await self.repository.close_change_journal()
+
     async def run_pruner(self) -> None:
-        """Forgets the message changes and thread deletions older than `change_retention`, now and then
-        every tenth of it (at most every 10 minutes), until cancelled. Every replica prunes; a failed
-        prune is tried again later."""
-        if self.change_retention <= 0:  # none are recorded: forget those of a time they were
-            with contextlib.suppress(Exception):
-                await self.repository.prune_changes(now_ms() + 1)
+        """Starts the change journal, then forgets the message changes and thread deletions older than
+        `change_retention`, now and then every tenth of it (at most every 10 minutes), until cancelled.
+        Every replica prunes, and opens the journal again if a replica keeping none closed it; a failed
+        round is tried again later."""
+        if self.change_retention <= 0:
+            try:
+                await self.start_journal()
+            except Exception as exc:  # (an unmigrated database, say): nothing is kept to forget
+                log.warning("could not close the change journal: %r", exc)
             return
         every = min(600.0, self.change_retention / 10)
         while True:
             try:
+                await self.start_journal()
                 horizon = now_ms() - round(self.change_retention * 1000)
                 if pruned := await self.repository.prune_changes(horizon):
                     log.debug("forgot %d change(s) past their retention", pruned)
@@ -459,28 +473,13 @@ class MessageService:
             raise BadUserInput("threadId must be a non-empty string.")
         place = cursors.decode(after, "after") if after is not None else None
         if changed_since is not None:
-            if place is None:
-                raise BadUserInput(
-                    "changedSince needs after: the cursor of the newest message the client has, whose "
-                    "older messages' changes it asks for.",
-                    argument="changedSince",
-                )
-            if self.change_retention <= 0:
-                raise BadUserInput(
-                    "changedSince needs a server that keeps changes: this one keeps none "
-                    "(RECALLQL_CHANGE_RETENTION is 0).",
-                    argument="changedSince",
-                    limit="changeRetention",
-                    max=0,
-                )
-            if changed_since < now_ms() - self.change_retention * 1000:
-                raise BadUserInput(
-                    f"Changes are kept for {self.change_retention:g} seconds, and changedSince is older: "
-                    "re-read the thread's window, then resume after its newest message.",
-                    argument="changedSince",
-                    limit="changeRetention",
-                    max=self.change_retention,
-                )
+            await check_changed_since(
+                self.repository,
+                self.change_retention,
+                changed_since,
+                resumed=place is not None,
+                reread="re-read the thread's window, then resume after its newest message.",
+            )
         if principal.restricted:
             principal.require_thread(await self.repository.get_thread(thread_id), thread_id)
         if self.events is None:

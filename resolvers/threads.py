@@ -27,6 +27,7 @@ from resolvers.events import (
     THREAD_TITLE_GENERATED,
     THREAD_UPDATED,
     EventBroker,
+    check_changed_since,
     message_event,
     publish_quietly,
     received_thread_event,
@@ -392,8 +393,13 @@ class ThreadService:
     # fall behind by); more is a read for the listing's pages.
     MAX_RESUMED = 1000
 
-    def watch(
-        self, resource_id: str, *, principal: Principal, after: str | None = None
+    async def watch(
+        self,
+        resource_id: str,
+        *,
+        principal: Principal,
+        after: str | None = None,
+        changed_since: int | None = None,
     ) -> AsyncGenerator[tuple[dict[str, Any], ThreadRecord], None]:
         """The thread events of a resource from now on, as (payload, thread). The resource must be
         granted (FORBIDDEN here, before anything is subscribed); each event is checked again.
@@ -401,28 +407,44 @@ class ThreadService:
         With `after` (a cursor of an updatedAt listing), the stream first replays every thread of the
         resource changed after that place as an UPDATED event (as it is stored now, least recently
         changed first), then goes on live (resolvers.events.resumed). On a server that keeps changes,
-        the threads deleted since the place's time (30 s earlier included, as messages' changes are)
-        come first, as DELETED events, oldest first."""
+        the threads deleted since `changed_since` (ms; by default the place's time), CHANGE_GRACE_MS
+        earlier included, come first, as DELETED events, oldest first. A `changed_since` the kept
+        changes do not reach back to is refused (resolvers.events.check_changed_since); the place's
+        time, often older (the top thread of a quiet sidebar), is not: deletions since it are replayed
+        as far as they are kept."""
         if not resource_id:
             raise BadUserInput("resourceId must be a non-empty string.")
         principal.require(resource_id)
         place = cursors.decode_thread(after, "after", "updatedAt") if after is not None else None
+        if changed_since is not None:
+            await check_changed_since(
+                self.repository,
+                self.change_retention,
+                changed_since,
+                resumed=place is not None,
+                reread="re-read the listing, then resume from its top thread.",
+            )
         if self.events is None:
             raise RuntimeError("ThreadService.watch needs an event broker")
         if place is None:
             return self._watch(self.events, resource_id, principal)
-        return self._resume(self.events, resource_id, principal, place)
+        since = place[0] if changed_since is None else changed_since
+        return self._resume(self.events, resource_id, principal, place, since - CHANGE_GRACE_MS)
 
     async def _resume(
-        self, events: EventBroker, resource_id: str, principal: Principal, place: tuple[int, str]
+        self,
+        events: EventBroker,
+        resource_id: str,
+        principal: Principal,
+        place: tuple[int, str],
+        deleted_since: int,
     ) -> AsyncGenerator[tuple[dict[str, Any], ThreadRecord], None]:
         too_long = too_long_a_replay(self.MAX_RESUMED, "threads", "threads(after:)", "maxResumedThreads")
 
         async def read(limit: int) -> list[tuple[str, ThreadRecord]]:
             gone: list[ThreadRecord] = []
             if self.change_retention > 0:
-                since = place[0] - CHANGE_GRACE_MS
-                gone = await self.repository.thread_deletions_since(resource_id, since, limit)
+                gone = await self.repository.thread_deletions_since(resource_id, deleted_since, limit)
                 if len(gone) >= limit:  # (re-created ones among them or not: the rest is unread)
                     raise too_long
                 again = await self.repository.get_threads([t.id for t in gone])

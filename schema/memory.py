@@ -554,7 +554,8 @@ class Subscription:
                 "cursor changed or deleted since this time (the `at` of the last event received; 30 s "
                 "earlier included, as changes are published when they commit), as UPDATED (as stored "
                 "now) or DELETED (as last stored), oldest change first. Changes are kept for "
-                "RECALLQL_CHANGE_RETENTION seconds (0, the default, keeps none: changedSince is refused)."
+                "RECALLQL_CHANGE_RETENTION seconds (0, the default, keeps none: changedSince is refused, "
+                "as is one older than the retention or than the time the server began keeping them)."
             ),
         ] = UNSET,
     ) -> AsyncGenerator[MessageEvent, None]:
@@ -596,11 +597,24 @@ class Subscription:
                 "earlier included) come first, as DELETED events."
             ),
         ] = UNSET,
+        changed_since: Annotated[
+            DateTime | None,
+            _arg(
+                "With after (beyond Mastra): the DELETED events are of the threads deleted since this "
+                "time (the `at` of the last event received; 30 s earlier included) instead of the "
+                "cursor's, and a time the kept changes do not reach back to is refused instead of "
+                "answered without the deletions no longer kept. Needs RECALLQL_CHANGE_RETENTION."
+            ),
+        ] = UNSET,
     ) -> AsyncGenerator[ThreadEvent, None]:
         try:
-            async for payload, record in info.context.services.threads.watch(
-                resource_id, principal=info.context.principal, after=given(after)
-            ):
+            events = await info.context.services.threads.watch(
+                resource_id,
+                principal=info.context.principal,
+                after=given(after),
+                changed_since=given(changed_since),
+            )
+            async for payload, record in events:
                 info.context.clear_caches()
                 yield ThreadEvent(
                     kind=ThreadEventKind(payload["kind"]),

@@ -19,6 +19,7 @@ from resolvers.context import Services
 from resolvers.errors import BadUserInput
 from resolvers.events import CHANGE_GRACE_MS
 from resolvers.messages import MessageInput, MessagePatch, MessageService
+from resolvers.threads import ThreadService
 from tests.subscriptions import subscribed
 from tests.support import (
     Api,
@@ -39,12 +40,20 @@ SAVE = "mutation($m: [MessageInput!]!) { saveMessages(messages: $m) { messages {
 UPDATE = "mutation($m: [UpdateMessageInput!]!) { updateMessages(messages: $m) { id } }"
 DELETE = "mutation($ids: [ID!]!) { deleteMessages(ids: $ids) { deleted } }"
 CREATE = "mutation($i: CreateThreadInput!) { createThread(input: $i) { id } }"
+DELETE_THREAD = "mutation($id: ID!) { deleteThread(id: $id) }"
+THREADS = """query($r: String!) {
+  threads(resourceId: $r, perPage: 20, orderBy: {field: UPDATED_AT}) { startCursor } }"""
+RESUMED_THREADS = """subscription($r: String!, $after: String, $since: DateTime) {
+  threadUpdated(resourceId: $r, after: $after, changedSince: $since) { kind threadId } }"""
 
 
 @pytest.fixture
-def services(repository: Repository) -> Services:
-    """A server's services that keep changes for a day (RECALLQL_CHANGE_RETENTION=86400)."""
-    return Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS), change_retention=86_400)
+async def services(repository: Repository) -> Services:
+    """A server's services that keep changes for a day (RECALLQL_CHANGE_RETENTION=86400), started as
+    a server starts them: with the change journal open from now."""
+    built = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS), change_retention=86_400)
+    await built.messages.start_journal()
+    return built
 
 
 @pytest.fixture(scope="module", params=engines())
@@ -149,6 +158,20 @@ async def _thread(services: Services, n: int) -> tuple[str, list[MessageRecord]]
     return thread_id, (await services.messages.save(inputs, principal=OPEN)).messages
 
 
+async def _thread_replay(
+    threads: ThreadService, resource: str, cursor: str, n: int, changed_since: int | None = None
+) -> list[tuple[str, str]]:
+    """(kind, thread id) of the first n events of the resource's threads resumed from the cursor."""
+    stream = await threads.watch(resource, principal=OPEN, after=cursor, changed_since=changed_since)
+    try:
+        return [
+            (payload["kind"], record.id)
+            for payload, record in [await asyncio.wait_for(anext(stream), 10) for _ in range(n)]
+        ]
+    finally:
+        await stream.aclose()
+
+
 def _edit(message_id: str, text: str) -> MessagePatch:
     return MessagePatch(message_id, content={"parts": [{"type": "text", "text": text}]})
 
@@ -233,6 +256,9 @@ async def test_changed_since_needs_a_cursor_a_kept_time_and_a_bounded_replay(
         await messages.watch(thread_id, principal=OPEN, changed_since=now_ms())
     assert refused.value.extensions == {"code": "BAD_USER_INPUT", "argument": "changedSince"}
     day = 86_400_000
+    # (As if this server had kept changes for two days.)
+    await repository.close_change_journal()
+    assert await repository.open_change_journal(now_ms() - 2 * day) < now_ms() - 2 * day + 1000
     with pytest.raises(BadUserInput, match="Changes are kept for 86400 seconds") as refused:
         await messages.watch(thread_id, principal=OPEN, after=cursor, changed_since=now_ms() - day - 60_000)
     assert refused.value.extensions["limit"] == "changeRetention"
@@ -250,6 +276,48 @@ async def test_changed_since_needs_a_cursor_a_kept_time_and_a_bounded_replay(
     await stream.aclose()
 
 
+async def test_changed_since_from_before_changes_were_kept_is_refused(
+    services: Services, repository: Repository
+) -> None:
+    """Changes made while no server kept them are in no replay: a changedSince from before the journal
+    was opened is refused, not answered without them."""
+    thread_id, m = await _thread(services, 3)
+    cursor = cursors.encode(*m[2].order_key)
+    # A server keeping none starts: it closes the journal and forgets what was kept (its writes would
+    # be missing from it), then edits a message unrecorded.
+    default = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS)).messages
+    await services.messages.update([_edit(m[0].id, "kept")], principal=OPEN)
+    await default.start_journal()
+    assert await repository.change_journal_since() is None
+    assert await repository.changes_since(thread_id, 0, 10) == []
+    unrecorded = now_ms()
+    await default.update([_edit(m[1].id, "unrecorded")], principal=OPEN)
+    messages = services.messages
+    with pytest.raises(BadUserInput, match="keeps changes, but none yet") as refused:
+        await messages.watch(thread_id, principal=OPEN, after=cursor, changed_since=unrecorded)
+    assert refused.value.extensions == {
+        "code": "BAD_USER_INPUT",
+        "argument": "changedSince",
+        "limit": "changeRetention",
+    }
+
+    # A server keeping changes starts again: from then on, a replay can be complete.
+    await messages.start_journal()
+    begun = await repository.change_journal_since()
+    assert begun is not None and unrecorded <= begun <= now_ms()
+    await messages.start_journal()  # (a replica starting later leaves the journal's time alone)
+    assert await repository.change_journal_since() == begun
+    with pytest.raises(BadUserInput, match=f"but those since {to_iso(begun)}, and changedSince is older"):
+        await messages.watch(thread_id, principal=OPEN, after=cursor, changed_since=unrecorded)
+    await messages.update([_edit(m[2].id, "recorded")], principal=OPEN)
+    stream = await messages.watch(thread_id, principal=OPEN, after=cursor, changed_since=begun)
+    try:
+        event, record = await asyncio.wait_for(anext(stream), 10)
+        assert (event["kind"], record.id, _text(record)) == ("UPDATED", m[2].id, "recorded")
+    finally:
+        await stream.aclose()
+
+
 async def test_changes_past_their_retention_are_pruned(services: Services) -> None:
     """A deleted message's last state is kept to announce its deletion, and no longer."""
     thread_id, m = await _thread(services, 2)
@@ -263,6 +331,15 @@ async def test_changes_past_their_retention_are_pruned(services: Services) -> No
             return await services.repository.changes_since(thread_id, 0, 10) == []
 
         await eventually(forgotten, timeout=10, what="the change pruned")
+
+        # A replica keeping none closed the journal: a keeping one's pruner opens it again, from then.
+        await services.repository.close_change_journal()
+        closed = now_ms()
+
+        async def reopened() -> bool:
+            return (await services.repository.change_journal_since() or 0) >= closed
+
+        await eventually(reopened, timeout=10, what="the journal opened again")
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -291,6 +368,24 @@ async def test_resuming_with_changed_since_over_graphql(keeping: ServerProcess) 
         await sub.expect_none()
     async with subscribed(server.url, CHANGED_EVENTS, t=thread_id, since=since) as sub:
         with pytest.raises(AssertionError, match="changedSince needs after") as refused:
+            await sub.next()
+        assert "BAD_USER_INPUT" in str(refused.value)
+
+
+async def test_resuming_threads_with_changed_since_over_graphql(keeping: ServerProcess) -> None:
+    api, resource = Api(keeping.url), uid("r")
+    for n in range(3):
+        await api.execute(CREATE, i={"id": f"{resource}-{n}", "resourceId": resource})
+    page = (await api.execute(THREADS, r=resource))["threads"]
+    since = to_iso(now_ms())
+    await api.execute(DELETE_THREAD, id=f"{resource}-0")
+    variables = {"r": resource, "after": page["startCursor"], "since": since}
+    async with subscribed(keeping.url, RESUMED_THREADS, **variables) as sub:
+        deleted = (await sub.next())["threadUpdated"]
+        assert (deleted["kind"], deleted["threadId"]) == ("DELETED", f"{resource}-0")
+    variables["since"] = to_iso(now_ms() - 2 * 86_400_000)
+    async with subscribed(keeping.url, RESUMED_THREADS, **variables) as sub:
+        with pytest.raises(AssertionError, match="Changes are kept for 86400 seconds") as refused:
             await sub.next()
         assert "BAD_USER_INPUT" in str(refused.value)
 
@@ -344,24 +439,55 @@ async def test_a_resumed_thread_subscription_announces_the_threads_deleted_since
     await services.threads.delete(ids[3], principal=OPEN)
     await services.threads.create(resource_id=resource, thread_id=ids[3], principal=OPEN)  # anew
 
-    async def replayed(threads: Any, n: int) -> list[tuple[str, str]]:
-        stream = threads.watch(resource, principal=OPEN, after=cursor)
-        try:
-            return [
-                (payload["kind"], record.id)
-                for payload, record in [await asyncio.wait_for(anext(stream), 10) for _ in range(n)]
-            ]
-        finally:
-            await stream.aclose()
-
-    assert await replayed(services.threads, 3) == [
+    assert await _thread_replay(services.threads, resource, cursor, 3) == [
         ("DELETED", ids[1]),
         ("DELETED", ids[2]),
         ("UPDATED", ids[3]),
     ]
     # A server that keeps no changes replays the listing alone.
     default = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS)).threads
-    assert await replayed(default, 1) == [("UPDATED", ids[3])]
+    assert await _thread_replay(default, resource, cursor, 1) == [("UPDATED", ids[3])]
+
+
+async def test_a_thread_subscription_resumed_with_changed_since_replays_the_deletions_since_then(
+    services: Services, repository: Repository
+) -> None:
+    """A quiet sidebar's cursor (its top thread) can be much older than the last event it heard: with
+    changedSince, the deletions replayed are those since that event, and a time the kept changes do
+    not reach back to is refused instead of answered without the deletions no longer kept."""
+    await repository.close_change_journal()  # (as if this server had kept changes for an hour)
+    await repository.open_change_journal(now_ms() - 3_600_000)
+    resource = uid("r")
+    ids = [f"{resource}-{n}" for n in range(4)]
+    quiet = now_ms() - 600_000  # nothing in the sidebar changed for ten minutes
+    for n, thread_id in enumerate(ids):
+        assert await repository.insert_thread(ThreadRecord(thread_id, resource, "", None, quiet, quiet + n))
+    cursor = cursors.encode_thread("updatedAt", quiet + 3, ids[3])
+    threads = services.threads
+    # Heard live a minute ago, before the client's last event (ids[0] and ids[1] are older than the
+    # cursor's top thread: the listing the client has held them).
+    await repository.delete_thread(ids[0], now=now_ms() - 60_000, record_changes=True)
+    since = now_ms() - 10_000
+    await threads.delete(ids[1], principal=OPEN)
+
+    assert await _thread_replay(threads, resource, cursor, 1, since) == [("DELETED", ids[1])]
+    assert await _thread_replay(threads, resource, cursor, 2) == [  # deletions since the cursor's time
+        ("DELETED", ids[0]),
+        ("DELETED", ids[1]),
+    ]
+
+    with pytest.raises(BadUserInput, match="changedSince needs after"):
+        await threads.watch(resource, principal=OPEN, changed_since=since)
+    with pytest.raises(BadUserInput, match="Changes are kept for 86400 seconds") as refused:
+        await threads.watch(resource, principal=OPEN, after=cursor, changed_since=now_ms() - 90_000_000)
+    assert refused.value.extensions["limit"] == "changeRetention"
+    begun = await repository.change_journal_since()
+    assert begun is not None
+    with pytest.raises(BadUserInput, match=r"keeps changes, but those since .*re-read the listing"):
+        await threads.watch(resource, principal=OPEN, after=cursor, changed_since=begun - 1)
+    default = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS)).threads
+    with pytest.raises(BadUserInput, match="this one keeps none"):
+        await default.watch(resource, principal=OPEN, after=cursor, changed_since=since)
 
 
 async def test_a_replay_whose_changes_are_not_all_read_is_refused(

@@ -526,14 +526,18 @@ async def test_a_thread_replay_is_bounded(services: Services, monkeypatch: pytes
     monkeypatch.setattr(ThreadService, "MAX_RESUMED", 2)
     for n in range(4):
         await services.repository.insert_thread(ThreadRecord(f"t{n}", "r1", "", None, n, n))
-    stream = services.threads.watch("r1", principal=OPEN, after=cursors.encode_thread("updatedAt", 0, "t0"))
+    stream = await services.threads.watch(
+        "r1", principal=OPEN, after=cursors.encode_thread("updatedAt", 0, "t0")
+    )
     try:
         with pytest.raises(BadUserInput, match="More than 2 threads came after this cursor") as refused:
             await anext(stream)
         assert refused.value.extensions["limit"] == "maxResumedThreads"
     finally:
         await stream.aclose()
-    stream = services.threads.watch("r1", principal=OPEN, after=cursors.encode_thread("updatedAt", 1, "t1"))
+    stream = await services.threads.watch(
+        "r1", principal=OPEN, after=cursors.encode_thread("updatedAt", 1, "t1")
+    )
     try:
         assert [(await anext(stream))[1].id for _ in range(2)] == ["t2", "t3"]
     finally:
