@@ -417,6 +417,8 @@ class MessageService:
     # behind by, EventBroker's queue); more is a read for recall's pages.
     MAX_RESUMED = 1000
 
+    JOURNAL_RETRY = 10.0  # seconds between tries to close the change journal
+
     async def start_journal(self) -> None:
         """A server keeping changes opens the change journal (the time from which a replay can be
         complete), unless it is open; one keeping none closes it and forgets what it held, as its own
@@ -432,11 +434,13 @@ class MessageService:
         Every replica prunes, and opens the journal again if a replica keeping none closed it; a failed
         round is tried again later."""
         if self.change_retention <= 0:
-            try:
-                await self.start_journal()
-            except Exception as exc:  # (an unmigrated database, say): nothing is kept to forget
-                log.warning("could not close the change journal: %r", exc)
-            return
+            while True:  # until closed: a replay must not trust a journal this server's writes skip
+                try:
+                    await self.start_journal()
+                    return
+                except Exception as exc:  # (a database not migrated yet, or not reachable yet)
+                    log.debug("could not close the change journal (tried again soon): %r", exc)
+                await asyncio.sleep(self.JOURNAL_RETRY)
         every = min(600.0, self.change_retention / 10)
         while True:
             try:

@@ -345,6 +345,28 @@ async def test_changes_past_their_retention_are_pruned(services: Services) -> No
         await asyncio.gather(task, return_exceptions=True)
 
 
+async def test_a_server_keeping_no_changes_closes_the_journal_once_it_can(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its writes go unrecorded, so a journal it could not close at start (a database not reachable
+    yet) is closed as soon as it can be, not left open for replays to trust."""
+
+    class Unreachable:
+        def __init__(self) -> None:
+            self.tries = 0
+
+        async def close_change_journal(self) -> None:
+            self.tries += 1
+            if self.tries < 3:
+                raise ConnectionRefusedError("database not reachable yet")
+
+    repository = Unreachable()
+    monkeypatch.setattr(MessageService, "JOURNAL_RETRY", 0.01)
+    pruner = MessageService(repository, change_retention=0)  # type: ignore[arg-type]
+    await asyncio.wait_for(pruner.run_pruner(), 10)
+    assert repository.tries == 3
+
+
 async def test_resuming_with_changed_since_over_graphql(keeping: ServerProcess) -> None:
     api, server = Api(keeping.url), keeping
     thread_id = uid("t")
