@@ -455,6 +455,7 @@ class Verdict:
     ambiguous: list[tuple[str, list[str]]] = field(default_factory=list)
     pending: list[tuple[str, list[str]]] = field(default_factory=list)  # semantic, excluded
     missing: list[str] = field(default_factory=list)
+    untypable: list[str] = field(default_factory=list)  # see answers_what_graphql_cannot_type
 
     @property
     def ok(self) -> bool:
@@ -466,6 +467,7 @@ class Verdict:
             f"{self.label}: PASS {len(self.passed)}, FAIL {len(self.failed)}, "
             f"AMBIGUOUS {len(self.ambiguous)}, MISSING {len(self.missing)}, "
             f"semantic PENDING (excluded) {len(self.pending)} ({pending_failing} of them differ)"
+            + (f", UNTYPABLE {len(self.untypable)}" if self.untypable else "")
         )
 
     def report(self, queries: dict[str, dict] | None = None, *, limit: int = 60) -> str:
@@ -498,6 +500,22 @@ def is_type_error(result: dict) -> bool:
     return result.get("code") == "BAD_USER_INPUT" and str(result.get("error", "")).startswith("Variable '$")
 
 
+def answers_what_graphql_cannot_type(oracle_result: dict, candidate_result: dict) -> bool:
+    """Mastra answered with a page GraphQL's types cannot hold, and GraphQL rejected that variable.
+    With lastMessages false, no perPage and no vector search, recall returns the empty result before
+    any other check (the contract), page validation included, and echoes the page: a page of 1.5 comes
+    back as `"page": 1.5`, which RecallResult.page (Int) cannot carry. The contract's GraphQL shape
+    rejects every invalid value with a clear message, so the variable is refused before recall runs."""
+    page = oracle_result.get("page")
+    return (
+        bool(oracle_result.get("ok"))
+        and isinstance(page, float)
+        and not page.is_integer()
+        and is_type_error(candidate_result)
+        and str(candidate_result.get("error")).startswith("Variable '$page'")
+    )
+
+
 def judge(
     oracle: dict,
     candidate: dict,
@@ -513,7 +531,9 @@ def judge(
       error texts"), except where GraphQL's own type check rejected a variable first (`is_type_error`);
     * an unexpected candidate error code (a masked crash, an argument the harness cannot express)
       always fails, even against an oracle error;
-    * semantic cases (`is_semantic_case`) are compared but set aside while `semantic_pending`."""
+    * semantic cases (`is_semantic_case`) are compared but set aside while `semantic_pending`;
+    * an answer whose page GraphQL's types cannot hold is set aside as UNTYPABLE, when GraphQL
+      rejected that variable (`answers_what_graphql_cannot_type`)."""
     cmp = compare_module()
     options = argparse.Namespace(full=True, relax_ties=False, error_text=False, verbose=False)
     by_name = {r.get("name"): r for r in candidate.get("results", [])}
@@ -539,7 +559,9 @@ def judge(
                 f"candidate error with code {c.get('code')!r}: {c.get('error')!r} "
                 f"(oracle: {'ok' if o.get('ok') else repr(o.get('error'))})"
             )
-        if semantic_pending and is_semantic_case(dataset, args_of.get(name, {})):
+        if answers_what_graphql_cannot_type(o, c):
+            verdict.untypable.append(name)
+        elif semantic_pending and is_semantic_case(dataset, args_of.get(name, {})):
             verdict.pending.append((name, problems))
         elif not problems:
             verdict.passed.append(name)

@@ -28,7 +28,11 @@ from tests.support import Api, database, engines, require, running_server, vecto
 
 pytestmark = pytest.mark.conformance
 
-SEEDS = (1, 2, 3)
+SEEDS = (1, 2, 3, 35)
+# The generator's default shape (5 threads, 200 messages), except for these seeds. Seed 35's smaller
+# shape (found by a sweep of 50 seeds and shapes) gives a case whose answer GraphQL cannot type
+# (harness.answers_what_graphql_cannot_type).
+SHAPES = {35: {"threads": 4, "messages": 135}}
 MIN_QUERIES = 150
 # Semantic recall (merged semanticRecall truthy and a vectorSearchString) is not implemented yet. While
 # True, those cases are compared and counted but left out of the verdict; everything else must pass.
@@ -67,7 +71,7 @@ def oracle_run(
         workdir.mkdir(parents=True, exist_ok=True)
     else:
         workdir = tmp_path_factory.mktemp(f"conformance-seed{seed}")
-    dataset = harness.generate_dataset(seed, workdir / "dataset.json")
+    dataset = harness.generate_dataset(seed, workdir / "dataset.json", **SHAPES.get(seed, {}))
     started = time.monotonic()
     oracle = harness.run_oracle(workdir / "dataset.json", workdir / "oracle.json", embedder.url)
     return OracleRun(seed, workdir, dataset, oracle, embedder.url, time.monotonic() - started)
