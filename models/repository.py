@@ -1891,14 +1891,20 @@ class Repository:
         return await self._write_transaction(body)
 
     async def import_messages(
-        self, records: Sequence[MessageRecord], *, now: int, track_vectors: bool = False
+        self,
+        records: Sequence[MessageRecord],
+        *,
+        now: int,
+        track_vectors: bool = False,
+        record_changes: bool = False,
     ) -> tuple[int, int]:
         """Upserts messages in one transaction, new ones in the given order (their insertion sequence).
 
         Like save_messages, an id already stored keeps its createdAt and sequence; unlike it, thread
         updatedAt is left alone (an import carries its own), and rows already stored exactly so are not
         written (nor re-queued for embedding). With track_vectors, written messages are queued in the
-        vector outbox. Returns (inserted, updated)."""
+        vector outbox; with record_changes, each overwritten one's change is recorded, as save_messages
+        records a re-save's. Returns (inserted, updated)."""
         last: dict[str, MessageRecord] = {}
         for rec in records:
             last[rec.id] = rec
@@ -1929,6 +1935,8 @@ class Repository:
                 )
                 if track_vectors:
                     _write_outbox(conn, [(m.id, stored.get(m.id)) for m in write], now)
+                if record_changes:
+                    self._write_changes(conn, _changes(stored, write), now)
             inserted = sum(1 for m in write if m.id not in stored)
             return inserted, len(write) - inserted
 

@@ -255,6 +255,9 @@ class ImportSink:
         self.repository = repository
         self.report = report
         self.track_vectors = track_vectors
+        # Whether a server keeps changes (the change journal is open), asked at the first messages: an
+        # overwrite is then recorded as a re-save is, whatever this process's own setting.
+        self.record_changes: bool | None = None
 
     async def resources(self, records: list[ResourceRecord]) -> None:
         inserted, updated = await self.repository.import_resources(records)
@@ -265,8 +268,10 @@ class ImportSink:
         self._count("thread", inserted, updated)
 
     async def messages(self, records: list[MessageRecord]) -> None:
+        if self.record_changes is None:
+            self.record_changes = await self.repository.change_journal_since() is not None
         inserted, updated = await self.repository.import_messages(
-            records, now=now_ms(), track_vectors=self.track_vectors
+            records, now=now_ms(), track_vectors=self.track_vectors, record_changes=self.record_changes
         )
         self._count("message", inserted, updated)
 

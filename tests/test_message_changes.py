@@ -20,6 +20,7 @@ from resolvers.errors import BadUserInput
 from resolvers.events import CHANGE_GRACE_MS
 from resolvers.messages import MessageInput, MessagePatch, MessageService
 from resolvers.threads import ThreadService
+from resolvers.transfer import dumps_line, import_jsonl, message_line
 from tests.subscriptions import subscribed
 from tests.support import (
     Api,
@@ -111,7 +112,7 @@ async def test_each_write_keeps_the_latest_change_of_a_message_on_each_thread_it
     await repository.delete_messages([m[3].id], now=5_000, **kept)
     await edit(0, "again", 6_000, **kept)
     await edit(4, "edited", 7_000, **kept)
-    # Not recorded: the writes of a server that keeps no changes, and imports.
+    # Not recorded: the writes of a server that keeps no changes (imports without record_changes too).
     await edit(5, "unkept", 7_500)
     await repository.save_messages([_said(m[5], "unkept")], now=7_600)
     await repository.delete_messages([m[5].id], now=7_700)
@@ -183,6 +184,29 @@ async def _replayed(stream: Any, n: int) -> list[tuple[str, str, str, str]]:
         payload, record = await asyncio.wait_for(anext(stream), 10)
         events.append((payload["kind"], record.id, record.thread_id, _text(record)))
     return events
+
+
+async def test_an_import_records_the_messages_it_overwrites_while_a_server_keeps_changes(
+    services: Services, repository: Repository
+) -> None:
+    """`recallql import` runs in a process of its own: whether a server keeps changes is read from the
+    change journal, not from that process's setting."""
+    thread_id, m = await _thread(services, 3)
+    cursor = cursors.encode(*m[2].order_key)
+    since = now_ms()
+    lines = [dumps_line(message_line(_said(m[0], "imported"))), dumps_line(message_line(m[1]))]
+    report = await import_jsonl(repository, lines)
+    assert (report.stats["message"].updated, report.stats["message"].unchanged) == (1, 1)
+    assert [c.message_id for c in await repository.changes_since(thread_id, since, 10)] == [m[0].id]
+    stream = await services.messages.watch(thread_id, principal=OPEN, after=cursor, changed_since=since)
+    try:
+        assert await _replayed(stream, 1) == [("UPDATED", m[0].id, thread_id, "imported")]
+    finally:
+        await stream.aclose()
+
+    await repository.close_change_journal()  # no server keeps changes: an import records none either
+    await import_jsonl(repository, [dumps_line(message_line(_said(m[1], "imported")))])
+    assert await repository.changes_since(thread_id, 0, 10) == []
 
 
 async def test_a_resumed_subscription_replays_the_changes_since_a_time_before_what_came_after(
