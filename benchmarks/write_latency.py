@@ -4,8 +4,9 @@
 
 Each write (a save of 2 new messages, a re-save of 2 stored ones, a thread update, a working-memory
 update, an update and a delete of 2 messages, an outbox settle, plain and with a pipeline batch's rows
-checked; the re-save, the update and the delete also as a server that keeps changes for changedSince
-does) runs --calls times, one after another; prints the median and p90 of each in ms. SQLite: a fresh
+checked; the save, the re-save, the update and the delete also as a server that keeps changes for
+changedSince does: it reads a new message's thread's newest time, as one placed before it is a change)
+runs --calls times, one after another; prints the median and p90 of each in ms. SQLite: a fresh
 file; a write transaction is one hop to the writer thread and back, its statements run there on a plain
 connection (before, each statement and fetch hopped through aiosqlite's thread on its own). PostgreSQL:
 the database given (migrated, rows of this run under ids of its own); a save takes its threads' advisory
@@ -44,12 +45,19 @@ def _writes(
         """The ids call n writes: stored ones ("m", saved before the timing) or new ones ("s")."""
         return [f"{run}{prefix}{2 * n}", f"{run}{prefix}{2 * n + 1}"]
 
-    def saved(n: int, prefix: str) -> list[MessageRecord]:
-        return [MessageRecord(i, f"{run}t", "r", "user", "v2", 10 + n, content) for i in pair(n, prefix)]
+    def saved(n: int, prefix: str, created_at: int = 10) -> list[MessageRecord]:
+        return [
+            MessageRecord(i, f"{run}t", "r", "user", "v2", created_at + n, content) for i in pair(n, prefix)
+        ]
 
     return {
+        # The thread's newest messages, as a new message usually is (one placed before them is a change
+        # when changes are kept, and costs what a re-save's does).
         "save of 2 new messages": lambda n: repository.save_messages(
-            saved(n, "s"), now=10 + n, track_vectors=True
+            saved(n, "s", 10_000), now=10 + n, track_vectors=True
+        ),
+        "save of 2 new messages, changes kept": lambda n: repository.save_messages(
+            saved(n, "n", 20_000), now=10 + n, track_vectors=True, record_changes=True
         ),
         "re-save of 2 stored messages": lambda n: repository.save_messages(
             saved(n, "m"), now=10 + n, track_vectors=True

@@ -181,6 +181,26 @@ def _changes(previous: Mapping[str, MessageRecord], written: Iterable[MessageRec
     return changes
 
 
+def _backdated(
+    conn: Connection, previous: Mapping[str, MessageRecord], written: Iterable[MessageRecord]
+) -> list[_Change]:
+    """The first saves that land before their thread's newest message (read before the write): a
+    client's own createdAt, a replica's clock behind another's, an import filling in history. A client
+    resuming after a cursor of that newest message would never read them as messages after it, so
+    they are changes of the messages before it."""
+    new = [m for m in written if m.id not in previous]
+    newest: dict[str, int | None] = {}
+    for thread_id in sorted({m.thread_id for m in new}):
+        # One thread at a time: max() over the thread's index is one step back from its end.
+        stmt = select(func.max(M.c.created_at)).where(M.c.thread_id == thread_id)
+        newest[thread_id] = conn.execute(stmt).scalar()
+    return [
+        (m.thread_id, m.id, None)
+        for m in new
+        if (top := newest[m.thread_id]) is not None and m.created_at < top
+    ]
+
+
 def _select_messages(conn: Connection, ids: Sequence[str]) -> dict[str, MessageRecord]:
     """The stored rows of these message ids (those that exist), by id."""
     found: dict[str, MessageRecord] = {}
@@ -579,7 +599,8 @@ class Repository:
 
         A re-saved id keeps its createdAt and insertion sequence; everything else is replaced.
         With track_vectors, the same transaction queues every message in the vector outbox; with
-        record_changes, it records each re-saved message's change (tables.MessageChange).
+        record_changes, it records each re-saved message's change (tables.MessageChange), and each new
+        one's that lands before its thread's newest message (_backdated).
         With owned_by, only stored rows of those resources may be overwritten: a row of another
         resource (or of none), even one another writer inserted a moment ago, is left alone by the
         upsert and raises RowForbidden(id), and nothing is written; and every thread of the batch must
@@ -613,6 +634,7 @@ class Repository:
             # lock this save takes, and the outbox and the per-thread counts must start from the row
             # this save replaces, not from one read before that writer committed.
             previous = self._locked_messages(conn, ids)
+            backdated = _backdated(conn, previous, last.values()) if record_changes else []
             replaced = self._claim_new(conn, rows, previous)
             for start in range(0, len(replaced), 500):
                 conn.execute(stmt, replaced[start : start + 500])
@@ -628,7 +650,7 @@ class Repository:
                 _write_outbox(conn, [(i, previous.get(i)) for i in ids], now)
             written = _select_messages(conn, ids)
             if record_changes:
-                self._write_changes(conn, _changes(previous, written.values()), now)
+                self._write_changes(conn, backdated + _changes(previous, written.values()), now)
             if owned_by is not None:
                 for rec in written.values():
                     if rec.resource_id not in owned_by:
@@ -1903,8 +1925,8 @@ class Repository:
         Like save_messages, an id already stored keeps its createdAt and sequence; unlike it, thread
         updatedAt is left alone (an import carries its own), and rows already stored exactly so are not
         written (nor re-queued for embedding). With track_vectors, written messages are queued in the
-        vector outbox; with record_changes, each overwritten one's change is recorded, as save_messages
-        records a re-save's. Returns (inserted, updated)."""
+        vector outbox; with record_changes, the changes are recorded as save_messages records them.
+        Returns (inserted, updated)."""
         last: dict[str, MessageRecord] = {}
         for rec in records:
             last[rec.id] = rec
@@ -1922,6 +1944,7 @@ class Repository:
                 or old.legacy_reminder != m.legacy_reminder
             ]
             if write:
+                backdated = _backdated(conn, stored, write) if record_changes else []
                 stmt = self._upsert_messages()
                 rows = self._claim_new(conn, [_row(m) for m in write], stored)
                 for start in range(0, len(rows), 500):
@@ -1936,7 +1959,7 @@ class Repository:
                 if track_vectors:
                     _write_outbox(conn, [(m.id, stored.get(m.id)) for m in write], now)
                 if record_changes:
-                    self._write_changes(conn, _changes(stored, write), now)
+                    self._write_changes(conn, backdated + _changes(stored, write), now)
             inserted = sum(1 for m in write if m.id not in stored)
             return inserted, len(write) - inserted
 

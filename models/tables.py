@@ -122,8 +122,9 @@ class ThreadResource(SQLModel, table=True):
 
 
 class MessageChange(SQLModel, table=True):
-    """The latest change to each message of a thread that was not its first save: an update, a re-save,
-    a move (on the thread it left and the one it joined) or a delete. Written in the same transaction
+    """The latest change to each message of a thread: an update, a re-save, a move (on the thread it
+    left and the one it joined), a delete, or a first save that landed before the thread's newest
+    message (a resumed replay after that one would not read it). Written in the same transaction
     as the change; a subscription resumed with `changedSince` replays them (resolvers/messages.py).
     Rows older than RECALLQL_CHANGE_RETENTION are pruned: a deleted message's last state, kept here to
     announce its deletion, is not kept longer."""

@@ -186,6 +186,45 @@ async def _replayed(stream: Any, n: int) -> list[tuple[str, str, str, str]]:
     return events
 
 
+async def test_a_message_saved_before_its_threads_newest_one_is_a_change_of_the_messages_before(
+    services: Services, repository: Repository
+) -> None:
+    """A client resumed after a cursor of the thread's newest message never reads a message saved
+    later but placed before it (its createdAt is older: the saving client's own clock, a replica's
+    clock behind another's, an import filling in history); with changedSince, it is replayed."""
+    thread_id, m = await _thread(services, 3)  # createdAt t, t+1s, t+2s
+    cursor = cursors.encode(*m[2].order_key)
+    since = now_ms()
+
+    def new(n: int, created_at: int) -> MessageInput:
+        content = {"format": 2, "parts": [{"type": "text", "text": f"late{n}"}]}
+        return MessageInput(
+            thread_id, "user", content, id=f"{thread_id}-late{n}", resource_id="r", created_at=created_at
+        )
+
+    top = m[2].created_at
+    await services.messages.save(
+        [new(0, top - 500), new(1, top), new(2, top + 1)],
+        principal=OPEN,  # before, a tie, after
+    )
+    assert [c.message_id for c in await repository.changes_since(thread_id, 0, 10)] == [f"{thread_id}-late0"]
+    # An import filling in history is such a save too.
+    late = dataclasses.replace(m[0], id=f"{thread_id}-late3", created_at=m[0].created_at + 1)
+    await import_jsonl(repository, [dumps_line(message_line(_said(late, "late3")))])
+    assert len(await repository.changes_since(thread_id, 0, 10)) == 2
+
+    stream = await services.messages.watch(thread_id, principal=OPEN, after=cursor, changed_since=since)
+    try:
+        assert await _replayed(stream, 4) == [
+            ("UPDATED", f"{thread_id}-late0", thread_id, "late0"),
+            ("UPDATED", f"{thread_id}-late3", thread_id, "late3"),
+            ("SAVED", f"{thread_id}-late1", thread_id, "late1"),  # after the cursor: read as before
+            ("SAVED", f"{thread_id}-late2", thread_id, "late2"),
+        ]
+    finally:
+        await stream.aclose()
+
+
 async def test_an_import_records_the_messages_it_overwrites_while_a_server_keeps_changes(
     services: Services, repository: Repository
 ) -> None:
