@@ -235,7 +235,11 @@ class DeleteMessagesPayload:
 @strawberry.enum(description="What happened to a message.")
 class MessageEventKind(Enum):
     SAVED = strawberry.enum_value("SAVED", description="Stored by saveMessages, or copied in by cloneThread.")
-    UPDATED = strawberry.enum_value("UPDATED", description="Changed by updateMessages.")
+    UPDATED = strawberry.enum_value(
+        "UPDATED",
+        description="Changed by updateMessages (on a thread it moves into, a message the client may not "
+        "have yet), or in a resumed replay changed while the client was away: apply it as an upsert by id.",
+    )
     DELETED = strawberry.enum_value("DELETED", description="Deleted (deleteMessages or deleteThread).")
 
 
