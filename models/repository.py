@@ -764,6 +764,19 @@ class Repository:
         for start in range(0, len(rows), 500):
             conn.execute(stmt, rows[start : start + 500])
 
+    def _deleted_elsewhere(self, conn: Connection, deleted: Sequence[MessageRecord], now: int) -> None:
+        """On the threads deleted messages had moved away from, their kept changes become their
+        deletions: a client of such a thread, away for the move and the delete, learns the message is
+        gone (reading it as it is now finds nothing to send)."""
+        by_id = {m.id: m for m in deleted}
+        elsewhere: list[_Change] = []
+        for ids in _slices(sorted(by_id)):
+            stmt = select(C.c.thread_id, C.c.message_id).where(C.c.message_id.in_(ids))
+            for thread_id, message_id in conn.execute(stmt):
+                if thread_id != by_id[message_id].thread_id:
+                    elsewhere.append((thread_id, message_id, by_id[message_id]))
+        self._write_changes(conn, elsewhere, now)
+
     async def changes_since(self, thread_id: str, since: int, limit: int) -> list[ChangeRecord]:
         """The latest changes to messages of the thread made at `since` or later, oldest first (at most
         `limit`)."""
@@ -873,6 +886,7 @@ class Repository:
                     _write_outbox(conn, [(m.id, m) for m in existing.values()], now)
                 if record_changes:
                     self._write_changes(conn, [(m.thread_id, m.id, m) for m in existing.values()], now)
+                    self._deleted_elsewhere(conn, list(existing.values()), now)
             return list(existing.values())
 
         return await self._write_transaction(body)
@@ -2073,6 +2087,8 @@ class Repository:
             if row is not None:
                 conn.execute(delete(T).where(T.c.id == thread_id))
             conn.execute(delete(C).where(C.c.thread_id == thread_id))  # nothing left to resume
+            if record_changes:
+                self._deleted_elsewhere(conn, messages, now)
             if thread is not None and record_changes:
                 insert = self._insert(TD)
                 values = {"deleted_at": now, "thread": dataclasses.asdict(thread)}

@@ -133,6 +133,7 @@ class MessageChange(SQLModel, table=True):
     __table_args__ = (
         Index("ix_message_changes_thread_changed", "thread_id", "changed_at"),
         Index("ix_message_changes_changed", "changed_at"),
+        Index("ix_message_changes_message", "message_id"),
     )
 
     thread_id: str = Field(sa_column=Column(String, primary_key=True))

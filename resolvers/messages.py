@@ -509,7 +509,7 @@ class MessageService:
             elif (now := current.get(change.message_id)) is not None:
                 kind, record = MESSAGE_UPDATED, now  # in this thread, or moved away from it
             else:
-                continue  # moved away, then deleted in the other thread
+                continue  # moved away, then deleted in another thread by a server keeping none
             if record.order_key <= place:
                 changed.append((kind, record))
         return changed

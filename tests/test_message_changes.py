@@ -248,6 +248,37 @@ async def test_an_import_records_the_messages_it_overwrites_while_a_server_keeps
     assert await repository.changes_since(thread_id, 0, 10) == []
 
 
+async def test_a_message_moved_away_then_deleted_elsewhere_is_announced_deleted_where_it_was(
+    services: Services, repository: Repository
+) -> None:
+    """The thread it left kept its move; once it is deleted in the thread it joined (by deleteMessages
+    or with that whole thread), that change becomes its deletion: a client of the thread it left, away
+    for both, would otherwise hear nothing (the message no longer is, to be sent as it is now)."""
+    thread_id, m = await _thread(services, 4)
+    other, _ = await _thread(services, 0)
+    third, _ = await _thread(services, 0)
+    cursor = cursors.encode(*m[3].order_key)
+    since = now_ms()
+    messages = services.messages
+    await messages.update([MessagePatch(m[0].id, thread_id=other)], principal=OPEN)
+    await messages.update([MessagePatch(m[1].id, thread_id=third)], principal=OPEN)
+    await messages.update([MessagePatch(m[2].id, thread_id=other)], principal=OPEN)  # and stays there
+    await messages.delete([m[0].id], principal=OPEN)
+    await services.threads.delete(third, principal=OPEN)
+
+    stream = await messages.watch(thread_id, principal=OPEN, after=cursor, changed_since=since)
+    try:
+        assert await _replayed(stream, 3) == [
+            ("UPDATED", m[2].id, other, "m2"),
+            ("DELETED", m[0].id, other, "m0"),  # as last stored, in the thread it joined
+            ("DELETED", m[1].id, third, "m1"),
+        ]
+    finally:
+        await stream.aclose()
+    # The thread it joined keeps its own record of it: the deletion, once.
+    assert _summary(await repository.changes_since(other, 0, 10))[-1][::2] == (m[0].id, "m0")
+
+
 async def test_a_resumed_subscription_replays_the_changes_since_a_time_before_what_came_after(
     services: Services,
 ) -> None:
