@@ -334,6 +334,31 @@ async def test_jwt_hs256() -> None:
         assert reason.lower() in error.message.lower(), (reason, error.message)
 
 
+async def test_a_jwt_lifetime_bound_refuses_tokens_without_exp_or_lasting_longer() -> None:
+    """RECALLQL_JWT_MAX_LIFETIME: no token lasts forever, or longer than the bound, whatever its issuer
+    put in it (a backend minting its own tokens and forgetting exp, a leaked long-lived one)."""
+    now = int(time.time())
+    bounded = Authenticator(
+        settings(jwt_secret=SECRET, jwt_issuer=ISSUER, jwt_audience=AUDIENCE, jwt_max_lifetime=3600)
+    )
+    hour = claims(sub="alice", exp=now + 3500)
+    assert (await bounded.authenticate(f"Bearer {hs256(hour)}")).expires_at == hour["exp"]
+    lasting = {k: v for k, v in claims(sub="alice").items() if k != "exp"}
+    for token, reason in [
+        (hs256(lasting), 'missing the "exp" claim'),
+        (hs256(claims(sub="alice", exp=now + 7200)), "expires more than 3600 seconds from now"),
+        (hs256(claims(sub="alice", exp=10**400)), "expires more than 3600 seconds from now"),
+    ]:
+        error = await rejected(bounded, f"Bearer {token}")
+        assert error.code == "UNAUTHENTICATED" and reason in error.message, error.message
+    # The leeway allows the clock skew it allows on exp.
+    lenient = Authenticator(settings(jwt_secret=SECRET, jwt_max_lifetime=3600, jwt_leeway=120))
+    later = {"sub": "alice", "exp": now + 3650}
+    assert (await lenient.authenticate(f"Bearer {hs256(later)}")).expires_at == later["exp"] + 120
+    with pytest.raises(ValueError, match="greater than 0"):
+        settings(jwt_max_lifetime=0)
+
+
 async def test_jwt_resource_claim_as_list_and_admin_claim() -> None:
     auth = Authenticator(
         settings(jwt_secret=SECRET, jwt_resource_claim="recallql_resources", jwt_admin_claim="recallql_admin")

@@ -31,6 +31,7 @@ import json
 import logging
 import re
 import secrets
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -303,6 +304,7 @@ class JwtVerifier:
         self.resource_claim = settings.jwt_resource_claim
         self.admin_claim = settings.jwt_admin_claim
         self.leeway = settings.jwt_leeway
+        self.max_lifetime = settings.jwt_max_lifetime
 
     @property
     def configured(self) -> bool:
@@ -330,10 +332,20 @@ class JwtVerifier:
                 audience=self.audience,
                 issuer=self.issuer,
                 leeway=self.leeway,
+                options={"require": ["exp"] if self.max_lifetime is not None else []},
             )
         except jwt.PyJWTError as exc:
             raise Unauthenticated(f"Invalid token: {exc}") from None
-        return self._principal(claims)
+        principal = self._principal(claims)
+        if self.max_lifetime is not None:
+            # The leeway allows an issuer's clock that far ahead of ours, as it does on exp itself.
+            ends = _expiry(claims.get("exp"), 0.0)
+            if ends is None or ends - time.time() > self.max_lifetime + self.leeway:
+                raise Unauthenticated(
+                    f"Invalid token: it expires more than {self.max_lifetime:g} seconds from now, "
+                    "longer than this server accepts (RECALLQL_JWT_MAX_LIFETIME)."
+                )
+        return principal
 
     async def _fetch_key(self, kid: str | None) -> Any:
         assert self.jwks_client is not None

@@ -138,6 +138,9 @@ class Settings(BaseSettings):
     jwt_resource_claim: str = "sub"
     jwt_admin_claim: str | None = None
     jwt_leeway: float = Field(default=0.0, ge=0)  # seconds of clock skew allowed on exp / nbf / iat
+    # A JWT must then carry an `exp` at most this many seconds ahead: no token lasts forever (a leaked one
+    # included), whatever its issuer put in it. None: `exp` is checked when present.
+    jwt_max_lifetime: float | None = Field(default=None, gt=0)
 
     # Limits. Counts and sizes are at least 1 (0 where "none" makes sense), times above 0: a negative
     # body limit refused every request, a negative page size failed every recall.
