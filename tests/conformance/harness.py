@@ -43,21 +43,31 @@ EXPECTED_ERROR_CODES = frozenset({"BAD_USER_INPUT", "NOT_FOUND", "FORBIDDEN"})
 
 # ------------------------------------------------------------------------------------------- oracle side
 def generate_dataset(
-    seed: int, path: Path, *, threads: int = 5, messages: int = 200, queries: int = 160
+    seed: int,
+    path: Path,
+    *,
+    threads: int = 5,
+    messages: int = 200,
+    queries: int = 160,
+    resources: int | None = None,
+    mismatched_resource_rate: float | None = None,
 ) -> dict:
-    """Runs the generator (deterministic for a seed) into `path` and returns the dataset."""
+    """Runs the generator (deterministic for a seed) into `path` and returns the dataset. `resources`
+    and `mismatched_resource_rate` (messages filed under another resource than their thread's) are
+    the generator's own defaults unless given."""
+    options = {
+        "--seed": seed,
+        "--threads": threads,
+        "--messages": messages,
+        "--queries": queries,
+        "--resources": resources,
+        "--mismatched-resource-rate": mismatched_resource_rate,
+    }
     out = subprocess.run(
         [
             sys.executable,
             str(CONFORMANCE / "gen_dataset.py"),
-            "--seed",
-            str(seed),
-            "--threads",
-            str(threads),
-            "--messages",
-            str(messages),
-            "--queries",
-            str(queries),
+            *(part for flag, value in options.items() if value is not None for part in (flag, str(value))),
         ],
         check=True,
         capture_output=True,
