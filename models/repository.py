@@ -181,6 +181,15 @@ def _changes(previous: Mapping[str, MessageRecord], written: Iterable[MessageRec
     return changes
 
 
+_MESSAGE_FIELDS = tuple(f.name for f in dataclasses.fields(MessageRecord))
+
+
+def _as_dict(record: MessageRecord) -> dict[str, Any]:
+    """The record's fields, to be stored as JSON at once: dataclasses.asdict deep-copies the content
+    first, which cost a thread of 1,000 messages 35 ms to record its deletions."""
+    return {name: getattr(record, name) for name in _MESSAGE_FIELDS}
+
+
 def _backdated(
     conn: Connection, previous: Mapping[str, MessageRecord], written: Iterable[MessageRecord]
 ) -> list[_Change]:
@@ -757,7 +766,7 @@ class Repository:
                 "thread_id": thread_id,
                 "message_id": message_id,
                 "changed_at": now,
-                "deleted": None if gone is None else dataclasses.asdict(gone),
+                "deleted": None if gone is None else _as_dict(gone),
             }
             for (thread_id, message_id), gone in sorted(latest.items(), key=lambda item: item[0])
         ]
@@ -2086,9 +2095,13 @@ class Repository:
             self._write_stats(conn, removed=[(m.thread_id, m.resource_id) for m in messages])
             if row is not None:
                 conn.execute(delete(T).where(T.c.id == thread_id))
-            conn.execute(delete(C).where(C.c.thread_id == thread_id))  # nothing left to resume
             if record_changes:
+                # Each message's deletion, as deleteMessages records it: a client of the thread resuming
+                # with changedSince hears what a live one heard.
+                self._write_changes(conn, [(thread_id, m.id, m) for m in messages], now)
                 self._deleted_elsewhere(conn, messages, now)
+            else:
+                conn.execute(delete(C).where(C.c.thread_id == thread_id))
             if thread is not None and record_changes:
                 insert = self._insert(TD)
                 values = {"deleted_at": now, "thread": dataclasses.asdict(thread)}

@@ -102,6 +102,12 @@ def test_write_latency_runs() -> None:
     assert "| write on SQLite (5 calls each) |" in out and "| delete of 2 messages |" in out
 
 
+def test_thread_delete_runs() -> None:
+    out = run("thread_delete.py", "--sizes", "3,20", "--rounds", "1")
+    assert "| deleteThread on SQLite (1 rounds) |" in out, out
+    assert re.search(r"\| thread of 20 messages \| [\d.]+ \| [\d.]+ \| [\d.]+x \|", out), out
+
+
 async def test_write_latency_runs_on_postgres(tmp_path: Path) -> None:
     async with database("postgres", tmp_path) as url:
         for _ in range(2):  # a database used before: the second run's rows are its own

@@ -279,6 +279,27 @@ async def test_a_message_moved_away_then_deleted_elsewhere_is_announced_deleted_
     assert _summary(await repository.changes_since(other, 0, 10))[-1][::2] == (m[0].id, "m0")
 
 
+async def test_a_thread_deleted_while_away_replays_its_messages_deleted(
+    services: Services, repository: Repository
+) -> None:
+    """A live subscriber hears DELETED for each message of a deleted thread; one resuming with
+    changedSince hears the same, the messages as last stored."""
+    thread_id, m = await _thread(services, 3)
+    cursor = cursors.encode(*m[2].order_key)
+    since = now_ms()
+    await services.messages.update([_edit(m[0].id, "edited")], principal=OPEN)
+    await services.threads.delete(thread_id, principal=OPEN)
+    stream = await services.messages.watch(thread_id, principal=OPEN, after=cursor, changed_since=since)
+    try:
+        assert sorted(await _replayed(stream, 3)) == [
+            ("DELETED", m[0].id, thread_id, "edited"),
+            ("DELETED", m[1].id, thread_id, "m1"),
+            ("DELETED", m[2].id, thread_id, "m2"),
+        ]
+    finally:
+        await stream.aclose()
+
+
 async def test_a_resumed_subscription_replays_the_changes_since_a_time_before_what_came_after(
     services: Services,
 ) -> None:
