@@ -165,5 +165,21 @@ query Threads($resourceId: String!, $after: String) {
 `,
     variables: JSON.stringify({ resourceId: 'alice', after: null }, null, 2),
   },
+  {
+    query: `# Live changes to a resource's threads, for a sidebar (Run, then create or rename a thread in another
+# tab). After a reconnect, pass the startCursor of the sidebar's first page as $after: threads changed
+# since come first. On a server that keeps changes (RECALLQL_CHANGE_RETENTION), pass the \`at\` of the
+# last event received as $changedSince: the threads deleted since then come first, as DELETED.
+subscription LiveThreads($resourceId: String!, $after: String, $changedSince: DateTime) {
+  threadUpdated(resourceId: $resourceId, after: $after, changedSince: $changedSince) {
+    kind
+    threadId
+    at
+    thread { id title updatedAt }
+  }
+}
+`,
+    variables: JSON.stringify({ resourceId: 'alice', after: null, changedSince: null }, null, 2),
+  },
 
 ];
