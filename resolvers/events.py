@@ -543,6 +543,24 @@ Record = TypeVar("Record", MessageRecord, ThreadRecord)
 CHANGE_GRACE_MS = 30_000
 
 
+class UnrecordedWrites:
+    """Before a process keeping no changes first writes a message or deletes a thread, it closes the
+    change journal (and forgets what was kept): its writes go unrecorded, so a replay must no longer
+    trust the journal (check_changed_since refuses it until a keeping process opens it again). Closed
+    on the first write, not at start: a process that only reads (a one-off server pointed at the same
+    database) leaves the journal of the processes that keep changes alone. Once closed, writes cost
+    nothing more; a failed close fails the write, and the next write tries again."""
+
+    def __init__(self, repository: Repository, retention: float) -> None:
+        self.repository = repository
+        self.pending = retention <= 0
+
+    async def __call__(self) -> None:
+        if self.pending:
+            await self.repository.close_change_journal()
+            self.pending = False
+
+
 async def check_changed_since(
     repository: Repository, retention: float, changed_since: int, *, resumed: bool, reread: str
 ) -> None:

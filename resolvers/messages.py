@@ -31,6 +31,7 @@ from resolvers.events import (
     THREAD_UPDATED,
     EventBroker,
     Publication,
+    UnrecordedWrites,
     check_changed_since,
     message_channel,
     message_event,
@@ -146,6 +147,7 @@ class MessageService:
         # Seconds a message's latest change is kept for changedSince (run_pruner forgets older ones);
         # 0: none is recorded, the default (an update or a delete costs one statement less).
         self.change_retention = change_retention
+        self.unrecorded = UnrecordedWrites(repository, change_retention)
         self.max_batch = max_batch
         self.vectors = vectors
         self.vector_sync_timeout = vector_sync_timeout
@@ -253,6 +255,7 @@ class MessageService:
                     legacy_reminder=is_legacy_reminder(m.role, m.content),
                 )
             )
+        await self.unrecorded()
         try:
             previous, stored = await self.repository.save_messages(
                 records,
@@ -368,6 +371,7 @@ class MessageService:
         # The threads involved, serialised with concurrent saves to them (PostgreSQL advisory locks).
         current = await self.repository.get_messages([p.id for p in patches])
         lock_keys = {m.thread_id for m in current.values()} | {p.thread_id for p in patches if p.thread_id}
+        await self.unrecorded()
         before, after = await self.repository.update_messages(
             [p.id for p in patches],
             apply,
@@ -401,6 +405,7 @@ class MessageService:
         def guard(existing: dict[str, MessageRecord]) -> None:
             principal.require_messages(existing.values())
 
+        await self.unrecorded()
         deleted = await self.repository.delete_messages(
             ids,
             now=now_ms(),
@@ -417,30 +422,20 @@ class MessageService:
     # behind by, EventBroker's queue); more is a read for recall's pages.
     MAX_RESUMED = 1000
 
-    JOURNAL_RETRY = 10.0  # seconds between tries to close the change journal
-
     async def start_journal(self) -> None:
         """A server keeping changes opens the change journal (the time from which a replay can be
-        complete), unless it is open; one keeping none closes it and forgets what it held, as its own
-        writes go unrecorded."""
+        complete), unless it is open. (One keeping none closes it before its first write:
+        UnrecordedWrites.)"""
         if self.change_retention > 0:
             await self.repository.open_change_journal(now_ms())
-        else:
-            await self.repository.close_change_journal()
 
     async def run_pruner(self) -> None:
         """Starts the change journal, then forgets the message changes and thread deletions older than
         `change_retention`, now and then every tenth of it (at most every 10 minutes), until cancelled.
         Every replica prunes, and opens the journal again if a replica keeping none closed it; a failed
-        round is tried again later."""
+        round is tried again later. A server keeping none has nothing to prune."""
         if self.change_retention <= 0:
-            while True:  # until closed: a replay must not trust a journal this server's writes skip
-                try:
-                    await self.start_journal()
-                    return
-                except Exception as exc:  # (a database not migrated yet, or not reachable yet)
-                    log.debug("could not close the change journal (tried again soon): %r", exc)
-                await asyncio.sleep(self.JOURNAL_RETRY)
+            return
         every = min(600.0, self.change_retention / 10)
         while True:
             try:

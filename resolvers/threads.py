@@ -27,6 +27,7 @@ from resolvers.events import (
     THREAD_TITLE_GENERATED,
     THREAD_UPDATED,
     EventBroker,
+    UnrecordedWrites,
     check_changed_since,
     message_event,
     publish_quietly,
@@ -90,6 +91,7 @@ class ThreadService:
     ) -> None:
         self.repository = repository
         self.change_retention = change_retention  # > 0: deletions are recorded for resumed streams
+        self.unrecorded = UnrecordedWrites(repository, change_retention)
         self.events = events
         self.vectors = vectors
         self.defaults = defaults or {}
@@ -269,6 +271,7 @@ class ThreadService:
             else:
                 principal.require_messages(filed)
 
+        await self.unrecorded()
         thread, messages = await self.repository.delete_thread(
             thread_id,
             now=now_ms(),

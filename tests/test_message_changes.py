@@ -17,8 +17,9 @@ from resolvers.clock import now_ms, to_iso
 from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import Services
 from resolvers.errors import BadUserInput
-from resolvers.events import CHANGE_GRACE_MS
+from resolvers.events import CHANGE_GRACE_MS, UnrecordedWrites
 from resolvers.messages import MessageInput, MessagePatch, MessageService
+from resolvers.recall import RecallArgs
 from resolvers.threads import ThreadService
 from resolvers.transfer import dumps_line, import_jsonl, message_line
 from tests.subscriptions import subscribed
@@ -398,15 +399,19 @@ async def test_changed_since_from_before_changes_were_kept_is_refused(
     was opened is refused, not answered without them."""
     thread_id, m = await _thread(services, 3)
     cursor = cursors.encode(*m[2].order_key)
-    # A server keeping none starts: it closes the journal and forgets what was kept (its writes would
-    # be missing from it), then edits a message unrecorded.
-    default = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS)).messages
+    # A server keeping none starts, and reads: the journal stays open. Its first write closes the
+    # journal and forgets what was kept (its writes would be missing from it).
+    reading = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS))
+    default = reading.messages
     await services.messages.update([_edit(m[0].id, "kept")], principal=OPEN)
     await default.start_journal()
-    assert await repository.change_journal_since() is None
-    assert await repository.changes_since(thread_id, 0, 10) == []
+    await default.run_pruner()  # (returns at once: nothing to prune)
+    assert len((await reading.recall.recall(RecallArgs(thread_id=thread_id), principal=OPEN)).messages) == 3
+    assert await repository.change_journal_since() is not None
     unrecorded = now_ms()
     await default.update([_edit(m[1].id, "unrecorded")], principal=OPEN)
+    assert await repository.change_journal_since() is None
+    assert await repository.changes_since(thread_id, 0, 10) == []
     messages = services.messages
     with pytest.raises(BadUserInput, match="keeps changes, but none yet") as refused:
         await messages.watch(thread_id, principal=OPEN, after=cursor, changed_since=unrecorded)
@@ -460,13 +465,11 @@ async def test_changes_past_their_retention_are_pruned(services: Services) -> No
         await asyncio.gather(task, return_exceptions=True)
 
 
-async def test_a_server_keeping_no_changes_closes_the_journal_once_it_can(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Its writes go unrecorded, so a journal it could not close at start (a database not reachable
-    yet) is closed as soon as it can be, not left open for replays to trust."""
+async def test_a_server_keeping_no_changes_closes_the_journal_before_its_first_write_once() -> None:
+    """Closed once (writes cost nothing more after it), and tried again by the next write when the
+    close failed (the write failed with it: no write goes unrecorded while the journal is open)."""
 
-    class Unreachable:
+    class Flaky:
         def __init__(self) -> None:
             self.tries = 0
 
@@ -475,10 +478,16 @@ async def test_a_server_keeping_no_changes_closes_the_journal_once_it_can(
             if self.tries < 3:
                 raise ConnectionRefusedError("database not reachable yet")
 
-    repository = Unreachable()
-    monkeypatch.setattr(MessageService, "JOURNAL_RETRY", 0.01)
-    pruner = MessageService(repository, change_retention=0)  # type: ignore[arg-type]
-    await asyncio.wait_for(pruner.run_pruner(), 10)
+    repository = Flaky()
+    unrecorded = UnrecordedWrites(repository, 0)  # type: ignore[arg-type]
+    for _ in range(2):
+        with pytest.raises(ConnectionRefusedError):
+            await unrecorded()
+    await unrecorded()
+    await unrecorded()
+    assert repository.tries == 3
+    keeping = UnrecordedWrites(repository, 86_400)  # type: ignore[arg-type]
+    await keeping()
     assert repository.tries == 3
 
 
