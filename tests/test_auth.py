@@ -694,6 +694,28 @@ async def test_api_keys_over_http(auth_server: ServerProcess) -> None:
     assert body["data"]["threads"]["total"] == 1
 
 
+async def test_a_jwt_lifetime_bound_over_http(tmp_path: Path) -> None:
+    env = {
+        "RECALLQL_AUTH": "required",
+        "RECALLQL_JWT_SECRET": SECRET,
+        "RECALLQL_JWT_MAX_LIFETIME": "3600",
+        "RECALLQL_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'bounded.db'}",
+    }
+    with running_server(tmp_path / "data", env) as server:
+        now = int(time.time())
+        query = "query($r: String!) { threads(resourceId: $r) { total } }"
+        status, body, _ = await gql(server.url, query, hs256({"sub": ALICE, "exp": now + 600}), r=ALICE)
+        assert (status, body["data"]["threads"]["total"]) == (200, 0), body
+        for token, reason in [
+            (hs256({"sub": ALICE}), 'missing the "exp" claim'),
+            (hs256({"sub": ALICE, "exp": now + 86_400}), "(RECALLQL_JWT_MAX_LIFETIME)"),
+        ]:
+            status, body, headers = await gql(server.url, query, token, r=ALICE)
+            assert (status, codes(body)) == (401, ["UNAUTHENTICATED"]), body
+            assert reason in body["errors"][0]["message"], body
+            assert 'error="invalid_token"' in headers["www-authenticate"]
+
+
 async def test_jwts_over_http(auth_server: ServerProcess) -> None:
     url = auth_server.url
     alice_hs = hs256(claims(sub="u1", resources=[ALICE]))
