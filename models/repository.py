@@ -773,18 +773,19 @@ class Repository:
         for start in range(0, len(rows), 500):
             conn.execute(stmt, rows[start : start + 500])
 
-    def _deleted_elsewhere(self, conn: Connection, deleted: Sequence[MessageRecord], now: int) -> None:
-        """On the threads deleted messages had moved away from, their kept changes become their
-        deletions: a client of such a thread, away for the move and the delete, learns the message is
-        gone (reading it as it is now finds nothing to send)."""
+    def _deletions(self, conn: Connection, deleted: Sequence[MessageRecord]) -> list[_Change]:
+        """The changes deleting these messages makes: each one's deletion on its thread, and on the
+        threads it had moved away from (their kept change, "moved", becomes its deletion): a client of
+        such a thread, away for the move and the delete, learns the message is gone (reading it as it
+        is now finds nothing to send)."""
         by_id = {m.id: m for m in deleted}
-        elsewhere: list[_Change] = []
+        changes: list[_Change] = [(m.thread_id, m.id, m) for m in deleted]
         for ids in _slices(sorted(by_id)):
             stmt = select(C.c.thread_id, C.c.message_id).where(C.c.message_id.in_(ids))
             for thread_id, message_id in conn.execute(stmt):
                 if thread_id != by_id[message_id].thread_id:
-                    elsewhere.append((thread_id, message_id, by_id[message_id]))
-        self._write_changes(conn, elsewhere, now)
+                    changes.append((thread_id, message_id, by_id[message_id]))
+        return changes
 
     async def changes_since(self, thread_id: str, since: int, limit: int) -> list[ChangeRecord]:
         """The latest changes to messages of the thread made at `since` or later, oldest first (at most
@@ -894,8 +895,7 @@ class Repository:
                 if track_vectors:
                     _write_outbox(conn, [(m.id, m) for m in existing.values()], now)
                 if record_changes:
-                    self._write_changes(conn, [(m.thread_id, m.id, m) for m in existing.values()], now)
-                    self._deleted_elsewhere(conn, list(existing.values()), now)
+                    self._write_changes(conn, self._deletions(conn, list(existing.values())), now)
             return list(existing.values())
 
         return await self._write_transaction(body)
@@ -2098,8 +2098,7 @@ class Repository:
             if record_changes:
                 # Each message's deletion, as deleteMessages records it: a client of the thread resuming
                 # with changedSince hears what a live one heard.
-                self._write_changes(conn, [(thread_id, m.id, m) for m in messages], now)
-                self._deleted_elsewhere(conn, messages, now)
+                self._write_changes(conn, self._deletions(conn, messages), now)
             else:
                 conn.execute(delete(C).where(C.c.thread_id == thread_id))
             if thread is not None and record_changes:

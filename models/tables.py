@@ -162,7 +162,7 @@ class ThreadDeletion(SQLModel, table=True):
 
 class ChangeJournal(SQLModel, table=True):
     """Since when the change tables above are complete: opened (one row) by the first process that
-    starts keeping changes, and closed (no row) by one that starts keeping none, whose writes go
+    starts keeping changes, and closed (no row) by one keeping none before its first write, which goes
     unrecorded. A resumed replay asked for changes from before the row's time is refused, instead of
     leaving out changes made while none were kept."""
 
