@@ -181,6 +181,9 @@ def _changes(previous: Mapping[str, MessageRecord], written: Iterable[MessageRec
     return changes
 
 
+# A thread transfer: the thread before and after, its messages before and after.
+_Transfer = tuple[ThreadRecord, ThreadRecord, list[MessageRecord], list[MessageRecord]]
+
 _MESSAGE_FIELDS = tuple(f.name for f in dataclasses.fields(MessageRecord))
 
 
@@ -533,6 +536,59 @@ class Repository:
 
         return await self._write_transaction(body)
 
+    async def transfer_thread(
+        self,
+        thread_id: str,
+        resource_id: str,
+        *,
+        now: int,
+        track_vectors: bool = False,
+        record_changes: bool = False,
+        guard: Callable[[ThreadRecord, list[MessageRecord]], None] | None = None,
+    ) -> _Transfer | None:
+        """Gives the thread and every message filed under it to `resource_id`, in one transaction
+        (Mastra's updateThreadResourceId): createdAt is kept, updatedAt is `now`. Returns (the thread
+        before, after, its messages before, after), None for an unknown thread. A thread that already
+        belongs to the resource is left as it is (its messages too, as in Mastra): before is after and
+        no messages are returned. `guard` sees the locked thread and messages; if it raises, nothing
+        is written. With changes kept, the old resource records the thread as gone from its threads
+        (a resumed threadUpdated of it hears DELETED) and each message records its change."""
+
+        def body(conn: Connection) -> _Transfer | None:
+            row = conn.execute(self._lock(select(T).where(T.c.id == thread_id))).first()
+            if row is None:
+                return None
+            thread = _thread(row)
+            if thread.resource_id == resource_id:
+                if guard is not None:
+                    guard(thread, [])
+                return thread, thread, [], []
+            stmt = self._lock(select(*_MESSAGE_COLUMNS).where(M.c.thread_id == thread_id))
+            before = sorted(map(_message, conn.execute(stmt)), key=lambda m: (m.created_at, m.seq))
+            if guard is not None:
+                guard(thread, before)  # raising rolls the transaction back
+            stamp = max(now, thread.updated_at)
+            moving = update(T).where(T.c.id == thread_id)
+            conn.execute(moving.values(resource_id=resource_id, updated_at=stamp))
+            self._ensure_resource(conn, resource_id, now)
+            conn.execute(update(M).where(M.c.thread_id == thread_id).values(resource_id=resource_id))
+            after = [replace(m, resource_id=resource_id) for m in before]
+            self._write_stats(
+                conn,
+                removed=[(thread_id, m.resource_id) for m in before],
+                added=[(thread_id, resource_id) for m in before],
+            )
+            if track_vectors:
+                # Each message's vectors leave the collection of the resource it was filed under.
+                _write_outbox(conn, [(m.id, m) for m in before], now)
+            if record_changes:
+                self._write_changes(conn, [(thread_id, m.id, None) for m in before], now)
+                self._write_thread_gone(conn, thread, now)
+            moved = _thread(conn.execute(select(T).where(T.c.id == thread_id)).one())
+            return thread, moved, before, after
+
+        return await self._write_transaction(body, lock_keys=[thread_id])
+
     def _lock(self, stmt: _AnySelect) -> _AnySelect:
         # SQLite serialises writers per database; PostgreSQL needs the row lock for read-modify-write.
         return stmt.with_for_update() if self.is_postgres else stmt
@@ -773,6 +829,16 @@ class Repository:
         for start in range(0, len(rows), 500):
             conn.execute(stmt, rows[start : start + 500])
 
+    def _write_thread_gone(self, conn: Connection, thread: ThreadRecord, now: int) -> None:
+        """Records that the thread, as last stored, left its resource's threads (deleted, or given to
+        another resource): a resumed threadUpdated of that resource hears DELETED."""
+        values = {"deleted_at": now, "thread": dataclasses.asdict(thread)}
+        conn.execute(
+            self._insert(TD)
+            .values(resource_id=thread.resource_id, thread_id=thread.id, **values)
+            .on_conflict_do_update(index_elements=["resource_id", "thread_id"], set_=values)
+        )
+
     def _deletions(self, conn: Connection, deleted: Sequence[MessageRecord]) -> list[_Change]:
         """The changes deleting these messages makes: each one's deletion on its thread, and on the
         threads it had moved away from (their kept change, "moved", becomes its deletion): a client of
@@ -806,8 +872,8 @@ class Repository:
         return await self._read(read)
 
     async def thread_deletions_since(self, resource_id: str, since: int, limit: int) -> list[ThreadRecord]:
-        """The resource's threads deleted at `since` or later, as last stored, oldest deletion first (at
-        most `limit`)."""
+        """The resource's threads deleted (or given to another resource) at `since` or later, as last
+        stored there, oldest first (at most `limit`)."""
 
         def read(conn: Connection) -> list[ThreadRecord]:
             stmt = (
@@ -2102,13 +2168,7 @@ class Repository:
             else:
                 conn.execute(delete(C).where(C.c.thread_id == thread_id))
             if thread is not None and record_changes:
-                insert = self._insert(TD)
-                values = {"deleted_at": now, "thread": dataclasses.asdict(thread)}
-                conn.execute(
-                    insert.values(
-                        resource_id=thread.resource_id, thread_id=thread.id, **values
-                    ).on_conflict_do_update(index_elements=["resource_id", "thread_id"], set_=values)
-                )
+                self._write_thread_gone(conn, thread, now)
             return thread, messages
 
         return await self._write_transaction(body, lock_keys=[thread_id])

@@ -22,6 +22,7 @@ from resolvers.events import (
     CHANGE_GRACE_MS,
     MESSAGE_DELETED,
     MESSAGE_SAVED,
+    MESSAGE_UPDATED,
     THREAD_CREATED,
     THREAD_DELETED,
     THREAD_TITLE_GENERATED,
@@ -166,6 +167,49 @@ class ThreadService:
         if thread is None:
             raise NotFound(f"Thread {thread_id} not found")
         await publish_quietly(self.events, [thread_event(THREAD_UPDATED, thread)])
+        return thread
+
+    async def transfer(self, thread_id: str, resource_id: str, *, principal: Principal) -> ThreadRecord:
+        """Mastra's updateThreadResourceId: the thread and every message filed under it now belong to
+        `resource_id` (createdAt kept, updatedAt now); their vectors move to that resource's collection
+        through the outbox. A thread already of that resource is returned as it is. Resource-scoped
+        working memory stays with the old resource; thread-scoped working memory (in the thread's
+        metadata) goes with the thread.
+
+        Announced as the thread leaving the old resource (DELETED, as it was there) and arriving in the
+        new one (CREATED), and each message UPDATED on the thread. A restricted principal needs the
+        thread's resource and `resource_id` granted, and every message filed under the thread to be of
+        a granted resource (FORBIDDEN otherwise, nothing written)."""
+        if not thread_id or not thread_id.strip():
+            raise BadUserInput("threadId must be a non-empty string.")
+        if not resource_id or not resource_id.strip():
+            raise BadUserInput("resourceId must be a non-empty string.")
+        check_id_size(resource_id, "resourceId")
+        principal.require(resource_id)
+
+        def guard(thread: ThreadRecord, messages: list[MessageRecord]) -> None:
+            # In the transfer's transaction: what moves is exactly what was checked.
+            principal.require_thread(thread, thread_id)
+            principal.require_messages(messages)
+
+        await self.unrecorded()
+        moved = await self.repository.transfer_thread(
+            thread_id,
+            resource_id,
+            now=now_ms(),
+            track_vectors=self.vectors is not None,
+            record_changes=self.change_retention > 0,
+            guard=guard if principal.restricted else None,
+        )
+        if moved is None:
+            raise NotFound(f"Thread {thread_id} not found")
+        before, thread, _, messages = moved
+        if before is thread:
+            return thread
+        await sync_vectors(self.vectors, messages, self.vector_sync_timeout, stored=messages)
+        events = [thread_event(THREAD_DELETED, before), thread_event(THREAD_CREATED, thread)]
+        events.extend(message_event(MESSAGE_UPDATED, thread_id, m) for m in messages)
+        await publish_quietly(self.events, events)
         return thread
 
     async def list(
@@ -451,7 +495,9 @@ class ThreadService:
                 if len(gone) >= limit:  # (re-created ones among them or not: the rest is unread)
                     raise too_long
                 again = await self.repository.get_threads([t.id for t in gone])
-                gone = [t for t in gone if t.id not in again]  # deleted, then created anew
+                # Gone, unless it is the resource's thread again (created anew, or given back): then
+                # it is among the threads changed since the place. One now another resource's is gone.
+                gone = [t for t in gone if (now := again.get(t.id)) is None or now.resource_id != resource_id]
             rows, _ = await self.repository.list_threads(
                 resource_id,
                 offset=0,

@@ -245,11 +245,19 @@ class MessageEventKind(Enum):
 
 @strawberry.enum(description="What happened to a thread.")
 class ThreadEventKind(Enum):
-    CREATED = strawberry.enum_value("CREATED", description="A new thread (createThread, cloneThread).")
+    CREATED = strawberry.enum_value(
+        "CREATED",
+        description="A new thread (createThread, cloneThread), or one given to this resource "
+        "(updateThreadResourceId).",
+    )
     UPDATED = strawberry.enum_value(
         "UPDATED", description="Its title, metadata or working memory, or its messages, changed."
     )
-    DELETED = strawberry.enum_value("DELETED", description="Deleted by deleteThread.")
+    DELETED = strawberry.enum_value(
+        "DELETED",
+        description="Deleted by deleteThread, or given to another resource (updateThreadResourceId): "
+        "gone from this resource's threads. The thread is as it was last stored here.",
+    )
     TITLE_GENERATED = strawberry.enum_value(
         "TITLE_GENERATED", description="Title generation gave the thread a title."
     )

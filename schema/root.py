@@ -171,6 +171,24 @@ class Mutation(MemoryMutation):
         return Thread(_record=record)
 
     @strawberry.mutation(
+        description="Mastra's updateThreadResourceId: gives the thread and every message filed under it "
+        "to another resource (createdAt kept, updatedAt now), in one transaction; their vectors follow. "
+        "A thread already of that resource is returned unchanged; an unknown one is NOT_FOUND. "
+        "Resource-scoped working memory stays with the old resource. Subscribers of the old resource "
+        "hear DELETED, of the new one CREATED. A restricted credential needs both resources granted."
+    )
+    async def update_thread_resource_id(
+        self,
+        info: Ctx,
+        thread_id: Annotated[strawberry.ID, _arg("The thread to transfer.")],
+        resource_id: Annotated[str, _arg("The resource that owns the thread afterwards.")],
+    ) -> Thread:
+        record = await info.context.services.threads.transfer(
+            str(thread_id), resource_id, principal=info.context.principal
+        )
+        return Thread(_record=record)
+
+    @strawberry.mutation(
         description="Saves messages (upsert by id) in one transaction; a re-saved message keeps its "
         "createdAt and position. Transient signals are acknowledged but not stored."
     )

@@ -179,6 +179,12 @@ class DropThread:
 
 
 @dataclass
+class Transfer:
+    thread: int
+    resource: int
+
+
+@dataclass
 class NewThread:
     thread: int
     resource: int
@@ -229,6 +235,7 @@ operations = st.one_of(
     st.builds(Delete, st.lists(targets, max_size=3)),
     st.builds(EditThread, threads, st.one_of(st.none(), texts(6)), thread_metadata),
     st.builds(DropThread, threads),
+    st.builds(Transfer, threads, resources),
     st.builds(
         NewThread, st.integers(3, 5), resources, thread_metadata, st.one_of(st.none(), st.integers(0, 12))
     ),
@@ -329,6 +336,15 @@ class History:
             await same(
                 self.pair, f"deleteThread {op!r}", lambda s: s.threads.delete(thread_id, principal=principal)
             )
+        elif isinstance(op, Transfer):
+            thread_id, resource_id = self.thread(op.thread), world.resources[op.resource]
+            moved = await same(
+                self.pair,
+                f"updateThreadResourceId {op!r}",
+                lambda s: s.threads.transfer(thread_id, resource_id, principal=principal),
+            )
+            if isinstance(moved, dict):
+                world.owners[moved["id"]] = moved["resource_id"]
         elif isinstance(op, NewThread):
             created = await same(
                 self.pair,

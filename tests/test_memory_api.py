@@ -416,6 +416,70 @@ async def test_a_threads_recall_reports_the_errors_of_recall(api: Api) -> None:
     assert error["extensions"]["code"] == "BAD_USER_INPUT"
 
 
+TRANSFER = """mutation($t: ID!, $r: String!) { updateThreadResourceId(threadId: $t, resourceId: $r) {
+  id resourceId title metadata createdAt updatedAt } }"""
+
+
+async def test_update_thread_resource_id_gives_the_thread_and_its_messages_to_another_resource(
+    api: Api,
+) -> None:
+    """Mastra's updateThreadResourceId: the thread and every message filed under it (one of a third
+    resource too) move; createdAt stays, updatedAt moves; resource-scoped working memory stays."""
+    thread_id, old = await new_thread(api, title="Anonymous chat", createdAt=at(0))
+    ids = await seed(api, thread_id, 3)
+    third = uid("r")
+    await api.execute(SAVE, m=[text_message(thread_id=thread_id, id=f"{thread_id}-x", resource_id=third)])
+    stays, _ = await new_thread(api, resourceId=old)
+    await api.execute(WM_UPDATE, t=thread_id, w="# thread notes", c=THREAD_SCOPE)
+    await api.execute(WM_UPDATE, t=thread_id, r=old, w="# old resource notes", c=ON)
+    new = uid("r")
+    before = await thread_of(api, thread_id)
+    await asyncio.sleep(0.01)
+
+    moved = (await api.execute(TRANSFER, t=thread_id, r=new))["updateThreadResourceId"]
+    assert {k: v for k, v in moved.items() if k not in ("resourceId", "updatedAt")} == {
+        k: v for k, v in before.items() if k not in ("resourceId", "updatedAt")
+    }
+    assert moved["resourceId"] == new and moved["updatedAt"] > before["updatedAt"]
+    assert moved["createdAt"] == at(0) and moved["metadata"] == {"workingMemory": "# thread notes"}
+    assert await thread_of(api, thread_id) == moved
+    assert {m["resourceId"] for m in await recall(api, thread_id)} == {new}
+    assert [m["id"] for m in await recall(api, thread_id)] == [*ids, f"{thread_id}-x"]
+    listing = "query($r: String!) { threads(resourceId: $r) { total threads { id } } }"
+    assert (await api.execute(listing, r=old))["threads"] == {"total": 1, "threads": [{"id": stays}]}
+    assert (await api.execute(listing, r=new))["threads"] == {"total": 1, "threads": [{"id": thread_id}]}
+    resource = "query($r: String!) { resource(id: $r) { id threads { total } } }"
+    assert (await api.execute(resource, r=new))["resource"] == {"id": new, "threads": {"total": 1}}
+    # Recall of the thread as its new resource's (counts moved along), not the old one's.
+    counted = "query($t: ID!, $r: String) { recall(threadId: $t, resourceId: $r, perPage: 1) { total } }"
+    assert (await api.execute(counted, t=thread_id, r=new))["recall"]["total"] == 4
+    refused = await error(api, counted, t=thread_id, r=old)
+    assert refused["extensions"]["code"] == "FORBIDDEN"
+    assert refused["message"] == (
+        f"Thread with id {thread_id} is for resource with id {new} but resource {old} was queried."
+    )
+    # Working memory: the thread's went with it, the resource's stayed.
+    assert (await api.execute(WM_GET, t=thread_id, r=new, c=THREAD_SCOPE))[
+        "workingMemory"
+    ] == "# thread notes"
+    assert (await api.execute(WM_GET, t=stays, r=old, c=ON))["workingMemory"] == "# old resource notes"
+    assert (await api.execute(WM_GET, t=thread_id, r=new, c=ON))["workingMemory"] is None
+
+    # Already the resource's: returned as it is (updatedAt unchanged), as in Mastra.
+    assert (await api.execute(TRANSFER, t=thread_id, r=new))["updateThreadResourceId"] == moved
+    got = await error(api, TRANSFER, t=uid("ghost"), r=new)
+    assert (got["extensions"]["code"], got["message"].split()[0]) == ("NOT_FOUND", "Thread")
+    for bad in ("", " "):
+        got = await error(api, TRANSFER, t=thread_id, r=bad)
+        assert (got["extensions"]["code"], got["message"]) == (
+            "BAD_USER_INPUT",
+            "resourceId must be a non-empty string.",
+        )
+    got = await error(api, TRANSFER, t=thread_id, r="x" * 1025)
+    assert got["extensions"]["code"] == "BAD_USER_INPUT" and got["extensions"]["limit"] == "maxIdBytes"
+    assert await thread_of(api, thread_id) == moved  # nothing written by the refused calls
+
+
 async def test_updated_at_follows_every_write(api: Api) -> None:
     thread_id, resource_id = await new_thread(api, createdAt=at(0))
     other, _ = await new_thread(api, resourceId=resource_id, createdAt=at(0))

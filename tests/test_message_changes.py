@@ -636,6 +636,76 @@ async def test_a_thread_subscription_resumed_with_changed_since_replays_the_dele
         await default.watch(resource, principal=OPEN, after=cursor, changed_since=since)
 
 
+async def test_a_thread_given_to_another_resource_leaves_the_old_ones_threads_live_and_resumed(
+    services: Services, repository: Repository
+) -> None:
+    """updateThreadResourceId, heard live and resumed: the old resource's sidebar hears DELETED (the
+    thread as it was there), the new one's CREATED live and UPDATED resumed, and the thread's clients
+    UPDATED for each message, now of the new resource. Given back, it is no longer gone from the old."""
+    old, new = uid("r"), uid("r")
+    ids = [f"{old}-{n}" for n in range(3)]
+    for thread_id in ids:
+        await services.threads.create(resource_id=old, thread_id=thread_id, principal=OPEN)
+        await asyncio.sleep(0.002)  # updatedAt apart
+    await services.threads.create(resource_id=new, thread_id=uid("t"), principal=OPEN)
+    moving = ids[1]
+    m = [
+        MessageInput(
+            moving, "user", {"format": 2, "parts": [{"type": "text", "text": f"m{n}"}]}, id=f"{moving}-m{n}"
+        )
+        for n in range(2)
+    ]
+    saved = (await services.messages.save(m, principal=OPEN)).messages
+    place: dict[str, str] = {}
+    for resource in (old, new):
+        (top, *_), _ = await repository.list_threads(
+            resource, offset=0, limit=1, order_field="updatedAt", descending=True, counted=False
+        )
+        place[resource] = cursors.encode_thread("updatedAt", top.updated_at, top.id)
+    last_message = cursors.encode(*saved[-1].order_key)
+    since = now_ms()
+    await asyncio.sleep(0.002)
+
+    streams = [
+        await services.threads.watch(old, principal=OPEN),
+        await services.threads.watch(new, principal=OPEN),
+        await services.messages.watch(moving, principal=OPEN),
+    ]
+    try:
+        first = [
+            asyncio.ensure_future(anext(stream)) for stream in streams
+        ]  # (a stream subscribes when read)
+        await asyncio.sleep(0.05)
+        before = await services.threads.get(moving, principal=OPEN)
+        moved = await services.threads.transfer(moving, new, principal=OPEN)
+        assert before is not None and moved.resource_id == new and moved.created_at == before.created_at
+        gone, _ = await asyncio.wait_for(first[0], 10)
+        assert (gone["kind"], gone["thread"]) == ("DELETED", dataclasses.asdict(before))
+        arrived, record = await asyncio.wait_for(first[1], 10)
+        assert (arrived["kind"], record) == ("CREATED", moved)
+        heard = [await asyncio.wait_for(first[2], 10)]
+        heard += [await asyncio.wait_for(anext(streams[2]), 10) for _ in saved[1:]]
+        assert [(p["kind"], r.id, r.resource_id) for p, r in heard] == [("UPDATED", x.id, new) for x in saved]
+    finally:
+        for stream in streams:
+            await stream.aclose()
+
+    assert await _thread_replay(services.threads, old, place[old], 1) == [("DELETED", moving)]
+    assert await _thread_replay(services.threads, new, place[new], 1) == [("UPDATED", moving)]
+    stream = await services.messages.watch(moving, principal=OPEN, after=last_message, changed_since=since)
+    try:
+        replayed = [await asyncio.wait_for(anext(stream), 10) for _ in saved]
+        assert sorted((p["kind"], r.id, r.resource_id) for p, r in replayed) == [
+            ("UPDATED", x.id, new) for x in saved
+        ]
+    finally:
+        await stream.aclose()
+    # Given back: the old resource's sidebar hears it changed, not gone; the new one's, gone.
+    await services.threads.transfer(moving, old, principal=OPEN)
+    assert await _thread_replay(services.threads, old, place[old], 1) == [("UPDATED", moving)]
+    assert await _thread_replay(services.threads, new, place[new], 1) == [("DELETED", moving)]
+
+
 async def test_a_replay_whose_changes_are_not_all_read_is_refused(
     services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:

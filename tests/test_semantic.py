@@ -330,6 +330,41 @@ async def test_scope_thread_and_resource(api: Api) -> None:
     assert ids(await recall(api, thread_a, threadConfig=semantic(scope="RESOURCE"))) == a
 
 
+TRANSFER = "mutation($t: ID!, $r: String!) { updateThreadResourceId(threadId: $t, resourceId: $r) { id } }"
+
+
+async def test_a_thread_given_to_another_resource_takes_its_vectors_along(
+    api: Api, semantic_server: SemanticServer
+) -> None:
+    """After updateThreadResourceId, the thread's messages are found in the new resource's scope (and
+    in its own thread scope), no longer in the old one's: their vectors moved collections."""
+    thread_a, alice = await new_thread(api)
+    stays, _ = await new_thread(api, alice)
+    bobs, bob = await new_thread(api)
+    needle = "the zebra migration crosses the river"
+    moving = await save_texts(api, thread_a, ["hello there", needle], start=0)
+    kept = await save_texts(api, stays, ["a zebra at the river", "good morning"], start=10)
+    own = await save_texts(api, bobs, ["zebras cross rivers in the migration"], start=20)
+    query = "zebra migration river"
+
+    def wide(thread_id: str, resource_id: str) -> Any:
+        return search(
+            api, thread_id, query, top_k=10, scope="RESOURCE", resource_id=resource_id, threshold=-1
+        )
+
+    assert ids(await wide(stays, alice)) == moving + kept
+    await api.execute(TRANSFER, t=thread_a, r=bob)
+    assert ids(await wide(stays, alice)) == kept
+    assert ids(await wide(bobs, bob)) == moving + own
+    assert ids(await search(api, thread_a, query, top_k=10, threshold=-1)) == moving
+    index = semantic_server.index()
+    if index is not None:  # server mode: count the vectors in Chroma itself
+        try:
+            assert (await index.count(alice), await index.count(bob)) == (2, 3)
+        finally:
+            await index.aclose()
+
+
 # Mastra tests `if (semanticRecall)`: an options object with every field left out is on (topK 4, range 1,
 # resource scope), as in JavaScript, where {} is truthy.
 async def test_empty_options_turn_semantic_recall_on(api: Api) -> None:

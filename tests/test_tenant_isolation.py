@@ -331,6 +331,8 @@ WORKING_MEMORY = """query($t: ID!, $r: String, $c: MemoryConfigInput) {
   workingMemory(threadId: $t, resourceId: $r, memoryConfig: $c) }"""
 UPDATE_THREAD = "mutation($i: UpdateThreadInput!) { updateThread(input: $i) { id title } }"
 DELETE_THREAD = "mutation($id: ID!, $r: String) { deleteThread(id: $id, resourceId: $r) }"
+TRANSFER = """mutation($t: ID!, $r: String!) { updateThreadResourceId(threadId: $t, resourceId: $r) {
+  id resourceId title } }"""
 CLONE = """mutation($i: CloneThreadInput!) { cloneThread(input: $i) {
   thread { id resourceId } clonedMessages { id content { raw } } messageIdMap { sourceId cloneId } } }"""
 UPDATE_MESSAGES = (
@@ -511,6 +513,13 @@ class Generator:
         resource = self.rng.choice([None, victim.resource_id, own.resource_id])
         variables = {"id": self.thread(victim).id, "r": resource}
         return Attempt("deleteThread(other)", attacker, DELETE_THREAD, variables, "forbidden")
+
+    def op_transfer_thread(self, attacker: Attacker, victim: Tenant, own: Tenant) -> Attempt:
+        if self.rng.random() < 0.5:  # take another resource's thread (to oneself, or where it is)
+            variables = {"t": self.thread(victim).id, "r": self.rng.choice([own, victim]).resource_id}
+        else:  # give one's own thread to another resource
+            variables = {"t": self.thread(own).id, "r": victim.resource_id}
+        return Attempt("updateThreadResourceId(other)", attacker, TRANSFER, variables, "forbidden")
 
     def op_clone_thread(self, attacker: Attacker, victim: Tenant, own: Tenant) -> Attempt:
         new_id = uid("evil-clone")
@@ -932,3 +941,33 @@ async def test_delete_and_update_check_the_locked_rows(services: Services) -> No
     # Their own: allowed, and only theirs goes.
     assert [m.id for m in await services.messages.delete(["a1"], principal=alice)] == ["a1"]
     assert await services.threads.delete("ta", principal=alice) is True
+
+
+async def test_a_thread_transfer_needs_both_resources_and_every_message_granted(services: Services) -> None:
+    await seed(
+        services,
+        msg("a1", thread="ta", resource="a"),
+        msg("a2", thread="tmixed", resource="a"),
+        msg("b1", thread="tmixed", resource="b"),
+        threads={"ta": "a", "tmixed": "a", "tb": "b"},
+    )
+    repo = services.repository
+    alice = Principal("key:a", frozenset({"a"}))
+    alice_and_c = Principal("key:ac", frozenset({"a", "c"}))
+    for principal, thread_id, target in (
+        (alice, "ta", "c"),  # a resource not granted
+        (alice, "tb", "a"),  # another resource's thread
+        (alice_and_c, "tmixed", "c"),  # a message of another resource filed under one's own thread
+    ):
+        with pytest.raises(Forbidden):
+            await services.threads.transfer(thread_id, target, principal=principal)
+    threads = await repo.get_threads(["ta", "tmixed", "tb"])
+    assert {t.id: t.resource_id for t in threads.values()} == {"ta": "a", "tmixed": "a", "tb": "b"}
+    assert {m.id: m.resource_id for m in (await repo.get_messages(["a1", "a2", "b1"])).values()} == {
+        "a1": "a",
+        "a2": "a",
+        "b1": "b",
+    }
+    # Both resources granted, every message too: allowed.
+    moved = await services.threads.transfer("ta", "c", principal=alice_and_c)
+    assert moved.resource_id == "c" and (await repo.get_messages(["a1"]))["a1"].resource_id == "c"
