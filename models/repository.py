@@ -536,6 +536,29 @@ class Repository:
 
         return await self._write_transaction(body)
 
+    async def threads_naming_source(self, pairs: Sequence[tuple[str, str]]) -> list[ThreadRecord]:
+        """The threads of each (resource, source thread id) pair whose metadata.clone.sourceThreadId is
+        that id as text, newest first (createdAt DESC, then id, as a listing). The caller keeps exactly
+        the pairs it asked for (the statement crosses the resources and sources it was given) and
+        decides what a clone is: this only narrows the rows it reads."""
+        if not pairs:
+            return []
+        resources = sorted({r for r, _ in pairs})
+        sources = sorted({s for _, s in pairs})
+        named = T.c.metadata[("clone", "sourceThreadId")].as_string()
+
+        def read(conn: Connection) -> list[ThreadRecord]:
+            found: list[ThreadRecord] = []
+            for some in _slices(sources):
+                stmt = select(T).where(T.c.resource_id.in_(resources), named.in_(some))
+                found.extend(map(_thread, conn.execute(stmt)))
+            # Sorted here: the slices are read apart. By code point, as every listing's ties are.
+            found.sort(key=lambda t: t.id, reverse=True)
+            found.sort(key=lambda t: t.created_at, reverse=True)
+            return found
+
+        return await self._read(read)
+
     async def transfer_thread(
         self,
         thread_id: str,

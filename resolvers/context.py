@@ -17,7 +17,7 @@ from resolvers.loaders import DataLoader
 from resolvers.messages import MessageService
 from resolvers.recall import PageBatch, RecallEngine
 from resolvers.semantic import SemanticMemory
-from resolvers.threads import ThreadService
+from resolvers.threads import ThreadService, clones_of
 from resolvers.titles import Chat, TitleGenerator
 from resolvers.working_memory import WorkingMemoryService
 
@@ -132,6 +132,8 @@ class RequestContext:
     threads: DataLoader[str, ThreadRecord | None] = field(init=False)
     messages: DataLoader[str, MessageRecord | None] = field(init=False)
     resources: DataLoader[str, ResourceRecord | None] = field(init=False)
+    # (resource, source thread id) -> that resource's clones of the thread (Thread.clones), newest first
+    clones: DataLoader[tuple[str, str], list[ThreadRecord]] = field(init=False)
     rows: RowBudget = field(init=False)  # what the request's fields may still read
     pages: PageBatch = field(init=False)  # nested recalls' page reads, batched (drawing on `rows`)
     thread_recalls: int = field(init=False)  # Thread.recall fields resolved so far
@@ -154,7 +156,12 @@ class RequestContext:
             found = await repo.get_resources(ids)
             return [found.get(i) if self.principal.can_access(i) else None for i in ids]
 
+        async def load_clones(pairs: Sequence[tuple[str, str]]) -> list[list[ThreadRecord]]:
+            # Every pair's resource was checked by the field: its threads are the principal's to see.
+            return clones_of(pairs, await repo.threads_naming_source(pairs))
+
         self.threads = DataLoader(load_threads)
+        self.clones = DataLoader(load_clones)
         self.messages = DataLoader(load_messages)
         self.resources = DataLoader(load_resources)
 

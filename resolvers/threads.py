@@ -4,7 +4,7 @@ divergences). Every change is announced on the event broker after it has committ
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -530,6 +530,57 @@ class ThreadService:
             record = received_thread_event(payload)
             if record is not None and principal.sees_thread(record):
                 yield payload, record
+
+
+def clone_metadata(thread: ThreadRecord) -> Any:
+    """Mastra's getCloneMetadata: metadata.clone when it is set (truthy, as JavaScript reads it), else
+    None."""
+    value = (thread.metadata or {}).get("clone")
+    return value if _truthy(value) else None
+
+
+def clone_source(thread: ThreadRecord) -> str | None:
+    """The id of the thread this one was cloned from (metadata.clone.sourceThreadId), if it names one."""
+    info = clone_metadata(thread)
+    source = info.get("sourceThreadId") if isinstance(info, dict) else None
+    return source if isinstance(source, str) and source else None
+
+
+def _truthy(value: Any) -> bool:
+    # JavaScript's truthiness: {} and [] are true, 0, "", false and null are not (NaN cannot be stored).
+    return value is not None and value is not False and value != 0 and value != ""
+
+
+async def clone_history(
+    thread: ThreadRecord, load: Callable[[str], Awaitable[ThreadRecord | None]]
+) -> list[ThreadRecord]:
+    """Mastra's getCloneHistory: the thread's ancestors from the original, the thread last. The chain
+    ends at a source that is gone (or that `load`, the caller's reader, does not give: another
+    resource's thread for a restricted credential), and at a thread met before: metadata is the
+    client's to change, and a chain that turns back on itself would not end."""
+    history = [thread]
+    seen = {thread.id}
+    source = clone_source(thread)
+    while source is not None and source not in seen:
+        parent = await load(source)
+        if parent is None:
+            break
+        history.append(parent)
+        seen.add(parent.id)
+        source = clone_source(parent)
+    history.reverse()
+    return history
+
+
+def clones_of(pairs: Sequence[tuple[str, str]], found: Sequence[ThreadRecord]) -> list[list[ThreadRecord]]:
+    """For each (resource, source thread id), Mastra's listClones: the resource's threads cloned from
+    that thread, newest first (`found`: Repository.threads_naming_source's rows, in its order)."""
+    by_pair: dict[tuple[str, str], list[ThreadRecord]] = {}
+    for thread in found:
+        source = clone_source(thread)
+        if source is not None:
+            by_pair.setdefault((thread.resource_id, source), []).append(thread)
+    return [by_pair.get(pair, []) for pair in pairs]
 
 
 def _check_metadata(metadata: Any) -> None:

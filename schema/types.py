@@ -10,7 +10,9 @@ from strawberry.types import Info
 from models.records import MessageRecord, ThreadRecord
 from resolvers import cursors
 from resolvers.context import RequestContext
+from resolvers.errors import BadUserInput
 from resolvers.recall import OrderBy, RecallArgs
+from resolvers.threads import clone_history, clone_metadata, clone_source
 from schema.enums import SIGNAL_TYPES_BY_VALUE, SignalType
 from schema.federation import ENTITY_TAG, message_reference, thread_reference
 from schema.inputs import HideSignalsInput, IncludeInput, MemoryConfigInput, MessageOrderBy, RecallFilter
@@ -403,6 +405,63 @@ class Thread:
     @strawberry.field(description="When the thread or its messages last changed.")
     def updated_at(self) -> DateTime:
         return DateTime(self._record.updated_at)
+
+    @strawberry.field(
+        description="Mastra's isClone: whether metadata.clone is set (cloneThread sets it to "
+        "{sourceThreadId, clonedAt, lastMessageId})."
+    )
+    def is_clone(self) -> bool:
+        return clone_metadata(self._record) is not None
+
+    @strawberry.field(
+        description="Mastra's getSourceThread: the thread this one was cloned from (metadata.clone."
+        "sourceThreadId); null when it is no clone, or its source is gone or not the caller's to see."
+    )
+    async def cloned_from(self, info: Info[RequestContext, None]) -> Thread | None:
+        source = clone_source(self._record)
+        if source is None:
+            return None
+        info.context.rows.spend(1, "Thread.clonedFrom")
+        record = await info.context.threads.load(source)
+        return Thread(_record=record) if record is not None else None
+
+    @strawberry.field(
+        description="Mastra's listClones: the threads cloned from this one (metadata.clone.sourceThreadId "
+        "is its id), newest first; read for all the threads of a listing at once. Its thread count draws "
+        "on RECALLQL_MAX_REQUEST_ROWS."
+    )
+    async def clones(
+        self,
+        info: Info[RequestContext, None],
+        resource_id: Annotated[
+            str | None,
+            strawberry.argument(
+                description="Whose threads to look among (default: this thread's resource; another "
+                "must be granted, FORBIDDEN otherwise): a clone given to another resource is that "
+                "resource's thread."
+            ),
+        ] = strawberry.UNSET,
+    ) -> list[Thread]:
+        resource = resource_id if isinstance(resource_id, str) else self._record.resource_id
+        if not resource.strip():
+            raise BadUserInput("resourceId must be a non-empty string when given.")
+        info.context.principal.require(resource)
+        found = await info.context.clones.load((resource, self._record.id))
+        info.context.rows.spend(len(found), "Thread.clones")
+        return [Thread(_record=t) for t in found]
+
+    @strawberry.field(
+        description="Mastra's getCloneHistory: the chain of sources back to the original, oldest first, "
+        "this thread last (just this thread when it is no clone). It ends at a source that is gone or "
+        "not the caller's to see, and where the chain meets a thread again. Each thread read draws on "
+        "RECALLQL_MAX_REQUEST_ROWS."
+    )
+    async def clone_history(self, info: Info[RequestContext, None]) -> list[Thread]:
+        async def load(thread_id: str) -> ThreadRecord | None:
+            info.context.rows.spend(1, "Thread.cloneHistory")
+            return await info.context.threads.load(thread_id)
+
+        return [Thread(_record=t) for t in await clone_history(self._record, load)]
 
     @strawberry.field(
         description="The thread's working memory under the memory config (server defaults deep-merged "

@@ -1217,3 +1217,55 @@ async def test_the_expiry_timer_closes_no_earlier_than_the_wall_clock_says(
     await watcher._close_at(expires)
     assert closed_at == [expires]
     assert slept == [4.0, pytest.approx(0.0002, abs=1e-6)]
+
+
+async def test_clone_fields_never_reach_past_the_credential_and_batch(services: Services) -> None:
+    """Thread.cloneHistory and clonedFrom stop at a source the credential may not see (a thread cloned
+    from another resource's), Thread.clones of a resource not granted is FORBIDDEN, and a listing's
+    clones are read in one batch."""
+    threads = services.threads
+    await threads.create(resource_id="r1", thread_id="src", principal=OPEN)
+    for thread_id, resource_id, source in (
+        ("mine", "r2", "src"),
+        ("mine2", "r2", "mine"),
+        ("b1", "r1", "src"),
+    ):
+        metadata = {"clone": {"sourceThreadId": source, "clonedAt": "2026-12-07T00:00:00.000Z"}}
+        await threads.create(resource_id=resource_id, thread_id=thread_id, metadata=metadata, principal=OPEN)
+    schema = build_schema()
+    r2 = Principal("key:r2", frozenset({"r2"}))
+    query = """{ a: thread(id: "mine2") { clonedFrom { id } cloneHistory { id } }
+      b: thread(id: "mine") { isClone clonedFrom { id } cloneHistory { id } clones { id } } }"""
+    result = await schema.execute(query, context_value=RequestContext(services=services, principal=r2))
+    assert result.errors is None and result.data == {
+        "a": {"clonedFrom": {"id": "mine"}, "cloneHistory": [{"id": "mine"}, {"id": "mine2"}]},
+        "b": {
+            "isClone": True,
+            "clonedFrom": None,
+            "cloneHistory": [{"id": "mine"}],
+            "clones": [{"id": "mine2"}],
+        },
+    }
+    result = await schema.execute(
+        '{ thread(id: "mine") { clones(resourceId: "r1") { id } } }',
+        context_value=RequestContext(services=services, principal=r2),
+    )
+    assert result.errors is not None and result.errors[0].extensions is not None
+    assert result.errors[0].extensions["code"] == "FORBIDDEN" and "src" not in str(result.errors[0].message)
+    # Admin: a listing's clones in one read; src's clones in both resources.
+    context = RequestContext(services=services, principal=OPEN)
+    result = await schema.execute(
+        '{ threads(resourceId: "r2") { threads { id clones { id } } } }', context_value=context
+    )
+    assert result.errors is None and result.data is not None
+    assert {t["id"]: [c["id"] for c in t["clones"]] for t in result.data["threads"]["threads"]} == {
+        "mine": ["mine2"],
+        "mine2": [],
+    }
+    assert context.clones.batches == 1
+    result = await schema.execute(
+        '{ thread(id: "src") { clones { id } other: clones(resourceId: "r2") { id } } }',
+        context_value=RequestContext(services=services, principal=OPEN),
+    )
+    assert result.errors is None
+    assert result.data == {"thread": {"clones": [{"id": "b1"}], "other": [{"id": "mine"}]}}

@@ -213,6 +213,78 @@ async def test_clone_thread_errors_write_nothing(api: Api) -> None:
     assert listed["threads"]["total"] == 2
 
 
+CLONE_FIELDS = """query($t: ID!, $r: String) { thread(id: $t) {
+  isClone clonedFrom { id } clones { id } elsewhere: clones(resourceId: $r) { id } cloneHistory { id } } }"""
+
+
+async def test_clone_utilities_follow_clones_both_ways(api: Api) -> None:
+    """Mastra's isClone, getSourceThread, listClones and getCloneHistory, as Thread fields."""
+    source, resource_id = await new_thread(api, title="Plan")
+    await seed(api, source, 2)
+    elsewhere = uid("r")
+
+    async def clone(of: str, **extra: Any) -> str:
+        await asyncio.sleep(0.005)  # createdAt apart: clones list newest first
+        new_id = uid("c")
+        await api.execute(CLONE, i={"sourceThreadId": of, "newThreadId": new_id, **extra})
+        return new_id
+
+    a = await clone(source)
+    b = await clone(source)
+    c = await clone(a)
+    d = await clone(source, resourceId=elsewhere)
+
+    async def fields(thread_id: str, r: str | None = None) -> dict[str, Any]:
+        thread = (await api.execute(CLONE_FIELDS, t=thread_id, r=r or elsewhere))["thread"]
+        return {k: [t["id"] for t in v] if isinstance(v, list) else v for k, v in thread.items()}
+
+    assert await fields(source) == {
+        "isClone": False,
+        "clonedFrom": None,
+        "clones": [b, a],  # newest first, this resource's
+        "elsewhere": [d],
+        "cloneHistory": [source],
+    }
+    assert await fields(c) == {
+        "isClone": True,
+        "clonedFrom": {"id": a},
+        "clones": [],
+        "elsewhere": [],
+        "cloneHistory": [source, a, c],
+    }
+    assert (await fields(d, resource_id))["cloneHistory"] == [source, d]
+    # A listing reads every thread's clones (one batch).
+    listing = """query($r: String!) { threads(resourceId: $r, orderBy: {field: CREATED_AT, direction: ASC}) {
+      threads { id clones { id } } } }"""
+    got = (await api.execute(listing, r=resource_id))["threads"]["threads"]
+    assert [(t["id"], [x["id"] for x in t["clones"]]) for t in got] == [
+        (source, [b, a]),
+        (a, [c]),
+        (b, []),
+        (c, []),
+    ]
+
+    # metadata.clone is the client's: as Mastra reads it, a falsy clone is no clone, and a chain that
+    # turns back on itself ends where it meets a thread again.
+    edit = "mutation($i: UpdateThreadInput!) { updateThread(input: $i) { id } }"
+    for falsy in (None, "", 0, False):
+        await api.execute(edit, i={"id": b, "metadata": {"clone": falsy}})
+        assert (await fields(b))["isClone"] is False, falsy
+    await api.execute(edit, i={"id": d, "metadata": {"clone": {}}})
+    assert (await fields(d))["isClone"] is True and (await fields(d))["clonedFrom"] is None
+    await api.execute(edit, i={"id": source, "metadata": {"clone": {"sourceThreadId": c}}})
+    assert (await fields(b))["isClone"] is False
+    assert (await fields(source))["clones"] == [a]
+    assert (await fields(c))["cloneHistory"] == [source, a, c]  # c <- a <- source <- c: it stops
+    await api.execute(edit, i={"id": a, "metadata": {"clone": {"sourceThreadId": 5}}})
+    assert (await fields(a))["isClone"] is True and (await fields(a))["clonedFrom"] is None
+    await api.execute(DELETE_THREAD, id=source)
+    assert (await fields(c))["cloneHistory"] == [a, c]  # (a names no thread now)
+    assert (await fields(b))["cloneHistory"] == [b]
+    got = await error(api, CLONE_FIELDS, t=c, r=" ")
+    assert (got["extensions"]["code"], got["path"]) == ("BAD_USER_INPUT", ["thread", "elsewhere"])
+
+
 async def test_thread_metadata_is_refused_when_it_cannot_be_stored_as_written(api: Api) -> None:
     """An integer literal beyond 64 bits was answered exactly but stored as a float (and failed the
     Redis events of its write): refused, as in message content. In a JSON request body the number is
