@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple, TypeAlias, TypeVar
+from typing import Any, Literal, NamedTuple, TypeAlias, TypeVar
 
 import orjson
 from sqlalchemy import (
@@ -395,15 +395,21 @@ class Repository:
         after: bool = False,
         before: bool = False,
         counted: bool = True,
+        scope: Literal["one", "some", "all"] = "one",
     ) -> tuple[_AnySelect, _AnySelect]:
         """A threads listing's page statement and its count, with the values as bind parameters
         (:resource_id, :offset, :limit, :after_at, :after_id, ...; metadata's are bound in). A page of a
-        `limit` carries the total in every row, unless not `counted`."""
-        key = ("threads", order_field, descending, every_row, after, before, counted)
+        `limit` carries the total in every row, unless not `counted`. `scope`: the threads of one
+        resource (:resource_id), of some (:resource_ids, a list) or of all."""
+        key = ("threads", order_field, descending, every_row, after, before, counted, scope)
         cached = self._thread_statements.get(key) if not metadata else None
         if cached is not None:
             return cached
-        where: list[ColumnElement[bool]] = [T.c.resource_id == bindparam("resource_id")]
+        where: list[ColumnElement[bool]] = []
+        if scope == "one":
+            where.append(T.c.resource_id == bindparam("resource_id"))
+        elif scope == "some":
+            where.append(T.c.resource_id.in_(bindparam("resource_ids", expanding=True)))
         for name, value in (metadata or {}).items():
             where.append(self._json_equals(T.c.metadata, name, value))
         column = T.c.updated_at if order_field == "updatedAt" else T.c.created_at
@@ -618,7 +624,7 @@ class Repository:
 
     async def list_threads(
         self,
-        resource_id: str,
+        resource_id: str | Collection[str] | None,
         *,
         offset: int,
         limit: int | None,
@@ -630,14 +636,20 @@ class Repository:
         before: tuple[int, str] | None = None,
         counted: bool = True,
     ) -> tuple[list[ThreadRecord], int | None]:
-        """A page of a resource's threads and their total. With `max_rows`, an every-row read (limit
+        """A page of a resource's threads (of these resources', of all threads for None) and their
+        total. With `max_rows`, an every-row read (limit
         None) that counts more threads than that reads none (the caller refuses it on the total).
         `after` and `before` are places in the listing's order, (the order field's value, thread id):
         only threads strictly after or before them are read and counted (keyset paging).
         Not `counted` (a page of `limit` rows only), the total is None and one row more than the page
         is read, if there is one: whether a further page exists, without counting every thread."""
         counted = counted or limit is None
-        params: dict[str, Any] = {"resource_id": resource_id, "offset": min(offset, _SQL_INT_MAX)}
+        params: dict[str, Any] = {"offset": min(offset, _SQL_INT_MAX)}
+        scope: Literal["one", "some", "all"] = "all"
+        if isinstance(resource_id, str):
+            scope, params["resource_id"] = "one", resource_id
+        elif resource_id is not None:
+            scope, params["resource_ids"] = "some", sorted(resource_id)
         if limit is not None:
             params["limit"] = min(limit if counted else limit + 1, _SQL_INT_MAX)
         for name, place in (("after", after), ("before", before)):
@@ -651,6 +663,7 @@ class Repository:
             after=after is not None,
             before=before is not None,
             counted=counted,
+            scope=scope,
         )
 
         def read(conn: Connection) -> tuple[int | None, Sequence[Any]]:
@@ -667,8 +680,9 @@ class Repository:
                 return total, []
             return total, conn.execute(stmt, params).all()
 
-        # Unfiltered pages walk the resource's index; a metadata filter may scan all its threads.
-        bounded = not metadata and limit is not None and offset + limit <= _INLINE_ROWS
+        # Unfiltered pages walk the resource's index; a metadata filter may scan all its threads, and
+        # a listing of several resources' (or all) threads sorts them.
+        bounded = scope == "one" and not metadata and limit is not None and offset + limit <= _INLINE_ROWS
         total, rows = await self._read(read, bounded=bounded)
         return [_thread(r) for r in rows], total
 

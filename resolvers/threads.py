@@ -214,7 +214,7 @@ class ThreadService:
 
     async def list(
         self,
-        resource_id: str,
+        resource_id: str | None,
         *,
         page: int = 0,
         per_page: int | Literal[False] = 100,
@@ -231,8 +231,15 @@ class ThreadService:
         cursors (ThreadPage.startCursor, endCursor): places in the listing's order, as Relay's are; the
         page is read, counted and offset among the threads strictly between them. Not `counted` (the
         caller does not need the total), a page of a perPage has no total, and hasMore (the same as
-        Mastra's offset + perPage < total) comes from reading one thread more than the page."""
-        principal.require(resource_id)
+        Mastra's offset + perPage < total) comes from reading one thread more than the page.
+
+        Without `resource_id` (Mastra's listThreads without filter.resourceId), every thread: an admin's
+        listing of all resources, a restricted principal's of its granted ones."""
+        scope: str | frozenset[str] | None = resource_id
+        if resource_id is None:
+            scope = principal.resources
+        else:
+            principal.require(resource_id)
         if page < 0:
             raise BadUserInput("page must be >= 0")
         if per_page is not False and per_page < 0:
@@ -255,7 +262,7 @@ class ThreadService:
         all_rows = self.max_all_rows if limit is None else None
         async with budget.turn():
             threads, total = await self.repository.list_threads(
-                resource_id,
+                scope,
                 offset=offset,
                 limit=limit,
                 order_field=order_field,
@@ -268,8 +275,9 @@ class ThreadService:
             )
             if total is not None and all_rows is not None and total > all_rows:
                 raise BadUserInput(
-                    f"perPage: false may return at most {all_rows} threads; this resource has "
-                    f"{total}. Page through them with a numeric perPage.",
+                    f"perPage: false may return at most {all_rows} threads; "
+                    f"{'this resource has' if resource_id is not None else 'there are'} {total}. Page "
+                    "through them with a numeric perPage.",
                     limit="maxAllRows",
                     max=all_rows,
                     total=total,

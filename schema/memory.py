@@ -55,7 +55,7 @@ THREADS_PER_PAGE = PerPage(100)
 
 async def thread_page(
     info: Ctx,
-    resource_id: str,
+    resource_id: str | None,
     page: int,
     per_page: object,
     order_by: Any,
@@ -63,7 +63,8 @@ async def thread_page(
     after: str | None = None,
     before: str | None = None,
 ) -> ThreadPage:
-    """A page of a resource's threads: Query.threads and Resource.threads. The threads are counted only
+    """A page of a resource's threads (None: of every resource the principal may read): Query.threads and
+    Resource.threads. The threads are counted only
     when the query selects total: a sidebar that asks for hasMore and endCursor alone reads its page and
     one thread more, however many threads the resource has."""
     order = given(order_by)

@@ -117,11 +117,20 @@ class Query(MemoryQuery):
         )
         return Thread(_record=record) if record else None
 
-    @strawberry.field(description="A resource's threads, newest first by default.")
+    @strawberry.field(
+        description="A resource's threads, newest first by default; without resourceId (Mastra's "
+        "listThreads without filter.resourceId), every resource's the credential may read."
+    )
     async def threads(
         self,
         info: Ctx,
-        resource_id: Annotated[str, _arg("The owning resource.")],
+        resource_id: Annotated[
+            str | None,
+            _arg(
+                "The owning resource; omitted or null: all threads (for a restricted credential, those "
+                "of its resources)."
+            ),
+        ] = UNSET,
         page: Annotated[int, _arg("Zero-based page.")] = 0,
         per_page: Annotated[PerPage, _arg("Page size (default 100); false returns all.")] = THREADS_PER_PAGE,
         order_by: Annotated[ThreadOrderBy | None, _arg("Ordering (default createdAt DESC).")] = UNSET,
@@ -129,7 +138,7 @@ class Query(MemoryQuery):
         after: Annotated[str | None, _arg(THREADS_AFTER)] = UNSET,
         before: Annotated[str | None, _arg(THREADS_BEFORE)] = UNSET,
     ) -> ThreadPage:
-        return await thread_page(info, resource_id, page, per_page, order_by, metadata, after, before)
+        return await thread_page(info, given(resource_id), page, per_page, order_by, metadata, after, before)
 
     @strawberry.field(description="Messages by id (null for unknown ids), batched.")
     async def messages(

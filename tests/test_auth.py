@@ -1269,3 +1269,22 @@ async def test_clone_fields_never_reach_past_the_credential_and_batch(services: 
     )
     assert result.errors is None
     assert result.data == {"thread": {"clones": [{"id": "b1"}], "other": [{"id": "mine"}]}}
+
+
+async def test_threads_without_a_resource_lists_only_the_credentials_resources(services: Services) -> None:
+    await seed(services, threads={"a1": "a", "a2": "a", "b1": "b", "c1": "c"})
+    schema = build_schema()
+    query = "{ threads(orderBy: {field: CREATED_AT, direction: ASC}) { total threads { id } } }"
+
+    async def listed(principal: Principal) -> tuple[int, list[str]]:
+        result = await schema.execute(
+            query, context_value=RequestContext(services=services, principal=principal)
+        )
+        assert result.errors is None and result.data is not None
+        page = result.data["threads"]
+        return page["total"], [t["id"] for t in page["threads"]]
+
+    assert await listed(OPEN) == (4, ["a1", "a2", "b1", "c1"])
+    assert await listed(Principal("key:ac", frozenset({"a", "c"}))) == (3, ["a1", "a2", "c1"])
+    assert await listed(Principal("key:b", frozenset({"b"}))) == (1, ["b1"])
+    assert await listed(NOBODY) == (0, [])

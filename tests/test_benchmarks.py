@@ -259,6 +259,20 @@ async def test_thread_paging_runs(tmp_path: Path) -> None:
     assert (tmp_path / "t.md").read_text() == out.rstrip("\n") + "\n"
 
 
+async def test_all_threads_runs(tmp_path: Path) -> None:
+    # The script itself checks that each listing holds the threads it should.
+    require(await postgres_available(), f"PostgreSQL is not reachable at {PG_ADMIN_DSN}")
+    out = run(
+        "all_threads.py",
+        *("--size", "2400", "--calls", "4", "--rounds", "2", "--out", str(tmp_path / "a.md")),
+    )
+    rows = [
+        [cell.strip() for cell in line.split("|")[1:3]] for line in out.splitlines() if line.startswith("| ")
+    ]
+    assert rows[1:] == [["sqlite", "2,400"], ["postgres", "2,400"]], out
+    assert (tmp_path / "a.md").read_text() == out.rstrip("\n") + "\n"
+
+
 async def test_resumed_subscription_runs(tmp_path: Path) -> None:
     from tests.test_subscriptions import REDIS_URL, redis_available
 

@@ -383,3 +383,38 @@ async def test_explorer_loads_more_threads_by_cursor(tab: Tab, server: ServerPro
     assert shown == ids[::-1]  # newest first, each once, the new one above what was shown
     assert await page.locator("#threads-status").inner_text() == "55 of 55 threads"
     assert await page.get_by_role("button", name="Load more threads").is_hidden()
+
+
+async def test_explorer_lists_every_resources_threads(tab: Tab, server: ServerProcess) -> None:
+    """The All button lists threads without a resource (newest first, each with its resource); a thread
+    picked there opens without leaving that listing, and a link to it reopens both."""
+    page = tab.page
+    api = Api(server.url)
+    create = "mutation ($input: CreateThreadInput!) { createThread(input: $input) { id } }"
+    # Created far ahead: the newest of all the server's threads, whatever other tests left there.
+    made = [(uid("all-t"), uid("res"), f"2099-01-0{n + 1}T00:00:00.000Z") for n in range(2)]
+    for thread_id, resource, created in made:
+        await api.execute(create, input={"id": thread_id, "resourceId": resource, "createdAt": created})
+
+    await page.goto(f"{server.url}/")
+    await page.get_by_role("button", name="All", exact=True).click()
+    listed = page.locator("#threads button[data-thread-id]")
+    await listed.nth(1).wait_for()
+    top = await listed.evaluate_all("els => els.slice(0, 2).map(e => e.dataset.threadId)")
+    assert top == [made[1][0], made[0][0]]
+    resources = await page.locator("#threads .thread-resource").evaluate_all(
+        "els => els.slice(0, 2).map(e => e.textContent)"
+    )
+    assert resources == [made[1][1], made[0][1]]
+    await listed.nth(1).click()
+    await page.locator("#thread-status").filter(has_text="Showing").wait_for()
+    assert await page.locator("#resource-id").input_value() == ""  # still every resource's threads
+    assert await listed.nth(0).get_attribute("data-thread-id") == made[1][0]
+    assert page.url.endswith(f"#all=1&thread={made[0][0]}")
+    await page.reload()
+    await page.locator("#thread-status").filter(has_text="Showing").wait_for()
+    await listed.nth(1).wait_for()
+    assert (
+        await page.locator("#threads button[aria-current='true']").get_attribute("data-thread-id")
+        == made[0][0]
+    )

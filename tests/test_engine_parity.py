@@ -404,7 +404,7 @@ class History:
 # ---------------------------------------------------------------------------------------------- reads
 @dataclass
 class Listing:
-    resource: int
+    resource: int | None  # None: every resource's threads
     page: int
     per_page: int | bool
     order_field: str
@@ -418,7 +418,7 @@ class Listing:
 
 listings = st.builds(
     Listing,
-    resources,
+    st.one_of(resources, st.none()),
     st.integers(0, 2),
     st.one_of(st.just(False), st.integers(0, 4)),
     st.sampled_from(["createdAt", "updatedAt"]),
@@ -442,7 +442,7 @@ async def listed(services: Services, world: World, listing: Listing) -> Any:
         return cursors.encode_thread(listing.order_field, at, thread_id)
 
     return await services.threads.list(
-        world.resources[listing.resource],
+        world.resources[listing.resource] if listing.resource is not None else None,
         page=listing.page,
         per_page=listing.per_page if listing.per_page is False else int(listing.per_page),
         order_field=listing.order_field,

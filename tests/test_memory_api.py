@@ -285,6 +285,36 @@ async def test_clone_utilities_follow_clones_both_ways(api: Api) -> None:
     assert (got["extensions"]["code"], got["path"]) == ("BAD_USER_INPUT", ["thread", "elsewhere"])
 
 
+async def test_threads_without_a_resource_lists_every_resources_threads(api: Api) -> None:
+    """Mastra's listThreads without filter.resourceId: every thread, with the listing's options (the
+    server holds other tests' threads too, so the metadata filter keeps this test's)."""
+    suite = uid("suite")
+    made = []
+    for n, resource in enumerate([uid("r"), uid("r"), uid("r")] * 2):
+        thread_id, _ = await new_thread(
+            api, resourceId=resource, createdAt=at(n), metadata={"suite": suite, "odd": n % 2 == 1}
+        )
+        made.append((thread_id, resource))
+    query = """query($m: JSON, $after: String, $o: ThreadOrderBy, $p: PerPage! = 4) {
+      threads(metadata: $m, perPage: $p, orderBy: $o, after: $after) {
+        total hasMore endCursor threads { id resourceId } } }"""
+    first = (await api.execute(query, m={"suite": suite}))["threads"]
+    newest = [{"id": t, "resourceId": r} for t, r in reversed(made)]
+    assert (first["total"], first["hasMore"], first["threads"]) == (6, True, newest[:4])
+    rest = (await api.execute(query, m={"suite": suite}, after=first["endCursor"]))["threads"]
+    assert (rest["total"], rest["hasMore"], rest["threads"]) == (2, False, newest[4:])
+    odd = (await api.execute(query, m={"suite": suite, "odd": True}, p=False))["threads"]
+    assert [t["id"] for t in odd["threads"]] == [t for t, _ in reversed(made[1::2])]
+    oldest = await api.execute(query, m={"suite": suite}, o={"field": "CREATED_AT", "direction": "ASC"})
+    assert [t["id"] for t in oldest["threads"]["threads"]] == [t for t, _ in made[:4]]
+    # Without a filter: all of them (other tests' too), however resourceId is left out.
+    counted = [
+        (await api.execute(q))["threads"]["total"]
+        for q in ("{ threads(perPage: 0) { total } }", "{ threads(resourceId: null, perPage: 0) { total } }")
+    ]
+    assert counted[0] == counted[1] >= 6
+
+
 async def test_thread_metadata_is_refused_when_it_cannot_be_stored_as_written(api: Api) -> None:
     """An integer literal beyond 64 bits was answered exactly but stored as a float (and failed the
     Redis events of its write): refused, as in message content. In a JSON request body the number is

@@ -109,11 +109,12 @@
     }`;
 
   // Paged by cursor: a thread created while the list is open does not push one already shown onto the next page.
-  const THREADS_QUERY = `query ExplorerThreads($resourceId: String!, $after: String, $perPage: PerPage!) {
+  // Without a resourceId: every resource's threads (the "All" button).
+  const THREADS_QUERY = `query ExplorerThreads($resourceId: String, $after: String, $perPage: PerPage!) {
   threads(resourceId: $resourceId, after: $after, perPage: $perPage) {
     total hasMore endCursor
     threads {
-      id title createdAt updatedAt
+      id resourceId title createdAt updatedAt
       recall(perPage: 1, hideSignals: {all: true}) {
         total
         messages { role content { parts { ... on TextPart { text } } } }
@@ -159,6 +160,7 @@
   // ------------------------------------------------------------------------------------ state
   const state = {
     resourceId: '',
+    allThreads: false, // listing every resource's threads instead of one resource's
     threadsAfter: null,
     threadId: '',
     recallPage: 0,
@@ -167,7 +169,8 @@
 
   function saveHash() {
     const params = new URLSearchParams();
-    if (state.resourceId) params.set('resource', state.resourceId);
+    if (state.allThreads) params.set('all', '1');
+    else if (state.resourceId) params.set('resource', state.resourceId);
     if (state.threadId) params.set('thread', state.threadId);
     const hash = params.toString();
     history.replaceState(null, '', hash ? `#${hash}` : window.location.pathname + window.location.search);
@@ -295,6 +298,7 @@
 
   // ------------------------------------------------------------------------------------ threads
   async function loadResource(resourceId, { keepThread = false } = {}) {
+    state.allThreads = false;
     state.resourceId = resourceId;
     state.threadsAfter = null;
     if (!keepThread) {
@@ -309,19 +313,36 @@
     await loadThreads();
   }
 
+  async function loadAllThreads({ keepThread = false } = {}) {
+    state.allThreads = true;
+    state.resourceId = '';
+    state.threadsAfter = null;
+    if (!keepThread) {
+      state.threadId = '';
+      showThread(null);
+    }
+    $('#resource-id').value = '';
+    $('#threads').replaceChildren();
+    $('#threads-count').textContent = '';
+    $('#wm-status').textContent = 'Pick a resource.';
+    $('#wm-content').hidden = true;
+    saveHash();
+    await loadThreads();
+  }
+
   async function loadThreads() {
     const status = $('#threads-status');
     status.textContent = 'Loading threads…';
     $('#threads-more').hidden = true;
     try {
       const data = await gql(THREADS_QUERY, {
-        resourceId: state.resourceId,
+        resourceId: state.allThreads ? null : state.resourceId,
         after: state.threadsAfter,
         perPage: THREADS_PER_PAGE,
       });
       clearError();
       const page = data.threads;
-      if (page.threads.length) rememberResource(state.resourceId);
+      if (page.threads.length && !state.allThreads) rememberResource(state.resourceId);
       for (const thread of page.threads) $('#threads').append(renderThreadItem(thread));
       // total counts this page and those after it; the ones shown before it come on top.
       const shown = $$('#threads li').length;
@@ -329,7 +350,9 @@
       $('#threads-count').textContent = `(${total})`;
       status.textContent = total
         ? `${shown} of ${total} thread${total === 1 ? '' : 's'}`
-        : `No threads for resource “${state.resourceId}”.`;
+        : state.allThreads
+          ? 'No threads yet.'
+          : `No threads for resource “${state.resourceId}”.`;
       $('#threads-more').hidden = !page.hasMore;
       if (page.endCursor) state.threadsAfter = page.endCursor;
       markCurrentThread();
@@ -353,6 +376,7 @@
         },
         el('span', { class: 'thread-title', text: thread.title || '(untitled)' }),
         el('code', { class: 'thread-id', text: thread.id }),
+        state.allThreads ? el('code', { class: 'thread-resource small', text: thread.resourceId }) : null,
         threadPreview(thread.recall),
         el(
           'span',
@@ -425,7 +449,7 @@
         return;
       }
       showThread(data.thread);
-      if (data.thread.resourceId !== state.resourceId) {
+      if (!state.allThreads && data.thread.resourceId !== state.resourceId) {
         // Opened by link or id: follow the thread's own resource.
         await loadResource(data.thread.resourceId, { keepThread: true });
       }
@@ -764,6 +788,7 @@
       if (id) loadResource(id);
     });
     $('#threads-more').addEventListener('click', loadThreads);
+    $('#all-threads').addEventListener('click', () => loadAllThreads());
     $('#show-hidden').addEventListener('change', (event) => {
       $('#thread-messages').classList.toggle('hide-hidden', !event.target.checked);
       const status = $('#thread-status');
@@ -791,7 +816,8 @@
     const params = new URLSearchParams(window.location.hash.slice(1));
     const resource = params.get('resource');
     const thread = params.get('thread');
-    if (resource) loadResource(resource, { keepThread: Boolean(thread) });
+    if (params.get('all')) loadAllThreads({ keepThread: Boolean(thread) });
+    else if (resource) loadResource(resource, { keepThread: Boolean(thread) });
     if (thread) selectThread(thread);
   }
 
