@@ -181,5 +181,26 @@ subscription LiveThreads($resourceId: String!, $after: String, $changedSince: Da
 `,
     variables: JSON.stringify({ resourceId: 'alice', after: null, changedSince: null }, null, 2),
   },
+  {
+    query: `# Branches: clone a thread, then follow clones both ways: where the clone came from (clonedFrom,
+# cloneHistory: the original first) and every branch of its source (clones, newest first).
+# To give a thread and its messages to another resource (an anonymous visitor who signed in):
+#   mutation { updateThreadResourceId(threadId: "t1", resourceId: "bob") { id resourceId } }
+mutation Branch($threadId: ID!) {
+  cloneThread(input: {sourceThreadId: $threadId, title: "Plan B"}) {
+    thread {
+      id
+      isClone
+      cloneHistory { id title }
+      clonedFrom {
+        id
+        clones { id title createdAt }
+      }
+    }
+  }
+}
+`,
+    variables: JSON.stringify({ threadId: 't1' }, null, 2),
+  },
 
 ];
