@@ -22,8 +22,7 @@ import contextlib
 import datetime as dt
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from scale_bench import Scenario, depth_main, depth_rows, machine, migrated  # this folder
-from sqlalchemy import text
+from scale_bench import Scenario, depth_main, depth_rows, machine, migrated, settle  # this folder
 
 from models.records import ThreadRecord
 from models.repository import Repository
@@ -60,12 +59,7 @@ def _reader(services: Services, resource: str | None, counted: bool, metadata: d
 async def loaded(kind: str, size: int, _calls: int) -> AsyncIterator[dict[tuple[int, str], Scenario]]:
     async with migrated(kind) as (repo, services):
         await load(repo, size)
-        async with repo.engine.connect() as conn:
-            autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
-            if kind == "postgres":
-                await autocommit.execute(text("VACUUM ANALYZE threads"))
-            else:
-                await autocommit.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
+        await settle(repo, kind, "threads")
         reads: dict[str, Callable[[], Awaitable[object]]] = {
             "one resource": _reader(services, "r7", True, None),
             "all, no total": _reader(services, None, False, None),

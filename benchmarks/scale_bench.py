@@ -172,6 +172,17 @@ async def depth_main(
     args.out.write_text(text)
 
 
+async def settle(repo: Repository, kind: str, table: str) -> None:
+    """After a bulk load: PostgreSQL's statistics of `table` made fresh (VACUUM ANALYZE, outside a
+    transaction), SQLite's write-ahead log checkpointed (a running server checkpoints as it goes)."""
+    async with repo.engine.connect() as conn:
+        autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        if kind == "postgres":
+            await autocommit.execute(text(f"VACUUM ANALYZE {table}"))
+        else:
+            await autocommit.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
+
+
 @contextlib.asynccontextmanager
 async def migrated(kind: str) -> AsyncIterator[tuple[Repository, Services]]:
     """A fresh database of the engine, migrated, and the services on it; disposed of afterwards."""

@@ -22,8 +22,7 @@ import contextlib
 import datetime as dt
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from scale_bench import Scenario, depth_main, depth_rows, machine, migrated  # this folder
-from sqlalchemy import text
+from scale_bench import Scenario, depth_main, depth_rows, machine, migrated, settle  # this folder
 
 from models.records import ThreadRecord
 from models.repository import Repository
@@ -62,12 +61,7 @@ async def loaded(kind: str, size: int, calls: int) -> AsyncIterator[dict[tuple[i
     which reads the page after the one its previous call read."""
     async with migrated(kind) as (repo, services):
         await load(repo, size)
-        async with repo.engine.connect() as conn:  # VACUUM runs outside a transaction
-            autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
-            if kind == "postgres":
-                await autocommit.execute(text("VACUUM ANALYZE threads"))
-            else:
-                await autocommit.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
+        await settle(repo, kind, "threads")
         reads: dict[tuple[int, str], Scenario] = {}
         pages = calls + max(5, calls // 10)  # warm-up and timed calls each read a page of their own
         for depth in depths(size):

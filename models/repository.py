@@ -53,6 +53,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from models.db import DatabaseUnavailable, create_read_engine, transaction_lock_timeout, unavailability
 from models.records import (
     ChangeRecord,
+    DateRange,
     IncludeWindow,
     MessageQuery,
     MessageRecord,
@@ -1467,6 +1468,43 @@ class Repository:
                 self._count_cache.move_to_end(key)
             while len(self._count_cache) > _COUNT_CACHE_SIZE:
                 self._count_cache.popitem(last=False)
+
+    async def list_resource_messages(
+        self,
+        resource_id: str,
+        *,
+        offset: int,
+        limit: int | None,
+        descending: bool,
+        date_range: DateRange | None = None,
+        metadata: dict[str, Any] | None = None,
+        max_rows: int | None = None,
+    ) -> tuple[list[MessageRecord], int]:
+        """A page of the messages filed under a resource, across its threads (Mastra's
+        listMessagesByResourceId), by createdAt then insertion, and how many match. The filters are
+        recall's (date range, metadata), on ix_messages_resource_order. With `max_rows`, an every-row
+        read (limit None) that counts more than that reads none (the caller refuses it on the total)."""
+        shape, params = self._filter_params(MessageQuery("", date_range=date_range, metadata=metadata or {}))
+        del params["thread_id"]
+        params |= {"owner": resource_id, "offset": min(offset, _SQL_INT_MAX)}
+        if limit is not None:
+            params["limit"] = min(limit, _SQL_INT_MAX)
+        page_key, count_key = ("resource-page", shape, descending, limit is None), ("resource-count", shape)
+        if page_key not in self._statements or count_key not in self._statements:
+            where = self._filter_conditions(shape, thread=M.c.resource_id == bindparam("owner"))
+            stmt = select(*_MESSAGE_COLUMNS).where(*where).order_by(*_page_order(descending))
+            stmt = stmt.offset(bindparam("offset"))
+            self._statements[page_key] = stmt.limit(bindparam("limit")) if limit is not None else stmt
+            self._statements[count_key] = select(func.count()).select_from(M).where(*where)
+        page, count = self._statements[page_key], self._statements[count_key]
+
+        def read(conn: Connection) -> tuple[list[MessageRecord], int]:
+            total = conn.execute(count, params).scalar_one()
+            if (limit is None and max_rows is not None and total > max_rows) or limit == 0:
+                return [], total
+            return [_message(row) for row in conn.execute(page, params)], total
+
+        return await self._read(read)
 
     def page_statement(self, q: MessageQuery, *, descending: bool, limit: int, offset: int) -> _AnySelect:
         """The page query with its values bound (for EXPLAIN in tests)."""

@@ -38,6 +38,10 @@ DEFAULT_MESSAGE_RANGE = 1
 _SQL_INT_MAX = 2**63 - 1
 
 
+# Mastra's listMessagesByResourceId pages by 40 unless told otherwise.
+RESOURCE_MESSAGES_PER_PAGE = 40
+
+
 @dataclass(slots=True, frozen=True)
 class IncludeItem:
     id: str
@@ -138,6 +142,65 @@ class RecallEngine:
         self.max_per_page = max_per_page
         self.max_all_rows = max_all_rows
         self.max_search_chars = max_search_chars
+
+    async def resource_messages(
+        self,
+        resource_id: str,
+        *,
+        page: int = 0,
+        per_page: int | Literal[False] | None = None,
+        date_range: DateRange | None = None,
+        metadata: Any = None,
+        descending: bool = False,
+        principal: Principal,
+        budget: RowBudget | None = None,
+    ) -> RecallResult:
+        """Mastra's listMessagesByResourceId: the messages filed under a resource, across its threads,
+        a page at a time (perPage default 40; false: all, from the first), oldest first unless
+        `descending`, in that order; recall's date-range and metadata filters; nothing hidden. As in
+        Mastra, a page of 0 is answered without counting (total 0)."""
+        if not resource_id or not resource_id.strip():
+            raise BadUserInput("resourceId is required")
+        principal.require(resource_id)
+        if page < 0:
+            raise BadUserInput("page must be >= 0")
+        size = RESOURCE_MESSAGES_PER_PAGE if per_page is None else per_page
+        if size is not False and size < 0:
+            raise BadUserInput("perPage must be >= 0")
+        if size is not False and self.max_per_page is not None and size > self.max_per_page:
+            raise BadUserInput(
+                f"perPage may be at most {self.max_per_page}, got {size}.",
+                limit="maxPerPage",
+                max=self.max_per_page,
+            )
+        filters = validate_metadata_filter(metadata)
+        if size is not False and size == 0:  # (False == 0 in Python)
+            return RecallResult([], 0, page, 0, False)
+        limit = None if size is False else size
+        offset = 0 if size is False else page * size
+        budget = budget if budget is not None else RowBudget(None)
+        async with budget.turn():
+            every = self.max_all_rows if limit is None else None
+            messages, total = await self.repository.list_resource_messages(
+                resource_id,
+                offset=offset,
+                limit=limit,
+                descending=descending,
+                date_range=date_range,
+                metadata=filters,
+                max_rows=budget.cap(every),  # counted first: over it, nothing is read
+            )
+            if limit is None and every is not None and total > every:
+                raise BadUserInput(
+                    f"perPage: false may return at most {every} messages; this resource has {total} "
+                    "that match. Page through them with a numeric perPage.",
+                    limit="maxAllRows",
+                    max=every,
+                    total=total,
+                )
+            budget.spend(len(messages) if limit is not None else total, "this resource's messages")
+        has_more = size is not False and offset + size < total
+        return RecallResult(messages, total, page, size, has_more)
 
     def merged_config(self, thread_config: dict[str, Any] | None) -> dict[str, Any]:
         """The configuration a recall reads (and never changes): without threadConfig, the defaults

@@ -23,11 +23,19 @@ from models.records import ResourceRecord
 from resolvers.context import RequestContext
 from resolvers.errors import BadUserInput
 from resolvers.messages import MessagePatch
+from resolvers.recall import RESOURCE_MESSAGES_PER_PAGE
 from resolvers.threads import CloneOptions
 from schema.federation import ENTITY_TAG, resource_reference
-from schema.inputs import MemoryConfigInput, ThreadOrderBy, WorkingMemoryScope, given
+from schema.inputs import (
+    MemoryConfigInput,
+    MessageOrderBy,
+    RecallFilter,
+    ThreadOrderBy,
+    WorkingMemoryScope,
+    given,
+)
 from schema.scalars import JSON, DateTime, PerPage
-from schema.types import Message, Thread, ThreadPage
+from schema.types import Message, MessagePage, Thread, ThreadPage
 
 Ctx = Info[RequestContext, None]
 
@@ -51,6 +59,7 @@ def _per_page(value: object) -> int | bool:
 
 # Query.threads and Resource.threads: the page size when perPage is omitted.
 THREADS_PER_PAGE = PerPage(100)
+RESOURCE_PER_PAGE = PerPage(RESOURCE_MESSAGES_PER_PAGE)
 
 
 async def thread_page(
@@ -201,6 +210,41 @@ class Resource:
         before: Annotated[str | None, _arg(THREADS_BEFORE)] = UNSET,
     ) -> ThreadPage:
         return await thread_page(info, self._record.id, page, per_page, order_by, metadata, after, before)
+
+    @strawberry.field(
+        description="Mastra's listMessagesByResourceId: the messages filed under this resource across "
+        "all its threads, oldest first by default, a page at a time, with recall's date-range and "
+        "metadata filters (signals and system reminders are not hidden). Its rows count towards "
+        "RECALLQL_MAX_REQUEST_ROWS."
+    )
+    async def messages(
+        self,
+        info: Ctx,
+        page: Annotated[int, _arg("Zero-based page.")] = 0,
+        per_page: Annotated[PerPage, _arg("Page size (default 40); false returns all.")] = RESOURCE_PER_PAGE,
+        filter: Annotated[RecallFilter | None, _arg("By creation time and message metadata.")] = UNSET,
+        order_by: Annotated[MessageOrderBy | None, _arg("Ordering (default createdAt ASC).")] = UNSET,
+    ) -> MessagePage:
+        flt = given(filter)
+        date_range = given(flt.date_range) if flt else None
+        order = given(order_by)
+        result = await info.context.services.recall.resource_messages(
+            self._record.id,
+            page=page,
+            per_page=_per_page(per_page),
+            date_range=date_range.to_range() if date_range else None,
+            metadata=given(flt.metadata) if flt else None,
+            descending=order is not None and order.direction.value == "DESC",
+            principal=info.context.principal,
+            budget=info.context.rows,
+        )
+        return MessagePage(
+            messages=[Message(_record=m) for m in result.messages],
+            total=result.total,
+            page=result.page,
+            per_page=PerPage(result.per_page),
+            has_more=result.has_more,
+        )
 
 
 @strawberry.type(description="The working memory an update left in its scope.")

@@ -277,6 +277,17 @@ class RecallResult:
     )
 
 
+@strawberry.type(description="A page of a resource's messages across its threads (Resource.messages).")
+class MessagePage:
+    messages: list[Message] = strawberry.field(
+        description="The page's messages, in the order asked for (createdAt, then insertion order)."
+    )
+    total: int = strawberry.field(description="Messages matching the filter (0 for perPage 0, as in Mastra).")
+    page: int = strawberry.field(description="The page argument, echoed.")
+    per_page: PerPage = strawberry.field(description="The page size, or false.")
+    has_more: bool = strawberry.field(description="Whether a further page exists.")
+
+
 # Query.recall's and Thread.recall's arguments, described once.
 RECALL_ARGUMENTS = {
     "per_page": "Page size; false returns everything. Omitted: threadConfig.lastMessages.",

@@ -102,9 +102,12 @@ def test_write_latency_runs() -> None:
     assert "| write on SQLite (5 calls each) |" in out and "| delete of 2 messages |" in out
 
 
-def test_thread_delete_runs() -> None:
-    out = run("thread_delete.py", "--sizes", "3,20", "--rounds", "1")
-    assert "| deleteThread on SQLite (1 rounds) |" in out, out
+@pytest.mark.parametrize(
+    ("operation", "name"), [("delete", "deleteThread"), ("transfer", "updateThreadResourceId")]
+)
+def test_thread_delete_runs(operation: str, name: str) -> None:
+    out = run("thread_delete.py", "--sizes", "3,20", "--rounds", "1", "--operation", operation)
+    assert f"| {name} on SQLite (1 rounds) |" in out, out
     assert re.search(r"\| thread of 20 messages \| [\d.]+ \| [\d.]+ \| [\d.]+x \|", out), out
 
 
@@ -271,6 +274,20 @@ async def test_all_threads_runs(tmp_path: Path) -> None:
     ]
     assert rows[1:] == [["sqlite", "2,400"], ["postgres", "2,400"]], out
     assert (tmp_path / "a.md").read_text() == out.rstrip("\n") + "\n"
+
+
+async def test_resource_messages_runs(tmp_path: Path) -> None:
+    # The script itself checks that the pages and totals are the resource's.
+    require(await postgres_available(), f"PostgreSQL is not reachable at {PG_ADMIN_DSN}")
+    out = run(
+        "resource_messages.py",
+        *("--size", "2400", "--calls", "4", "--rounds", "2", "--out", str(tmp_path / "r.md")),
+    )
+    rows = [
+        [cell.strip() for cell in line.split("|")[1:3]] for line in out.splitlines() if line.startswith("| ")
+    ]
+    assert rows[1:] == [["sqlite", "2,400"], ["postgres", "2,400"]], out
+    assert (tmp_path / "r.md").read_text() == out.rstrip("\n") + "\n"
 
 
 async def test_resumed_subscription_runs(tmp_path: Path) -> None:

@@ -476,6 +476,20 @@ async def compare_reads(
                 f"recall {args!r} as {who}",
                 lambda s, a=args, p=principal: s.recall.recall(a, principal=p),
             )
+        # A resource's messages across its threads, with the same page and filters.
+        await same(
+            pair,
+            f"resource messages {base!r} as {who}",
+            lambda s, a=base, p=principal: s.recall.resource_messages(
+                a.resource_id or world.resources[0],
+                page=a.page or 0,
+                per_page=a.per_page,
+                date_range=a.date_range,
+                metadata=a.metadata,
+                descending=a.order_by is not None and a.order_by.direction == "DESC",
+                principal=p,
+            ),
+        )
     for listing in lists:
         await same(pair, f"threads {listing!r}", lambda s, ls=listing: listed(s, world, ls))
     every_id = [world.message_id(n) for n in range(history.saved)]

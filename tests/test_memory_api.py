@@ -315,6 +315,72 @@ async def test_threads_without_a_resource_lists_every_resources_threads(api: Api
     assert counted[0] == counted[1] >= 6
 
 
+RESOURCE_MESSAGES = """query($r: String!, $page: Int! = 0, $p: PerPage! = 40, $f: RecallFilter,
+    $o: MessageOrderBy) {
+  resource(id: $r) { messages(page: $page, perPage: $p, filter: $f, orderBy: $o) {
+    total page perPage hasMore messages { id threadId resourceId } } } }"""
+
+
+async def test_a_resources_messages_across_its_threads(api: Api) -> None:
+    """Mastra's listMessagesByResourceId as Resource.messages: the messages filed under the resource,
+    whatever thread holds them, oldest first, by pages of 40, with recall's filters; nothing hidden."""
+    t1, resource = await new_thread(api)
+    t2, _ = await new_thread(api, resourceId=resource)
+    elsewhere, other = await new_thread(api)
+    placed = [(t1, 0), (t2, 1), (t1, 2), (t2, 3), (elsewhere, 4), (t1, 5)]
+    ids = [f"{t}-x{n}" for t, n in placed]
+    await api.execute(
+        SAVE,
+        m=[
+            text_message(
+                thread_id=t,
+                id=f"{t}-x{n}",
+                created_at=at(n),
+                resource_id=resource,  # the one in another resource's thread is this resource's too
+                metadata={"even": n % 2 == 0},
+                role="signal" if n == 3 else "user",
+            )
+            for t, n in placed
+        ],
+    )
+    # Filed under another resource, in this resource's thread: not this resource's message.
+    await api.execute(
+        SAVE, m=[text_message(thread_id=t1, id=f"{t1}-theirs", created_at=at(6), resource_id=other)]
+    )
+
+    async def listed(**variables: Any) -> dict[str, Any]:
+        got = (await api.execute(RESOURCE_MESSAGES, r=resource, **variables))["resource"]["messages"]
+        return {**got, "messages": [m["id"] for m in got["messages"]]}
+
+    assert await listed() == {"total": 6, "page": 0, "perPage": 40, "hasMore": False, "messages": ids}
+    assert await listed(page=1, p=2) == {
+        "total": 6,
+        "page": 1,
+        "perPage": 2,
+        "hasMore": True,
+        "messages": ids[2:4],
+    }
+    assert (await listed(p=4, o={"direction": "DESC"}))["messages"] == ids[::-1][:4]
+    assert (await listed(p=False, page=3))["messages"] == ids  # false: everything, whatever the page
+    assert await listed(p=0) == {"total": 0, "page": 0, "perPage": 0, "hasMore": False, "messages": []}
+    after_first = {"dateRange": {"start": at(0), "startExclusive": True}}
+    assert (await listed(f=after_first))["messages"] == ids[1:]
+    assert await listed(f={**after_first, "metadata": {"even": True}}) == {
+        "total": 2,
+        "page": 0,
+        "perPage": 40,
+        "hasMore": False,
+        "messages": [ids[2], ids[4]],
+    }
+    for variables, message in (
+        ({"page": -1}, "page must be >= 0"),
+        ({"p": -1}, "perPage must be >= 0"),
+        ({"f": {"metadata": {"bad key": 1}}}, 'Invalid metadata filter key "bad key".'),
+    ):
+        got = await error(api, RESOURCE_MESSAGES, r=resource, **variables)
+        assert (got["extensions"]["code"], got["message"]) == ("BAD_USER_INPUT", message)
+
+
 async def test_thread_metadata_is_refused_when_it_cannot_be_stored_as_written(api: Api) -> None:
     """An integer literal beyond 64 bits was answered exactly but stored as a float (and failed the
     Redis events of its write): refused, as in message content. In a JSON request body the number is

@@ -18,12 +18,14 @@ from models.db import create_engine
 from models.migrate import upgrade
 from models.records import MessageRecord, ResourceRecord, ThreadRecord
 from models.repository import Repository
-from resolvers.auth import OPEN
+from resolvers.auth import OPEN, Principal
+from resolvers.budget import RowBudget
 from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import Services
-from resolvers.errors import BadUserInput, NotFound
+from resolvers.errors import BadUserInput, Forbidden, NotFound
 from resolvers.events import InProcessBroker, message_channel, thread_channel
 from resolvers.messages import MessagePatch
+from resolvers.recall import RecallEngine
 from resolvers.threads import CloneOptions
 from resolvers.titles import TitleGenerator, TitleOptions
 from resolvers.working_memory import (
@@ -576,3 +578,28 @@ async def test_the_outbox_queues_a_whole_resource_and_a_drain_can_leave_resource
     # Due at once, like entries a request has given up on.
     entries, _ = await repository.outbox_snapshot(queued_before=0)
     assert [e.message_id for e in entries] == ["a1", "a2", "n1", "b1"]
+
+
+async def test_a_resources_messages_are_bounded_like_every_read(repository: Repository) -> None:
+    """Resource.messages keeps the server's limits: the page size, the rows of perPage: false, and the
+    request's row budget; a restricted credential reads only its own resources'."""
+    services = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS))
+    await seed(services, *(msg(f"m{n}", at=n) for n in range(6)))
+    engine = RecallEngine(repository, defaults=dict(BUILTIN_DEFAULTS), max_per_page=5, max_all_rows=4)
+    with pytest.raises(BadUserInput, match="perPage may be at most 5") as refused:
+        await engine.resource_messages("r1", per_page=6, principal=OPEN)
+    assert refused.value.extensions["limit"] == "maxPerPage"
+    with pytest.raises(BadUserInput, match="perPage: false may return at most 4") as refused:
+        await engine.resource_messages("r1", per_page=False, principal=OPEN)
+    assert refused.value.extensions["limit"] == "maxAllRows"
+    budget = RowBudget(7)
+    assert (
+        len((await engine.resource_messages("r1", per_page=5, principal=OPEN, budget=budget)).messages) == 5
+    )
+    with pytest.raises(BadUserInput) as refused:
+        await engine.resource_messages("r1", per_page=5, principal=OPEN, budget=budget)
+    assert refused.value.extensions["limit"] == "maxRequestRows"
+    with pytest.raises(Forbidden):
+        await engine.resource_messages("r1", principal=Principal("key:r2", frozenset({"r2"})))
+    with pytest.raises(BadUserInput, match="resourceId is required"):
+        await engine.resource_messages(" ", principal=OPEN)

@@ -1,0 +1,108 @@
+"""A resource's messages across its threads (Resource.messages, Mastra's listMessagesByResourceId) as
+the resource grows, on SQLite and PostgreSQL.
+
+    python benchmarks/resource_messages.py [--size 100000] [--engines sqlite,postgres] [--calls 20]
+
+Loads one resource of N messages over 100 threads (and as many again for 9 other resources), with
+metadata {"topic": ...} on every message (one topic in five), through the repository, then times in
+process, through the recall engine, pages of 40:
+
+- the oldest page (the default order) and the newest (orderBy DESC);
+- the page 100 pages deep (an offset of 4,000);
+- the oldest page of one topic (a metadata filter).
+
+Every call counts the resource's matching messages (`total`), as Mastra's does: the cost grows with the
+resource. Writes a Markdown table to --out (benchmarks/results/resource-messages-<date>.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+from collections.abc import AsyncIterator
+
+from scale_bench import TOPICS, Scenario, depth_main, depth_rows, machine, migrated, settle  # this folder
+
+from models.records import MessageRecord, ThreadRecord
+from models.repository import Repository
+from resolvers.auth import OPEN
+from resolvers.context import Services
+
+PAGE = 40
+THREADS = 100
+RESOURCES = 10
+WAYS = ("oldest page", "newest page", "100 pages deep", "metadata filter")
+
+
+async def load(repo: Repository, size: int) -> None:
+    for r in range(RESOURCES):
+        await repo.import_threads(
+            [ThreadRecord(f"r{r}-t{t}", f"r{r}", "", None, 0, 0) for t in range(THREADS)]
+        )
+    batch: list[MessageRecord] = []
+    for n in range(size * RESOURCES):
+        r, i = n % RESOURCES, n // RESOURCES
+        content = {
+            "format": 2,
+            "parts": [{"type": "text", "text": f"m{i}"}],
+            "metadata": {"topic": TOPICS[i % 5]},
+        }
+        batch.append(MessageRecord(f"r{r}-m{i}", f"r{r}-t{i % THREADS}", f"r{r}", "user", "v2", i, content))
+        if len(batch) == 5_000:
+            await repo.save_messages(batch, now=1)
+            batch = []
+    if batch:
+        await repo.save_messages(batch, now=1)
+
+
+def _reader(services: Services, **options: object) -> Scenario:
+    async def read() -> object:
+        return await services.recall.resource_messages("r0", per_page=PAGE, principal=OPEN, **options)  # type: ignore[arg-type]
+
+    return read
+
+
+@contextlib.asynccontextmanager
+async def loaded(kind: str, size: int, _calls: int) -> AsyncIterator[dict[tuple[int, str], Scenario]]:
+    async with migrated(kind) as (repo, services):
+        await load(repo, size)
+        await settle(repo, kind, "messages")
+        # Each way reads what it should.
+        first = await services.recall.resource_messages("r0", per_page=PAGE, principal=OPEN)
+        assert first.total == size and [m.id for m in first.messages][:2] == ["r0-m0", "r0-m1"]
+        topic = await services.recall.resource_messages(
+            "r0", per_page=PAGE, metadata={"topic": TOPICS[1]}, principal=OPEN
+        )
+        assert topic.total == len(range(1, size, 5)) and topic.messages[0].id == "r0-m1"
+        yield {
+            (size, "oldest page"): _reader(services),
+            (size, "newest page"): _reader(services, descending=True),
+            (size, "100 pages deep"): _reader(services, page=100),
+            (size, "metadata filter"): _reader(services, metadata={"topic": TOPICS[1]}),
+        }
+
+
+def report(size: int, results: dict[str, dict[tuple[int, str], tuple[float, float]]]) -> str:
+    lines = [
+        f"# A resource's messages across its threads — {dt.date.today()}",
+        "",
+        machine(),
+        "",
+        f"In-process recall engine, one resource of {size:,} messages over {THREADS} threads (and "
+        f"{RESOURCES - 1} more resources of as many), pages of {PAGE} with their total; p50 / p99 ms, then "
+        "the oldest page's p50 over each other way's.",
+        "",
+        "| engine | messages | "
+        + " | ".join(WAYS)
+        + " | "
+        + " | ".join(f"oldest ÷ {w}" for w in WAYS[1:])
+        + " |",
+        "|---|---|" + "---|" * (2 * len(WAYS) - 1),
+        *depth_rows(results, WAYS),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    asyncio.run(depth_main(__doc__, "resource-messages", 100_000, loaded, report))
