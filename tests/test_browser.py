@@ -391,8 +391,9 @@ async def test_explorer_lists_every_resources_threads(tab: Tab, server: ServerPr
     page = tab.page
     api = Api(server.url)
     create = "mutation ($input: CreateThreadInput!) { createThread(input: $input) { id } }"
-    # Created far ahead: the newest of all the server's threads, whatever other tests left there.
-    made = [(uid("all-t"), uid("res"), f"2099-01-0{n + 1}T00:00:00.000Z") for n in range(2)]
+    # At the last instant the API takes, with ids that sort last: the top of the listing (newest first,
+    # ties by id, descending), whatever other tests left on this server.
+    made = [(uid("zz-all"), uid("res"), f"9999-12-31T23:59:59.99{n + 8}Z") for n in range(2)]
     for thread_id, resource, created in made:
         await api.execute(create, input={"id": thread_id, "resourceId": resource, "createdAt": created})
 
