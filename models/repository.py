@@ -559,10 +559,8 @@ class Repository:
             for some in _slices(sources):
                 stmt = select(T).where(T.c.resource_id.in_(resources), named.in_(some))
                 found.extend(map(_thread, conn.execute(stmt)))
-            # Sorted here: the slices are read apart. By code point, as every listing's ties are.
-            found.sort(key=lambda t: t.id, reverse=True)
-            found.sort(key=lambda t: t.created_at, reverse=True)
-            return found
+            # Sorted here: the slices are read apart. Ties by id in code point order, as in every listing.
+            return sorted(found, key=lambda t: (t.created_at, t.id), reverse=True)
 
         return await self._read(read)
 
@@ -1484,6 +1482,7 @@ class Repository:
         listMessagesByResourceId), by createdAt then insertion, and how many match. The filters are
         recall's (date range, metadata), on ix_messages_resource_order. With `max_rows`, an every-row
         read (limit None) that counts more than that reads none (the caller refuses it on the total)."""
+        # Recall's filter, anchored on the resource instead of a thread (no :thread_id to bind).
         shape, params = self._filter_params(MessageQuery("", date_range=date_range, metadata=metadata or {}))
         del params["thread_id"]
         params |= {"owner": resource_id, "offset": min(offset, _SQL_INT_MAX)}

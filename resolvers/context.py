@@ -17,7 +17,7 @@ from resolvers.loaders import DataLoader
 from resolvers.messages import MessageService
 from resolvers.recall import PageBatch, RecallEngine
 from resolvers.semantic import SemanticMemory
-from resolvers.threads import ThreadService, clones_of
+from resolvers.threads import ThreadService, clone_history, clone_source, clones_of
 from resolvers.titles import Chat, TitleGenerator
 from resolvers.working_memory import WorkingMemoryService
 
@@ -183,6 +183,35 @@ class RequestContext:
                 max=limit,
             )
         self.thread_recalls += 1
+
+    async def cloned_from(self, thread: ThreadRecord) -> ThreadRecord | None:
+        """Thread.clonedFrom: the thread's source (Mastra's getSourceThread), if it is one the
+        principal may see."""
+        source = clone_source(thread)
+        if source is None:
+            return None
+        self.rows.spend(1, "Thread.clonedFrom")
+        return await self.threads.load(source)
+
+    async def clones_of(self, thread: ThreadRecord, resource_id: str | None) -> list[ThreadRecord]:
+        """Thread.clones: the resource's (default: the thread's own) threads cloned from this one, read
+        with the request's other clones in one batch; another resource must be granted."""
+        resource = resource_id if resource_id is not None else thread.resource_id
+        if not resource.strip():
+            raise BadUserInput("resourceId must be a non-empty string when given.")
+        self.principal.require(resource)
+        found = await self.clones.load((resource, thread.id))
+        self.rows.spend(len(found), "Thread.clones")
+        return found
+
+    async def clone_history_of(self, thread: ThreadRecord) -> list[ThreadRecord]:
+        """Thread.cloneHistory (resolvers.threads.clone_history), each source read as the principal's."""
+
+        async def load(thread_id: str) -> ThreadRecord | None:
+            self.rows.spend(1, "Thread.cloneHistory")
+            return await self.threads.load(thread_id)
+
+        return await clone_history(thread, load)
 
     async def resource(self, resource_id: str) -> ResourceRecord | None:
         """A resource by id (None when unknown); another resource than the principal's is FORBIDDEN."""

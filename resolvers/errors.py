@@ -27,6 +27,18 @@ class BadUserInput(RecallQLError):
     code = "BAD_USER_INPUT"
 
 
+def every_row_refused(what: str, most: int, total: int, found: str) -> BadUserInput:
+    """The refusal of a `perPage: false` read that matches more than RECALLQL_MAX_ALL_ROWS: `what` it
+    returns (messages, threads), `found` says how many match ("this read matches 12000")."""
+    return BadUserInput(
+        f"perPage: false may return at most {most} {what}; {found}. Page through them with a numeric "
+        "perPage.",
+        limit="maxAllRows",
+        max=most,
+        total=total,
+    )
+
+
 # PostgreSQL's btree index entries hold at most 2,704 bytes, and one index pairs a thread id with a
 # resource id: a longer id was an internal error there (SQLite stores any length). The same bound on
 # both engines, for every id a write stores.

@@ -20,7 +20,7 @@ from resolvers import cursors
 from resolvers.auth import Principal
 from resolvers.budget import RowBudget
 from resolvers.config import deep_merge
-from resolvers.errors import BadUserInput, Forbidden, NotFound
+from resolvers.errors import BadUserInput, Forbidden, NotFound, every_row_refused
 
 PerPage = int | float | Literal[False]
 
@@ -191,13 +191,7 @@ class RecallEngine:
                 max_rows=budget.cap(every),  # counted first: over it, nothing is read
             )
             if limit is None and every is not None and total > every:
-                raise BadUserInput(
-                    f"perPage: false may return at most {every} messages; this resource has {total} "
-                    "that match. Page through them with a numeric perPage.",
-                    limit="maxAllRows",
-                    max=every,
-                    total=total,
-                )
+                raise every_row_refused("messages", every, total, f"this resource has {total} that match")
             budget.spend(len(messages) if limit is not None else total, "this resource's messages")
         has_more = size is not False and offset + size < total
         return RecallResult(messages, total, page, size, has_more)
@@ -369,13 +363,8 @@ class RecallEngine:
             raise over_budget
         assert spec is not None and read is not None
         if spec.limit is None and self.max_all_rows is not None and read.total > self.max_all_rows:
-            raise BadUserInput(
-                f"perPage: false may return at most {self.max_all_rows} messages; this read matches "
-                f"{read.total}. Page through them with a numeric perPage.",
-                limit="maxAllRows",
-                max=self.max_all_rows,
-                total=read.total,
-            )
+            matched = f"this read matches {read.total}"
+            raise every_row_refused("messages", self.max_all_rows, read.total, matched)
         result = _page_result(args, spec, read)
         result.usage = usage
         # 10: signal filtering, after pagination: totals describe the unfiltered page.

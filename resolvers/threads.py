@@ -17,7 +17,15 @@ from resolvers.auth import Principal
 from resolvers.budget import RowBudget
 from resolvers.clock import now_ms, to_iso
 from resolvers.config import deep_merge
-from resolvers.errors import BadUserInput, Conflict, Forbidden, NotFound, check_id_size, check_json_depth
+from resolvers.errors import (
+    BadUserInput,
+    Conflict,
+    Forbidden,
+    NotFound,
+    check_id_size,
+    check_json_depth,
+    every_row_refused,
+)
 from resolvers.events import (
     CHANGE_GRACE_MS,
     MESSAGE_DELETED,
@@ -274,14 +282,8 @@ class ThreadService:
                 counted=counted,
             )
             if total is not None and all_rows is not None and total > all_rows:
-                raise BadUserInput(
-                    f"perPage: false may return at most {all_rows} threads; "
-                    f"{'this resource has' if resource_id is not None else 'there are'} {total}. Page "
-                    "through them with a numeric perPage.",
-                    limit="maxAllRows",
-                    max=all_rows,
-                    total=total,
-                )
+                holder = "this resource has" if resource_id is not None else "there are"
+                raise every_row_refused("threads", all_rows, total, f"{holder} {total}")
             # A page is one statement with its count: its rows are read before they can be counted.
             rows = total if limit is None and total is not None else len(threads)
             budget.spend(rows, "this threads listing")

@@ -10,9 +10,8 @@ from strawberry.types import Info
 from models.records import MessageRecord, ThreadRecord
 from resolvers import cursors
 from resolvers.context import RequestContext
-from resolvers.errors import BadUserInput
 from resolvers.recall import OrderBy, RecallArgs
-from resolvers.threads import clone_history, clone_metadata, clone_source
+from resolvers.threads import clone_metadata
 from schema.enums import SIGNAL_TYPES_BY_VALUE, SignalType
 from schema.federation import ENTITY_TAG, message_reference, thread_reference
 from schema.inputs import HideSignalsInput, IncludeInput, MemoryConfigInput, MessageOrderBy, RecallFilter
@@ -429,11 +428,7 @@ class Thread:
         "sourceThreadId); null when it is no clone, or its source is gone or not the caller's to see."
     )
     async def cloned_from(self, info: Info[RequestContext, None]) -> Thread | None:
-        source = clone_source(self._record)
-        if source is None:
-            return None
-        info.context.rows.spend(1, "Thread.clonedFrom")
-        record = await info.context.threads.load(source)
+        record = await info.context.cloned_from(self._record)
         return Thread(_record=record) if record is not None else None
 
     @strawberry.field(
@@ -453,12 +448,9 @@ class Thread:
             ),
         ] = strawberry.UNSET,
     ) -> list[Thread]:
-        resource = resource_id if isinstance(resource_id, str) else self._record.resource_id
-        if not resource.strip():
-            raise BadUserInput("resourceId must be a non-empty string when given.")
-        info.context.principal.require(resource)
-        found = await info.context.clones.load((resource, self._record.id))
-        info.context.rows.spend(len(found), "Thread.clones")
+        found = await info.context.clones_of(
+            self._record, resource_id if isinstance(resource_id, str) else None
+        )
         return [Thread(_record=t) for t in found]
 
     @strawberry.field(
@@ -468,11 +460,7 @@ class Thread:
         "RECALLQL_MAX_REQUEST_ROWS."
     )
     async def clone_history(self, info: Info[RequestContext, None]) -> list[Thread]:
-        async def load(thread_id: str) -> ThreadRecord | None:
-            info.context.rows.spend(1, "Thread.cloneHistory")
-            return await info.context.threads.load(thread_id)
-
-        return [Thread(_record=t) for t in await clone_history(self._record, load)]
+        return [Thread(_record=t) for t in await info.context.clone_history_of(self._record)]
 
     @strawberry.field(
         description="The thread's working memory under the memory config (server defaults deep-merged "
