@@ -2476,10 +2476,28 @@ class Repository:
         return await self._write_transaction(body)
 
     async def get_resources(self, ids: Sequence[str]) -> dict[str, ResourceRecord]:
+        """The resources with these ids: their rows (made by a thread or working memory), else, for a
+        resource only messages are filed under (in other resources' threads), one made up of its first
+        message's createdAt, no working memory and no metadata: Mastra lists and searches such a
+        resource's messages as any other's."""
         if not ids:
             return {}
-        rows = await self._read(functools.partial(_rows_by_id, R, ids), bounded=len(ids) <= _INLINE_ROWS)
-        return {row.id: _resource(row) for row in rows}
+
+        def read(conn: Connection) -> dict[str, ResourceRecord]:
+            found = {row.id: _resource(row) for row in _rows_by_id(R, ids, conn)}
+            missing = [i for i in dict.fromkeys(ids) if i not in found]
+            for some in _slices(missing):
+                # One probe of ix_messages_resource_order per id.
+                firsts = (
+                    select(M.c.resource_id, func.min(M.c.created_at))
+                    .where(M.c.resource_id.in_(some))
+                    .group_by(M.c.resource_id)
+                )
+                for resource_id, first in conn.execute(firsts):
+                    found[resource_id] = ResourceRecord(resource_id, None, {}, first, first)
+            return found
+
+        return await self._read(read, bounded=len(ids) <= _INLINE_ROWS)
 
     async def first_messages(self, thread_id: str, resource_id: str, limit: int) -> list[MessageRecord]:
         """A thread's oldest messages of one resource (its owner), chronologically."""

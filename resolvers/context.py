@@ -214,6 +214,10 @@ class RequestContext:
         return await clone_history(thread, load)
 
     async def resource(self, resource_id: str) -> ResourceRecord | None:
-        """A resource by id (None when unknown); another resource than the principal's is FORBIDDEN."""
+        """A resource by id (None when unknown); another resource than the principal's is FORBIDDEN. A
+        blank id names none (nothing can be filed under it): refused as Mastra's resource calls
+        refuse it, rather than answered null."""
+        if not resource_id.strip():
+            raise BadUserInput("resourceId is required")
         self.principal.require(resource_id)
         return await self.resources.load(resource_id)

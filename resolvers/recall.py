@@ -148,7 +148,7 @@ class RecallEngine:
         resource_id: str,
         *,
         page: int = 0,
-        per_page: int | Literal[False] | None = None,
+        per_page: PerPage | None = None,
         date_range: DateRange | None = None,
         metadata: Any = None,
         descending: bool = False,
@@ -157,16 +157,16 @@ class RecallEngine:
     ) -> RecallResult:
         """Mastra's listMessagesByResourceId: the messages filed under a resource, across its threads,
         a page at a time (perPage default 40; false: all, from the first), oldest first unless
-        `descending`, in that order; recall's date-range and metadata filters; nothing hidden. As in
-        Mastra, a page of 0 is answered without counting (total 0)."""
+        `descending`, in that order; recall's date-range and metadata filters; no signal hidden, but
+        system rows left out of the page (still counted), as recall leaves them out. As in Mastra, a
+        page of 0 is answered without counting (total 0)."""
         if not resource_id or not resource_id.strip():
             raise BadUserInput("resourceId is required")
         principal.require(resource_id)
         if page < 0:
             raise BadUserInput("page must be >= 0")
-        size = RESOURCE_MESSAGES_PER_PAGE if per_page is None else per_page
-        if size is not False and size < 0:
-            raise BadUserInput("perPage must be >= 0")
+        limit = normalize_per_page(RESOURCE_MESSAGES_PER_PAGE if per_page is None else per_page)
+        size: int | Literal[False] = False if limit is None else limit
         if size is not False and self.max_per_page is not None and size > self.max_per_page:
             raise BadUserInput(
                 f"perPage may be at most {self.max_per_page}, got {size}.",
@@ -176,7 +176,6 @@ class RecallEngine:
         filters = validate_metadata_filter(metadata)
         if size is not False and size == 0:  # (False == 0 in Python)
             return RecallResult([], 0, page, 0, False)
-        limit = None if size is False else size
         offset = 0 if size is False else page * size
         budget = budget if budget is not None else RowBudget(None)
         async with budget.turn():
@@ -194,6 +193,8 @@ class RecallEngine:
                 raise every_row_refused("messages", every, total, f"this resource has {total} that match")
             budget.spend(len(messages) if limit is not None else total, "this resource's messages")
         has_more = size is not False and offset + size < total
+        # As Mastra's MessageList does, and recall: system rows are counted, never returned.
+        messages = [m for m in messages if m.role != "system"]
         return RecallResult(messages, total, page, size, has_more)
 
     def merged_config(self, thread_config: dict[str, Any] | None) -> dict[str, Any]:
@@ -538,7 +539,7 @@ def _page_spec(args: RecallArgs, per_page: PerPage) -> _PageSpec:
     page = args.page if args.page is not None else 0
     if page < 0:
         raise BadUserInput("page must be >= 0")
-    limit = _normalize_per_page(per_page)
+    limit = normalize_per_page(per_page)
     metadata = validate_metadata_filter(args.metadata)
     after = cursors.decode(args.after, "after") if args.after is not None else None
     before = cursors.decode(args.before, "before") if args.before is not None else None
@@ -698,8 +699,9 @@ def _whole(value: Any) -> bool:
     )
 
 
-def _normalize_per_page(per_page: PerPage) -> int | None:
-    """None = every row (perPage false)."""
+def normalize_per_page(per_page: PerPage) -> int | None:
+    """None = every row (perPage false). A fraction is refused as Mastra's normalizePerPage refuses it
+    (the PerPage scalar takes one: Mastra's recall answers some of them)."""
     if per_page is False:
         return None
     if isinstance(per_page, bool) or not math.isfinite(per_page) or per_page < 0 or per_page != int(per_page):

@@ -47,7 +47,7 @@ from resolvers.events import (
     too_long_a_replay,
 )
 from resolvers.messages import VectorSync, sync_vectors
-from resolvers.recall import validate_metadata_filter
+from resolvers.recall import PerPage, normalize_per_page, validate_metadata_filter
 from resolvers.working_memory import working_memory_config
 
 
@@ -225,7 +225,7 @@ class ThreadService:
         resource_id: str | None,
         *,
         page: int = 0,
-        per_page: int | Literal[False] = 100,
+        per_page: PerPage = 100,
         order_field: str = "createdAt",
         descending: bool = True,
         metadata: Any = None,
@@ -250,22 +250,21 @@ class ThreadService:
             principal.require(resource_id)
         if page < 0:
             raise BadUserInput("page must be >= 0")
-        if per_page is not False and per_page < 0:
-            raise BadUserInput("perPage must be >= 0")
-        if per_page is not False and self.max_per_page is not None and per_page > self.max_per_page:
+        limit = normalize_per_page(per_page)  # Mastra's normalizePerPage: 2.0 is 2, 2.5 refused
+        size: int | Literal[False] = False if limit is None else limit
+        if size is not False and self.max_per_page is not None and size > self.max_per_page:
             raise BadUserInput(
-                f"perPage may be at most {self.max_per_page}, got {per_page}.",
+                f"perPage may be at most {self.max_per_page}, got {size}.",
                 limit="maxPerPage",
                 max=self.max_per_page,
             )
-        if per_page is False and page != 0:
+        if size is False and page != 0:
             raise BadUserInput("page must be 0 when perPage is false")
         filters = validate_metadata_filter(metadata)
         # After Mastra's own checks, as recall's cursors are.
         after_place = cursors.decode_thread(after, "after", order_field) if after is not None else None
         before_place = cursors.decode_thread(before, "before", order_field) if before is not None else None
-        offset = 0 if per_page is False else page * per_page
-        limit = None if per_page is False else per_page
+        offset = 0 if size is False else page * size
         budget = budget if budget is not None else RowBudget(None)
         all_rows = self.max_all_rows if limit is None else None
         async with budget.turn():
@@ -291,8 +290,8 @@ class ThreadService:
             assert limit is not None
             has_more, threads = len(threads) > limit, threads[:limit]
         else:
-            has_more = per_page is not False and offset + per_page < total
-        result = ThreadPage(threads, total, page, per_page, has_more)
+            has_more = size is not False and offset + size < total
+        result = ThreadPage(threads, total, page, size, has_more)
         if threads:
             result.start_cursor = _thread_cursor(threads[0], order_field)
             result.end_cursor = _thread_cursor(threads[-1], order_field)

@@ -21,9 +21,9 @@ from strawberry.types import Info
 
 from models.records import ResourceRecord
 from resolvers.context import RequestContext
-from resolvers.errors import BadUserInput
 from resolvers.messages import MessagePatch
 from resolvers.recall import RESOURCE_MESSAGES_PER_PAGE
+from resolvers.recall import PerPage as PageSize
 from resolvers.threads import CloneOptions
 from schema.federation import ENTITY_TAG, resource_reference
 from schema.inputs import (
@@ -49,12 +49,10 @@ def _config(memory_config: Any) -> dict[str, Any] | None:
     return value.to_value() if value is not None else None
 
 
-def _per_page(value: object) -> int | bool:
-    if value is False:
-        return False
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise BadUserInput("perPage must be >= 0")
-    return value
+def _per_page(value: object) -> PageSize:
+    """A PerPage argument as the resolvers take it: the scalar parsed it (an int, a float or false);
+    they refuse what Mastra refuses (a fraction, a negative size) with Mastra's text."""
+    return cast(PageSize, value)
 
 
 # Query.threads and Resource.threads: the page size when perPage is omitted.
@@ -190,11 +188,17 @@ class Resource:
         metadata = self._record.metadata
         return JSON(metadata) if metadata is not None else None
 
-    @strawberry.field(description="When the resource row was created (first thread or working memory).")
+    @strawberry.field(
+        description="When the resource row was created (first thread or working memory); for a "
+        "resource only messages are filed under (in other resources' threads), its first message's createdAt."
+    )
     def created_at(self) -> DateTime:
         return DateTime(self._record.created_at)
 
-    @strawberry.field(description="When the resource row (its working memory) last changed.")
+    @strawberry.field(
+        description="When the resource row (its working memory) last changed (for a resource only "
+        "messages are filed under: its first message's createdAt)."
+    )
     def updated_at(self) -> DateTime:
         return DateTime(self._record.updated_at)
 
@@ -214,7 +218,8 @@ class Resource:
     @strawberry.field(
         description="Mastra's listMessagesByResourceId: the messages filed under this resource across "
         "all its threads, oldest first by default, a page at a time, with recall's date-range and "
-        "metadata filters (signals and system reminders are not hidden). Its rows count towards "
+        "metadata filters (signals and system reminders are not hidden; system-role rows, as in recall and "
+        "Mastra, count in total but are not returned). Its rows count towards "
         "RECALLQL_MAX_REQUEST_ROWS."
     )
     async def messages(
@@ -417,7 +422,8 @@ class UpdateMessageInput:
 @strawberry.type
 class MemoryQuery:
     @strawberry.field(
-        description="A resource by id (null when unknown; FORBIDDEN when the credential does not grant it)."
+        description="A resource by id: one with threads or working memory, or one messages are filed under "
+        "(null when unknown; FORBIDDEN when the credential does not grant it; BAD_USER_INPUT when blank)."
     )
     async def resource(self, info: Ctx, id: Annotated[str, _arg("The resource id.")]) -> Resource | None:
         record = await info.context.resource(id)

@@ -360,6 +360,7 @@ async def test_a_resources_messages_across_its_threads(api: Api) -> None:
         "hasMore": True,
         "messages": ids[2:4],
     }
+    assert await listed(page=1, p=2.0) == await listed(page=1, p=2)  # 2.0 is an integer to Mastra
     assert (await listed(p=4, o={"direction": "DESC"}))["messages"] == ids[::-1][:4]
     assert (await listed(p=False, page=3))["messages"] == ids  # false: everything, whatever the page
     assert await listed(p=0) == {"total": 0, "page": 0, "perPage": 0, "hasMore": False, "messages": []}
@@ -375,10 +376,59 @@ async def test_a_resources_messages_across_its_threads(api: Api) -> None:
     for variables, message in (
         ({"page": -1}, "page must be >= 0"),
         ({"p": -1}, "perPage must be >= 0"),
+        ({"p": 2.5}, "perPage must be >= 0"),  # the PerPage scalar takes it; Mastra refuses it
         ({"f": {"metadata": {"bad key": 1}}}, 'Invalid metadata filter key "bad key".'),
     ):
         got = await error(api, RESOURCE_MESSAGES, r=resource, **variables)
         assert (got["extensions"]["code"], got["message"]) == ("BAD_USER_INPUT", message)
+
+
+async def test_a_resources_messages_leave_system_rows_out_and_reach_a_resource_of_messages_only(
+    api: Api,
+) -> None:
+    """As Mastra's listMessagesByResourceId (checked against it in tests/conformance): a system-role row
+    counts in total but is not returned, as in recall; a resource that owns no thread but has messages
+    filed under it (in another resource's thread) is a resource whose messages are listed; a blank id
+    is refused with Mastra's text, not answered null."""
+    thread_id, resource = await new_thread(api)
+    visitor = f"{resource}-visitor"
+    await api.execute(
+        SAVE,
+        m=[
+            text_message(thread_id=thread_id, id=f"{thread_id}-a", created_at=at(0)),
+            text_message(thread_id=thread_id, id=f"{thread_id}-sys", created_at=at(1), role="system"),
+            text_message(thread_id=thread_id, id=f"{thread_id}-b", created_at=at(2)),
+            text_message(thread_id=thread_id, id=f"{thread_id}-v", created_at=at(3), resource_id=visitor),
+        ],
+    )
+    page = (await api.execute(RESOURCE_MESSAGES, r=resource, p=2))["resource"]["messages"]
+    assert (page["total"], page["hasMore"], [m["id"] for m in page["messages"]]) == (
+        3,
+        True,
+        [f"{thread_id}-a"],
+    )
+    everything = (await api.execute(RESOURCE_MESSAGES, r=resource, p=False))["resource"]["messages"]
+    assert [m["id"] for m in everything["messages"]] == [f"{thread_id}-a", f"{thread_id}-b"]
+
+    document = """query($r: String!) { resource(id: $r) { id createdAt updatedAt workingMemory metadata
+      threads { total } messages { total messages { id threadId resourceId } } } }"""
+    got = (await api.execute(document, r=visitor))["resource"]
+    assert got == {
+        "id": visitor,
+        "createdAt": at(3),
+        "updatedAt": at(3),
+        "workingMemory": None,
+        "metadata": {},
+        "threads": {"total": 0},
+        "messages": {
+            "total": 1,
+            "messages": [{"id": f"{thread_id}-v", "threadId": thread_id, "resourceId": visitor}],
+        },
+    }
+    assert (await api.execute(document, r=f"{resource}-nobody"))["resource"] is None
+    for blank in ("", "  "):
+        got = await error(api, document, r=blank)
+        assert (got["extensions"]["code"], got["message"]) == ("BAD_USER_INPUT", "resourceId is required")
 
 
 async def test_thread_metadata_is_refused_when_it_cannot_be_stored_as_written(api: Api) -> None:
@@ -468,8 +518,10 @@ async def test_threads_listing_pages_orders_and_filters(api: Api) -> None:
     assert await page(p=0) == (3, True, 0)  # Mastra: offset + perPage < total
     assert await page(p=1, m={"n": 2}) == (1, False, 1)
     assert await page(p=1, page=3, m={"n": 2}) == (1, False, 0)
-    got = await error(api, q, r=resource_id, p=-1)
-    assert (got["extensions"]["code"], got["message"]) == ("BAD_USER_INPUT", "perPage must be >= 0")
+    assert await page(p=2.0, page=0) == (3, True, 2)  # Mastra's normalizePerPage: 2.0 is an integer
+    for bad in (-1, 2.5):  # a fraction, which the PerPage scalar takes, is refused as Mastra refuses it
+        got = await error(api, q, r=resource_id, p=bad)
+        assert (got["extensions"]["code"], got["message"]) == ("BAD_USER_INPUT", "perPage must be >= 0")
 
 
 MESSAGE_FIELDS = "id threadId resourceId role type createdAt signalType content { raw }"
