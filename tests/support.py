@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import functools
 import getpass
+import hashlib
 import importlib.util
 import os
 import shutil
@@ -455,3 +456,38 @@ def metric_value(text: str, name: str, **labels: str) -> float:
         for n, sample_labels, v in metric_samples(text)
         if n == name and all(sample_labels.get(k) == want for k, want in labels.items())
     )
+
+
+def oracle_node_modules(tmp: Path) -> Path:
+    """The conformance oracle's package cache, where oracle.sh installs Mastra's pinned packages (on first
+    use, as in CI): what RECALL_ORACLE_NODE_MODULES names for the scripts that run the real Mastra (the
+    import fixture, the resource-listing oracle, the Mastra halves of the benchmarks)."""
+    node = shutil.which("node")
+    require(node is not None, "node (>= 20) is not installed: the real Mastra cannot run")
+    assert node is not None
+    major = subprocess.run(
+        [node, "-p", "process.versions.node.split('.')[0]"], capture_output=True, text=True
+    )
+    require(major.returncode == 0 and int(major.stdout.strip()) >= 20, "node >= 20 is required")
+    conformance = SHARED / "conformance"
+    lock = conformance / "package-lock.json"
+    require(lock.is_file(), f"the conformance oracle is not at {conformance}")
+    digest = hashlib.sha256(lock.read_bytes()).hexdigest()[:16]
+    cache_home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    cache = Path(os.environ.get("RECALL_ORACLE_CACHE") or cache_home / "recall-oracle") / digest
+    if not (cache / ".complete").is_file():
+        dataset = tmp / "empty-dataset.json"
+        dataset.write_text('{"threads": [], "messages": [], "queries": []}')
+        # Only the install matters here: oracle.mjs itself stops on an empty dataset (its store check
+        # finds no tables), after the packages are in place.
+        proc = subprocess.run(
+            ["bash", str(conformance / "oracle.sh"), str(dataset), str(tmp / "oracle-out.json")],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert (cache / ".complete").is_file(), (
+            f"oracle.sh could not install the Mastra packages into {cache}:\n{proc.stderr[-3000:]}"
+        )
+    assert (cache / ".complete").is_file(), f"oracle.sh did not install into {cache}"
+    return cache

@@ -10,8 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import MODEL_DIR, PG_ADMIN_DSN, REPO, database, postgres_available, require
-from tests.test_import_export import oracle_node_modules
+from tests.support import (
+    MODEL_DIR,
+    PG_ADMIN_DSN,
+    REPO,
+    database,
+    oracle_node_modules,
+    postgres_available,
+    require,
+)
 
 
 def run(script: str, *args: str) -> str:

@@ -48,16 +48,15 @@ from resolvers.recall import RecallArgs
 from resolvers.transfer import TransferError, export_jsonl, import_jsonl, import_mastra, to_format2
 from tests.support import (
     EMBED_SERVER,
-    SHARED,
     app_client,
     at,
     database,
     embed_server_process,
     free_port,
+    oracle_node_modules,
     require,
 )
 
-CONFORMANCE = SHARED / "conformance"
 FIXTURE_SCRIPT = Path(__file__).with_name("mastra_fixture.mjs")
 REPORT_LINE = re.compile(
     r"^(resource|thread|message)s:\s+(\d+) read\s+(\d+) new\s+(\d+) updated\s+(\d+) unchanged"
@@ -65,38 +64,6 @@ REPORT_LINE = re.compile(
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-def oracle_node_modules(tmp: Path) -> Path:
-    """The conformance oracle's package cache (installed by oracle.sh on first use, as CI does)."""
-    node = shutil.which("node")
-    require(node is not None, "node (>= 20) is not installed: the real Mastra cannot write the fixture")
-    assert node is not None
-    major = subprocess.run(
-        [node, "-p", "process.versions.node.split('.')[0]"], capture_output=True, text=True
-    )
-    require(major.returncode == 0 and int(major.stdout.strip()) >= 20, "node >= 20 is required")
-    lock = CONFORMANCE / "package-lock.json"
-    require(lock.is_file(), f"the conformance oracle is not at {CONFORMANCE}")
-    digest = hashlib.sha256(lock.read_bytes()).hexdigest()[:16]
-    cache_home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    cache = Path(os.environ.get("RECALL_ORACLE_CACHE") or cache_home / "recall-oracle") / digest
-    if not (cache / ".complete").is_file():
-        dataset = tmp / "empty-dataset.json"
-        dataset.write_text('{"threads": [], "messages": [], "queries": []}')
-        # Only the install matters here: oracle.mjs itself stops on an empty dataset (its store check
-        # finds no tables), after the packages are in place.
-        proc = subprocess.run(
-            ["bash", str(CONFORMANCE / "oracle.sh"), str(dataset), str(tmp / "oracle-out.json")],
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        assert (cache / ".complete").is_file(), (
-            f"oracle.sh could not install the Mastra packages into {cache}:\n{proc.stderr[-3000:]}"
-        )
-    assert (cache / ".complete").is_file(), f"oracle.sh did not install into {cache}"
-    return cache
-
-
 def write_mastra_fixture(tmp: Path, *extra: str) -> tuple[Path, dict[str, Any]]:
     modules = oracle_node_modules(tmp)
     db, expected = tmp / "mastra.db", tmp / "expected.json"

@@ -42,6 +42,17 @@ EXPECTED_ERROR_CODES = frozenset({"BAD_USER_INPUT", "NOT_FOUND", "FORBIDDEN"})
 
 
 # ------------------------------------------------------------------------------------------- oracle side
+def case_dir(tmp_path_factory: Any, name: str) -> Path:
+    """Where one seed's artifacts go: $RECALLQL_CONFORMANCE_OUT/<name>/ when that is set (kept), else a
+    new folder under pytest's basetemp."""
+    keep = os.environ.get("RECALLQL_CONFORMANCE_OUT")
+    if not keep:
+        return Path(tmp_path_factory.mktemp(name))
+    folder = Path(keep) / name
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def generate_dataset(
     seed: int,
     path: Path,

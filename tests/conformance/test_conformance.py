@@ -14,17 +14,14 @@ $RECALLQL_CONFORMANCE_OUT/seed<S>/ when that is set (kept); rerun the comparer o
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.conformance import harness
-from tests.support import Api, database, engines, require, running_server, vector_backlog
+from tests.support import Api, database, engines, running_server, vector_backlog
 
 pytestmark = pytest.mark.conformance
 
@@ -57,24 +54,12 @@ class OracleRun:
     seconds: float
 
 
-@pytest.fixture(scope="module")
-def embedder() -> Iterator[harness.EmbedServer]:
-    require(shutil.which("node") is not None, "node (>= 20) is not installed: the Mastra oracle cannot run")
-    with harness.embed_server() as server:
-        yield server
-
-
 @pytest.fixture(scope="module", params=SEEDS, ids=lambda s: f"seed{s}")
 def oracle_run(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, embedder: harness.EmbedServer
 ) -> OracleRun:
     seed = request.param
-    keep = os.environ.get("RECALLQL_CONFORMANCE_OUT")
-    if keep:
-        workdir = Path(keep) / f"seed{seed}"
-        workdir.mkdir(parents=True, exist_ok=True)
-    else:
-        workdir = tmp_path_factory.mktemp(f"conformance-seed{seed}")
+    workdir = harness.case_dir(tmp_path_factory, f"seed{seed}")
     dataset = harness.generate_dataset(seed, workdir / "dataset.json", **SHAPES.get(seed, {}))
     started = time.monotonic()
     oracle = harness.run_oracle(workdir / "dataset.json", workdir / "oracle.json", embedder.url)

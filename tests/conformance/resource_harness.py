@@ -1,0 +1,234 @@
+"""Resource.messages against the real Mastra's listMessagesByResourceId, case by case.
+
+The recall oracle (../shared/conformance/oracle.mjs) runs `recall` only; `resource_oracle.mjs` beside this
+file runs Mastra's LibSQL `listMessagesByResourceId` with the same pinned packages over the same
+generated dataset. The pieces:
+
+* `resource_queries`: seeded listing cases per resource (pages, sizes, `false`, direction, date ranges
+  with exclusive ends, metadata filters, bad input), as Mastra-shaped `args`;
+* `run_resource_oracle`: the oracle (contract mode: the recall contract's total order for ties);
+* `run_resource_queries`: the same cases through `resource(id) { messages(...) }` over HTTP;
+* `compare_resource_results`: ids in order, total, page, perPage, hasMore, error texts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import random
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from gql import GraphQLRequest
+from gql.transport.exceptions import TransportQueryError
+
+from tests.conformance.harness import EXPECTED_ERROR_CODES
+from tests.support import Api
+
+HERE = Path(__file__).resolve().parent
+
+RESOURCE_MESSAGES = """
+query ResourceMessages(
+  $id: String!, $page: Int! = 0, $perPage: PerPage! = 40, $filter: RecallFilter, $orderBy: MessageOrderBy
+) {
+  resource(id: $id) {
+    messages(page: $page, perPage: $perPage, filter: $filter, orderBy: $orderBy) {
+      total page perPage hasMore messages { id }
+    }
+  }
+}
+"""
+
+
+def _scalar_metadata(message: dict) -> dict[str, Any]:
+    """A message's metadata values a filter can name (string, finite number, boolean, null)."""
+    metadata = (message.get("content") or {}).get("metadata") or {}
+    return {
+        k: v
+        for k, v in metadata.items()
+        if v is None or isinstance(v, str | bool | int) or (isinstance(v, float) and math.isfinite(v))
+    }
+
+
+def resource_queries(dataset: dict, seed: int, *, per_resource: int = 40) -> list[dict]:
+    """Listing cases: for every resource messages are filed under, `per_resource` random ones (sizes,
+    pages, direction, date ranges cut at stored createdAt values, metadata filters on stored values);
+    then a few for a resource that has none, and bad input."""
+    rng = random.Random(seed)
+    by_resource: dict[str, list[dict]] = {}
+    for m in dataset.get("messages") or []:
+        by_resource.setdefault(m["resourceId"], []).append(m)
+    queries: list[dict] = []
+    for resource_id, messages in sorted(by_resource.items()):
+        times = sorted({m["createdAt"] for m in messages})
+        values = [(k, v) for m in messages for k, v in _scalar_metadata(m).items()]
+        for n in range(per_resource):
+            args: dict[str, Any] = {"resourceId": resource_id}
+            if rng.random() < 0.85:
+                args["perPage"] = rng.choice([0, 1, 2, 3, 5, 7, 10, 25, 40, 100, False, False])
+            if rng.random() < 0.8:
+                args["page"] = rng.choice([0, 0, 1, 1, 2, 3, 5, 10, 40])
+            if rng.random() < 0.6:
+                order: dict[str, Any] = {"field": "createdAt"}
+                if rng.random() < 0.9:
+                    order["direction"] = rng.choice(["ASC", "DESC"])
+                args["orderBy"] = order
+            filters: dict[str, Any] = {}
+            if rng.random() < 0.35 and times:
+                low, high = sorted(rng.sample(times, 2) if len(times) > 1 else [times[0], times[0]])
+                date_range: dict[str, Any] = {}
+                if rng.random() < 0.8:
+                    date_range["start"] = low
+                    if rng.random() < 0.5:
+                        date_range["startExclusive"] = rng.random() < 0.7
+                if rng.random() < 0.8:
+                    date_range["end"] = high
+                    if rng.random() < 0.5:
+                        date_range["endExclusive"] = rng.random() < 0.7
+                filters["dateRange"] = date_range
+            if rng.random() < 0.3 and values:
+                picked = dict(rng.sample(values, min(len(values), rng.choice([1, 1, 2]))))
+                if rng.random() < 0.15:
+                    picked[rng.choice(list(picked))] = "no such value"
+                filters["metadata"] = picked
+            if filters:
+                args["filter"] = filters
+            queries.append({"name": f"{resource_id}-{n:03d}", "args": args})
+    first = min(by_resource) if by_resource else "res-1"
+    queries += [
+        {"name": "unknown-resource", "args": {"resourceId": "res-nobody"}},
+        {"name": "unknown-resource-all", "args": {"resourceId": "res-nobody", "perPage": False}},
+        {"name": "bad-page", "args": {"resourceId": first, "page": -1}},
+        {"name": "bad-per-page", "args": {"resourceId": first, "perPage": -3}},
+        {"name": "fractional-per-page", "args": {"resourceId": first, "perPage": 2.5}},
+        {"name": "bad-metadata-key", "args": {"resourceId": first, "filter": {"metadata": {"a-b": 1}}}},
+        {"name": "bad-metadata-value", "args": {"resourceId": first, "filter": {"metadata": {"a": [1]}}}},
+        {"name": "blank-resource", "args": {"resourceId": "   "}},
+    ]
+    return queries
+
+
+def run_resource_oracle(
+    dataset_path: Path, queries: list[dict], out_path: Path, packages: Path, *, mode: str = "contract"
+) -> dict:
+    queries_path = out_path.with_suffix(".queries.json")
+    queries_path.write_text(json.dumps(queries, indent=1) + "\n")
+    proc = subprocess.run(
+        ["node", str(HERE / "resource_oracle.mjs"), str(dataset_path), str(queries_path), str(out_path)],
+        env={**os.environ, "RECALL_ORACLE_NODE_MODULES": str(packages), "ORACLE_MODE": mode},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if proc.returncode != 0 or not out_path.exists():
+        raise RuntimeError(f"resource_oracle.mjs failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return json.loads(out_path.read_text())
+
+
+def to_variables(args: dict) -> dict[str, Any]:
+    """Mastra's args as the document's variables (absent keys left out: the schema's defaults are
+    Mastra's)."""
+    variables: dict[str, Any] = {"id": args["resourceId"]}
+    for key in ("page", "perPage", "filter"):
+        if key in args:
+            variables[key] = args[key]
+    if "orderBy" in args:
+        order = args["orderBy"]
+        variables["orderBy"] = {
+            **({"field": "CREATED_AT"} if order.get("field") == "createdAt" else {}),
+            **({"direction": order["direction"]} if "direction" in order else {}),
+        }
+    return variables
+
+
+async def run_resource_queries(base_url: str, queries: list[dict], *, concurrency: int = 4) -> list[dict]:
+    results: list[dict | None] = [None] * len(queries)
+    pending = iter(enumerate(queries))
+
+    async def one(session: Any, query: dict) -> dict:
+        name = query["name"]
+        try:
+            data = await session.execute(
+                GraphQLRequest(RESOURCE_MESSAGES, variable_values=to_variables(query["args"]))
+            )
+        except TransportQueryError as exc:
+            first = (exc.errors or [{"message": str(exc)}])[0]
+            return {
+                "name": name,
+                "ok": False,
+                "error": first.get("message", str(first)),
+                "code": (first.get("extensions") or {}).get("code"),
+            }
+        resource = data["resource"]
+        if resource is None:  # RecallQL knows no such resource: nothing is filed under it
+            return {"name": name, "ok": True, "resource": None}
+        page = resource["messages"]
+        return {
+            "name": name,
+            "ok": True,
+            "ids": [m["id"] for m in page["messages"]],
+            "total": page["total"],
+            "page": page["page"],
+            "perPage": page["perPage"],
+            "hasMore": page["hasMore"],
+        }
+
+    async def worker() -> None:
+        async with Api(base_url).client as session:
+            for i, q in pending:
+                results[i] = await one(session, q)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return [r for r in results if r is not None]
+
+
+def compare_resource_results(queries: list[dict], oracle: list[dict], candidate: list[dict]) -> list[str]:
+    """Every disagreement, one line each (empty: they agree). A resource RecallQL does not know answers
+    null; Mastra answers an empty page for it, so null matches exactly that (an empty first page with a
+    total of 0). Errors must carry an expected code and, where the oracle errs too, its text."""
+    problems: list[str] = []
+    by_name = {q["name"]: q for q in queries}
+    assert [r["name"] for r in oracle] == [r["name"] for r in candidate] == list(by_name)
+    for o, c in zip(oracle, candidate, strict=True):
+        name, args = o["name"], json.dumps(by_name[o["name"]]["args"])
+        if not c["ok"]:
+            if c.get("code") not in EXPECTED_ERROR_CODES:
+                problems.append(f"{name} {args}: candidate crashed ({c.get('code')}): {c['error']}")
+            elif o["ok"]:
+                problems.append(f"{name} {args}: candidate error {c['error']!r}, oracle answered")
+            elif o["error"] != c["error"]:
+                problems.append(f"{name} {args}: error text: oracle {o['error']!r}, candidate {c['error']!r}")
+            continue
+        if not o["ok"]:
+            problems.append(f"{name} {args}: oracle error {o['error']!r}, candidate answered")
+            continue
+        if c.get("resource", True) is None:
+            if o["ids"] or o["total"]:
+                problems.append(f"{name} {args}: resource null, oracle listed {o['total']} message(s)")
+            continue
+        if o["ids"] != c["ids"]:
+            at = next((i for i, (a, b) in enumerate(zip(o["ids"], c["ids"], strict=False)) if a != b), None)
+            at = min(len(o["ids"]), len(c["ids"])) if at is None else at
+            problems.append(
+                f"{name} {args}: ids ({len(o['ids'])} against {len(c['ids'])}) differ from position {at}: "
+                f"only the oracle's {sorted(set(o['ids']) - set(c['ids']))}, only the candidate's "
+                f"{sorted(set(c['ids']) - set(o['ids']))}, oracle from there {o['ids'][at : at + 4]}, "
+                f"candidate {c['ids'][at : at + 4]}"
+            )
+        for key in ("total", "page", "perPage", "hasMore"):
+            if o[key] != c[key]:
+                problems.append(f"{name} {args}: {key}: oracle {o[key]!r}, candidate {c[key]!r}")
+    return problems
+
+
+def file_some_under_a_new_resource(dataset: dict, resource_id: str, *, every: int = 11) -> dict:
+    """The dataset with every `every`-th message filed under `resource_id`, which owns no thread (the
+    generator files messages under other resources' threads, but only under resources that own one)."""
+    messages = [
+        {**m, "resourceId": resource_id} if n % every == every - 1 else m
+        for n, m in enumerate(dataset.get("messages") or [])
+    ]
+    return {**dataset, "messages": messages}
