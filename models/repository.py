@@ -1875,12 +1875,13 @@ class Repository:
         return "\n".join(" ".join(str(c) for c in row) for row in rows)
 
     async def include_windows(
-        self, windows: Sequence[IncludeWindow], resource_id: str | None
+        self, windows: Sequence[IncludeWindow], resource_id: str | None, *, max_rows: int | None = None
     ) -> list[MessageRecord]:
+        """The windows' messages (see _windows); past `max_rows` distinct ones, WindowRowsExceeded."""
         if not windows:
             return []
         return await self._read(
-            lambda conn: self._windows(conn, windows, resource_id),
+            lambda conn: self._windows(conn, windows, resource_id, budget=max_rows),
             bounded=_window_rows(windows) <= _INLINE_ROWS and self._windows_compiled(windows, resource_id),
         )
 

@@ -152,6 +152,7 @@ class RecallEngine:
         date_range: DateRange | None = None,
         metadata: Any = None,
         descending: bool = False,
+        include: Sequence[IncludeItem] | None = None,
         principal: Principal,
         budget: RowBudget | None = None,
     ) -> RecallResult:
@@ -159,7 +160,11 @@ class RecallEngine:
         a page at a time (perPage default 40; false: all, from the first), oldest first unless
         `descending`, in that order; recall's date-range and metadata filters; no signal hidden, but
         system rows left out of the page (still counted), as recall leaves them out. As in Mastra, a
-        page of 0 is answered without counting (total 0)."""
+        page of 0 is answered without counting (total 0).
+
+        `include`: recall's include windows (neighbours default 0), kept inside the resource (the
+        target and its neighbours filed under it, in the target's thread), added to the page whatever
+        the filters, never counted, all in the page's order; with perPage 0, the page is theirs alone."""
         if not resource_id or not resource_id.strip():
             raise BadUserInput("resourceId is required")
         principal.require(resource_id)
@@ -174,28 +179,62 @@ class RecallEngine:
                 max=self.max_per_page,
             )
         filters = validate_metadata_filter(metadata)
-        if size is not False and size == 0:  # (False == 0 in Python)
+        windows = _merged(self._include_windows(include, default_context=0))
+        empty = size is not False and size == 0  # (False == 0 in Python)
+        if empty and not windows:
             return RecallResult([], 0, page, 0, False)
         offset = 0 if size is False else page * size
         budget = budget if budget is not None else RowBudget(None)
+        messages: list[MessageRecord] = []
+        total = 0
         async with budget.turn():
-            every = self.max_all_rows if limit is None else None
-            messages, total = await self.repository.list_resource_messages(
-                resource_id,
-                offset=offset,
-                limit=limit,
-                descending=descending,
-                date_range=date_range,
-                metadata=filters,
-                max_rows=budget.cap(every),  # counted first: over it, nothing is read
-            )
-            if limit is None and every is not None and total > every:
-                raise every_row_refused("messages", every, total, f"this resource has {total} that match")
-            budget.spend(len(messages) if limit is not None else total, "this resource's messages")
+            if not empty:
+                every = self.max_all_rows if limit is None else None
+                messages, total = await self.repository.list_resource_messages(
+                    resource_id,
+                    offset=offset,
+                    limit=limit,
+                    descending=descending,
+                    date_range=date_range,
+                    metadata=filters,
+                    max_rows=budget.cap(every),  # counted first: over it, nothing is read
+                )
+                if limit is None and every is not None and total > every:
+                    raise every_row_refused("messages", every, total, f"this resource has {total} that match")
+                budget.spend(len(messages) if limit is not None else total, "this resource's messages")
+            if windows:
+                try:
+                    included = await self.repository.include_windows(
+                        windows, resource_id, max_rows=budget.cap(self.max_all_rows)
+                    )
+                except WindowRowsExceeded:
+                    raise self._windows_refused(budget, "these include windows") from None
+                seen = {m.id for m in messages}
+                added = {m.id: m for m in included if m.id not in seen}
+                budget.spend(len(added), "this resource's include windows")
+                messages = sorted([*messages, *added.values()], key=lambda m: (m.created_at, m.seq))
+                if descending:
+                    messages.reverse()
         has_more = size is not False and offset + size < total
         # As Mastra's MessageList does, and recall: system rows are counted, never returned.
         messages = [m for m in messages if m.role != "system"]
         return RecallResult(messages, total, page, size, has_more)
+
+    def _windows_refused(self, budget: RowBudget, what: str) -> BadUserInput:
+        """The refusal of include (and semantic) windows that read past their bound: the request's rows
+        when those bind first, else RECALLQL_MAX_ALL_ROWS."""
+        if budget.binds(self.max_all_rows):
+            return budget.refusal(None, what)
+        assert self.max_all_rows is not None
+        return BadUserInput(
+            f"include and semantic recall windows may return at most {self.max_all_rows} "
+            f"messages, and read at most {self.max_all_rows * WINDOW_OVERLAP} rows (a "
+            "message in several windows is read once for each); this read goes past "
+            "that. Ask for fewer neighbours (withPreviousMessages, withNextMessages, "
+            "messageRange) or fewer items.",
+            limit="maxAllRows",
+            max=self.max_all_rows,
+        )
 
     def merged_config(self, thread_config: dict[str, Any] | None) -> dict[str, Any]:
         """The configuration a recall reads (and never changes): without threadConfig, the defaults
@@ -330,19 +369,10 @@ class RecallEngine:
                         max_window_rows=budget.cap(self.max_all_rows),
                     )
                 except WindowRowsExceeded:
-                    if budget.binds(self.max_all_rows):
-                        over_budget = budget.refusal(None, "this recall's include and semantic windows")
-                    else:
-                        assert self.max_all_rows is not None
-                        raise BadUserInput(
-                            f"include and semantic recall windows may return at most {self.max_all_rows} "
-                            f"messages, and read at most {self.max_all_rows * WINDOW_OVERLAP} rows (a "
-                            "message in several windows is read once for each); this read goes past "
-                            "that. Ask for fewer neighbours (withPreviousMessages, withNextMessages, "
-                            "messageRange) or fewer items.",
-                            limit="maxAllRows",
-                            max=self.max_all_rows,
-                        ) from None
+                    refused = self._windows_refused(budget, "this recall's include and semantic windows")
+                    if not budget.binds(self.max_all_rows):
+                        raise refused from None
+                    over_budget = refused
                 # Over perPage false's own limit nothing was read (refused below, on the total).
                 if read is not None and (all_rows is None or read.total <= all_rows):
                     rows = page_rows(read.total, spec.limit, spec.offset) + len(read.included)

@@ -27,6 +27,7 @@ from resolvers.recall import PerPage as PageSize
 from resolvers.threads import CloneOptions
 from schema.federation import ENTITY_TAG, resource_reference
 from schema.inputs import (
+    IncludeInput,
     MemoryConfigInput,
     MessageOrderBy,
     RecallFilter,
@@ -229,10 +230,19 @@ class Resource:
         per_page: Annotated[PerPage, _arg("Page size (default 40); false returns all.")] = RESOURCE_PER_PAGE,
         filter: Annotated[RecallFilter | None, _arg("By creation time and message metadata.")] = UNSET,
         order_by: Annotated[MessageOrderBy | None, _arg("Ordering (default createdAt ASC).")] = UNSET,
+        include: Annotated[
+            list[IncludeInput] | None,
+            _arg(
+                "Also these messages of this resource with neighbours in their thread (default 0 each "
+                "side; only messages filed under this resource), whatever the filters, not counted in "
+                "total. With perPage 0, only these."
+            ),
+        ] = UNSET,
     ) -> MessagePage:
         flt = given(filter)
         date_range = given(flt.date_range) if flt else None
         order = given(order_by)
+        items = given(include)
         result = await info.context.services.recall.resource_messages(
             self._record.id,
             page=page,
@@ -240,6 +250,7 @@ class Resource:
             date_range=date_range.to_range() if date_range else None,
             metadata=given(flt.metadata) if flt else None,
             descending=order is not None and order.direction.value == "DESC",
+            include=[i.to_item() for i in items] if items else None,
             principal=info.context.principal,
             budget=info.context.rows,
         )

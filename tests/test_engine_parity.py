@@ -476,7 +476,7 @@ async def compare_reads(
                 f"recall {args!r} as {who}",
                 lambda s, a=args, p=principal: s.recall.recall(a, principal=p),
             )
-        # A resource's messages across its threads, with the same page and filters.
+        # A resource's messages across its threads, with the same page, filters and include windows.
         await same(
             pair,
             f"resource messages {base!r} as {who}",
@@ -487,6 +487,7 @@ async def compare_reads(
                 date_range=a.date_range,
                 metadata=a.metadata,
                 descending=a.order_by is not None and a.order_by.direction == "DESC",
+                include=a.include,
                 principal=p,
             ),
         )

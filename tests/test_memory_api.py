@@ -316,8 +316,8 @@ async def test_threads_without_a_resource_lists_every_resources_threads(api: Api
 
 
 RESOURCE_MESSAGES = """query($r: String!, $page: Int! = 0, $p: PerPage! = 40, $f: RecallFilter,
-    $o: MessageOrderBy) {
-  resource(id: $r) { messages(page: $page, perPage: $p, filter: $f, orderBy: $o) {
+    $o: MessageOrderBy, $i: [IncludeInput!]) {
+  resource(id: $r) { messages(page: $page, perPage: $p, filter: $f, orderBy: $o, include: $i) {
     total page perPage hasMore messages { id threadId resourceId } } } }"""
 
 
@@ -373,7 +373,36 @@ async def test_a_resources_messages_across_its_threads(api: Api) -> None:
         "hasMore": False,
         "messages": [ids[2], ids[4]],
     }
+    # Include windows: inside the resource (the other resource's row in t1 is no neighbour, nor a
+    # target), whatever the filters, not counted, in the page's order; with perPage 0, alone.
+    odd = {"metadata": {"even": False}}
+    windows = [{"id": ids[0], "withNextMessages": 2}, {"id": f"{t1}-theirs", "withPreviousMessages": 1}]
+    assert await listed(f=odd, i=windows) == {
+        "total": 3,
+        "page": 0,
+        "perPage": 40,
+        "hasMore": False,
+        "messages": [ids[0], ids[1], ids[2], ids[3], ids[5]],
+    }
+    assert (await listed(f=odd, i=windows, o={"direction": "DESC"}))["messages"] == [
+        ids[5],
+        ids[3],
+        ids[2],
+        ids[1],
+        ids[0],
+    ]
+    assert await listed(p=0, i=windows) == {
+        "total": 0,
+        "page": 0,
+        "perPage": 0,
+        "hasMore": False,
+        "messages": [ids[0], ids[2], ids[5]],
+    }
     for variables, message in (
+        (
+            {"i": [{"id": ids[0], "withPreviousMessages": -1}]},
+            "include[0]: withPreviousMessages and withNextMessages must be >= 0.",
+        ),
         ({"page": -1}, "page must be >= 0"),
         ({"p": -1}, "perPage must be >= 0"),
         ({"p": 2.5}, "perPage must be >= 0"),  # the PerPage scalar takes it; Mastra refuses it

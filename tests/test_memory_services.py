@@ -25,7 +25,7 @@ from resolvers.context import Services
 from resolvers.errors import BadUserInput, Forbidden, NotFound
 from resolvers.events import InProcessBroker, message_channel, thread_channel
 from resolvers.messages import MessagePatch
-from resolvers.recall import RecallEngine
+from resolvers.recall import IncludeItem, RecallEngine
 from resolvers.threads import CloneOptions
 from resolvers.titles import TitleGenerator, TitleOptions
 from resolvers.working_memory import (
@@ -603,3 +603,15 @@ async def test_a_resources_messages_are_bounded_like_every_read(repository: Repo
         await engine.resource_messages("r1", principal=Principal("key:r2", frozenset({"r2"})))
     with pytest.raises(BadUserInput, match="resourceId is required"):
         await engine.resource_messages(" ", principal=OPEN)
+    # Include windows are bounded as recall's are: by RECALLQL_MAX_ALL_ROWS, then by the request's rows.
+    wide = [IncludeItem("m3", with_previous_messages=3, with_next_messages=2)]
+    with pytest.raises(BadUserInput, match="windows may return at most 4") as refused:
+        await engine.resource_messages("r1", per_page=0, include=wide, principal=OPEN)
+    assert refused.value.extensions["limit"] == "maxAllRows"
+    narrow = [IncludeItem("m3", with_previous_messages=1, with_next_messages=1)]
+    got = await engine.resource_messages("r1", per_page=1, include=narrow, principal=OPEN)
+    assert ([m.id for m in got.messages], got.total) == (["m0", "m2", "m3", "m4"], 6)
+    budget = RowBudget(3)
+    with pytest.raises(BadUserInput) as refused:
+        await engine.resource_messages("r1", per_page=1, include=narrow, principal=OPEN, budget=budget)
+    assert refused.value.extensions["limit"] == "maxRequestRows"

@@ -5,7 +5,7 @@ file runs Mastra's LibSQL `listMessagesByResourceId` with the same pinned packag
 generated dataset. The pieces:
 
 * `resource_queries`: seeded listing cases per resource (pages, sizes, `false`, direction, date ranges
-  with exclusive ends, metadata filters, bad input), as Mastra-shaped `args`;
+  with exclusive ends, metadata filters, include windows, bad input), as Mastra-shaped `args`;
 * `run_resource_oracle`: the oracle (contract mode: the recall contract's total order for ties);
 * `run_resource_queries`: the same cases through `resource(id) { messages(...) }` over HTTP;
 * `compare_resource_results`: ids in order, total, page, perPage, hasMore, error texts.
@@ -32,10 +32,11 @@ HERE = Path(__file__).resolve().parent
 
 RESOURCE_MESSAGES = """
 query ResourceMessages(
-  $id: String!, $page: Int! = 0, $perPage: PerPage! = 40, $filter: RecallFilter, $orderBy: MessageOrderBy
+  $id: String!, $page: Int! = 0, $perPage: PerPage! = 40, $filter: RecallFilter, $orderBy: MessageOrderBy,
+  $include: [IncludeInput!]
 ) {
   resource(id: $id) {
-    messages(page: $page, perPage: $perPage, filter: $filter, orderBy: $orderBy) {
+    messages(page: $page, perPage: $perPage, filter: $filter, orderBy: $orderBy, include: $include) {
       total page perPage hasMore messages { id }
     }
   }
@@ -63,6 +64,7 @@ def resource_queries(dataset: dict, seed: int, *, per_resource: int = 40) -> lis
         by_resource.setdefault(m["resourceId"], []).append(m)
     queries: list[dict] = []
     for resource_id, messages in sorted(by_resource.items()):
+        others = [m for r, ms in by_resource.items() if r != resource_id for m in ms]
         times = sorted({m["createdAt"] for m in messages})
         values = [(k, v) for m in messages for k, v in _scalar_metadata(m).items()]
         for n in range(per_resource):
@@ -96,10 +98,21 @@ def resource_queries(dataset: dict, seed: int, *, per_resource: int = 40) -> lis
                 filters["metadata"] = picked
             if filters:
                 args["filter"] = filters
+            if rng.random() < 0.3:
+                items = rng.choice([1, 1, 2, 3])
+                args["include"] = [_include_item(rng, messages, others) for _ in range(items)]
             queries.append({"name": f"{resource_id}-{n:03d}", "args": args})
     first = min(by_resource) if by_resource else "res-1"
     queries += [
         {"name": "unknown-resource", "args": {"resourceId": "res-nobody"}},
+        {
+            "name": "includes-alone",
+            "args": {
+                "resourceId": first,
+                "perPage": 0,
+                "include": [{"id": by_resource[first][0]["id"], "withNextMessages": 3}],
+            },
+        },
         {"name": "unknown-resource-all", "args": {"resourceId": "res-nobody", "perPage": False}},
         {"name": "bad-page", "args": {"resourceId": first, "page": -1}},
         {"name": "bad-per-page", "args": {"resourceId": first, "perPage": -3}},
@@ -109,6 +122,23 @@ def resource_queries(dataset: dict, seed: int, *, per_resource: int = 40) -> lis
         {"name": "blank-resource", "args": {"resourceId": "   "}},
     ]
     return queries
+
+
+def _include_item(rng: random.Random, messages: list[dict], others: list[dict]) -> dict[str, Any]:
+    """An include item: mostly a message of the resource, sometimes another resource's (which the
+    listing must not reach) or no message at all; neighbours absent (0) or 0 to 5 a side."""
+    pick = rng.random()
+    if pick < 0.8 or not others:
+        target = rng.choice(messages)["id"]
+    elif pick < 0.9:
+        target = rng.choice(others)["id"]
+    else:
+        target = "msg-nowhere"
+    item: dict[str, Any] = {"id": target}
+    for side in ("withPreviousMessages", "withNextMessages"):
+        if rng.random() < 0.75:
+            item[side] = rng.choice([0, 1, 2, 5])
+    return item
 
 
 def run_resource_oracle(
@@ -132,7 +162,7 @@ def to_variables(args: dict) -> dict[str, Any]:
     """Mastra's args as the document's variables (absent keys left out: the schema's defaults are
     Mastra's)."""
     variables: dict[str, Any] = {"id": args["resourceId"]}
-    for key in ("page", "perPage", "filter"):
+    for key in ("page", "perPage", "filter", "include"):
         if key in args:
             variables[key] = args[key]
     if "orderBy" in args:

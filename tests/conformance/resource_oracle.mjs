@@ -10,9 +10,10 @@
 // total, page, perPage, hasMore} | {name, ok: false, error}]}.
 //
 // Mastra orders by createdAt alone and leaves ties to SQLite's scan. ORACLE_MODE=contract (the default)
-// adds the total order the recall contract uses everywhere, (createdAt, insertion sequence), reversed
-// for DESC, to the page query (Mastra as published returns DESC ties in insertion order); ORACLE_MODE=mastra
-// runs it as published.
+// uses the total order the recall contract uses everywhere, (createdAt, insertion sequence), reversed for
+// DESC: in the page query (Mastra as published returns DESC ties in insertion order), in the include
+// windows (the recall oracle's patch of _getIncludedMessages, whose windows can otherwise miss their own
+// target) and in the returned list. ORACLE_MODE=mastra runs it as published.
 import { readFileSync, writeFileSync } from 'node:fs';
 
 import { load } from '../mastra_packages.mjs';
@@ -67,6 +68,50 @@ if (mode === 'contract') {
   };
 }
 
+// Insertion sequence of every stored message (SQLite rowid), for the contract's total order.
+const seqOf = new Map((await storage.client.execute('SELECT id, rowid AS seq FROM mastra_messages')).rows.map((r) => [r.id, Number(r.seq)]));
+function inTotalOrder(messages, direction) {
+  const key = (m) => [new Date(m.createdAt).getTime(), seqOf.get(m.id) ?? Infinity];
+  const sorted = [...messages].sort((a, b) => {
+    const [ta, sa] = key(a), [tb, sb] = key(b);
+    return ta - tb || sa - sb;
+  });
+  return direction === 'DESC' ? sorted.reverse() : sorted;
+}
+
+if (mode === 'contract') {
+  // The recall oracle's contract _getIncludedMessages (../shared/conformance/oracle.mjs): windows in the
+  // total order, the "previous" one always holding its target, inside the resource when one is given.
+  memoryStore._getIncludedMessages = async function ({ include, resourceId }) {
+    if (!include?.length) return null;
+    const byRes = resourceId ? ' AND "resourceId" = ?' : '';
+    const rows = new Map();
+    for (const inc of include) {
+      if (!inc?.id) continue;
+      const t = (await storage.client.execute({
+        sql: `SELECT rowid AS seq, thread_id, "createdAt" FROM mastra_messages WHERE id = ?${byRes}`,
+        args: resourceId ? [inc.id, resourceId] : [inc.id],
+      })).rows[0];
+      if (!t) continue;
+      const cols = 'rowid AS seq, id, content, role, type, "createdAt", thread_id, "resourceId"';
+      const before = Math.max(0, inc.withPreviousMessages ?? 0);
+      const after = Math.max(0, inc.withNextMessages ?? 0);
+      const prev = await storage.client.execute({
+        sql: `SELECT ${cols} FROM mastra_messages WHERE thread_id = ? AND ("createdAt" < ? OR ("createdAt" = ? AND rowid <= ?))${byRes}
+              ORDER BY "createdAt" DESC, rowid DESC LIMIT ?`,
+        args: [t.thread_id, t.createdAt, t.createdAt, t.seq, ...(resourceId ? [resourceId] : []), before + 1],
+      });
+      const next = after > 0 ? await storage.client.execute({
+        sql: `SELECT ${cols} FROM mastra_messages WHERE thread_id = ? AND ("createdAt" > ? OR ("createdAt" = ? AND rowid > ?))${byRes}
+              ORDER BY "createdAt" ASC, rowid ASC LIMIT ?`,
+        args: [t.thread_id, t.createdAt, t.createdAt, t.seq, ...(resourceId ? [resourceId] : []), after],
+      }) : { rows: [] };
+      for (const r of [...prev.rows, ...next.rows]) if (!rows.has(r.id)) rows.set(r.id, r);
+    }
+    return inTotalOrder([...rows.values()], 'ASC').map((r) => this.parseRow(r));
+  };
+}
+
 function prepareArgs(raw) {
   const args = clone(raw ?? {});
   const dr = args?.filter?.dateRange;
@@ -79,7 +124,9 @@ function prepareArgs(raw) {
 const results = [];
 for (const q of queries) {
   try {
-    const r = await memoryStore.listMessagesByResourceId(prepareArgs(q.args));
+    const args = prepareArgs(q.args);
+    const r = await memoryStore.listMessagesByResourceId(args);
+    if (mode === 'contract') r.messages = inTotalOrder(r.messages, args.orderBy?.direction ?? 'ASC');
     results.push({
       name: q.name,
       ok: true,

@@ -61,7 +61,7 @@ def resource_oracle(
 
 def test_cases_cover_what_they_should(resource_oracle: ResourceOracleRun) -> None:
     """The generated cases reach what the comparison is for: pages past ties, system rows left out of
-    a page yet counted, filters that cut, several resources, errors."""
+    a page yet counted, filters that cut, several resources, include windows, errors."""
     results = {r["name"]: r for r in resource_oracle.oracle["results"]}
     answered = [r for r in results.values() if r["ok"]]
     assert len(answered) >= 60
@@ -74,6 +74,10 @@ def test_cases_cover_what_they_should(resource_oracle: ResourceOracleRun) -> Non
     assert any(len(r["ids"]) < r["total"] for r in full), "no listing leaves a system row out"
     assert sum(1 for r in answered if r["ids"] and r["hasMore"]) >= 10
     assert sum(1 for r in results.values() if not r["ok"]) >= 5
+    args = {q["name"]: q["args"] for q in resource_oracle.queries}
+    assert sum(1 for r in answered if "include" in args[r["name"]]) >= 15
+    alone = results["includes-alone"]
+    assert len(alone["ids"]) == 4 and alone["total"] == 0, alone  # the target and its next 3
 
 
 def _thread_resource(dataset: dict, message: dict) -> str:
