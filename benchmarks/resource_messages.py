@@ -9,10 +9,13 @@ process, through the recall engine, pages of 40:
 
 - the oldest page (the default order) and the newest (orderBy DESC);
 - the page 100 pages deep (an offset of 4,000);
-- the oldest page of one topic (a metadata filter).
+- the oldest page of one topic (a metadata filter);
+- the oldest page without its total (a query that does not select it: one message more, no count);
+- the oldest page with three include windows of 5 messages a side, deep in the resource.
 
-Every call counts the resource's matching messages (`total`), as Mastra's does: the cost grows with the
-resource. Writes a Markdown table to --out (benchmarks/results/resource-messages-<date>.md).
+Every call but the one without its total counts the resource's matching messages (`total`), as
+Mastra's does: that cost grows with the resource. Writes a Markdown table to --out
+(benchmarks/results/resource-messages-<date>.md).
 """
 
 from __future__ import annotations
@@ -28,11 +31,19 @@ from models.records import MessageRecord, ThreadRecord
 from models.repository import Repository
 from resolvers.auth import OPEN
 from resolvers.context import Services
+from resolvers.recall import IncludeItem
 
 PAGE = 40
 THREADS = 100
 RESOURCES = 10
-WAYS = ("oldest page", "newest page", "100 pages deep", "metadata filter")
+WAYS = (
+    "oldest page",
+    "newest page",
+    "100 pages deep",
+    "metadata filter",
+    "without total",
+    "3 include windows",
+)
 
 
 async def load(repo: Repository, size: int) -> None:
@@ -75,11 +86,22 @@ async def loaded(kind: str, size: int, _calls: int) -> AsyncIterator[dict[tuple[
             "r0", per_page=PAGE, metadata={"topic": TOPICS[1]}, principal=OPEN
         )
         assert topic.total == len(range(1, size, 5)) and topic.messages[0].id == "r0-m1"
+        bare = await services.recall.resource_messages("r0", per_page=PAGE, principal=OPEN, counted=False)
+        assert bare.total is None and bare.messages == first.messages and bare.has_more
+        # Around three messages deep in the resource, in threads 1, 2 and 3: 11 of each thread.
+        deep = [f"r0-m{size * k // 4 + k}" for k in (1, 2, 3)]
+        windows = [IncludeItem(m, with_previous_messages=5, with_next_messages=5) for m in deep]
+        included = await services.recall.resource_messages(
+            "r0", per_page=PAGE, include=windows, principal=OPEN
+        )
+        assert len(included.messages) == PAGE + 33
         yield {
             (size, "oldest page"): _reader(services),
             (size, "newest page"): _reader(services, descending=True),
             (size, "100 pages deep"): _reader(services, page=100),
             (size, "metadata filter"): _reader(services, metadata={"topic": TOPICS[1]}),
+            (size, "without total"): _reader(services, counted=False),
+            (size, "3 include windows"): _reader(services, include=windows),
         }
 
 
@@ -90,7 +112,8 @@ def report(size: int, results: dict[str, dict[tuple[int, str], tuple[float, floa
         machine(),
         "",
         f"In-process recall engine, one resource of {size:,} messages over {THREADS} threads (and "
-        f"{RESOURCES - 1} more resources of as many), pages of {PAGE} with their total; p50 / p99 ms, then "
+        f"{RESOURCES - 1} more resources of as many), pages of {PAGE} with their total unless said; p50 / "
+        "p99 ms, then "
         "the oldest page's p50 over each other way's.",
         "",
         "| engine | messages | "

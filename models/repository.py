@@ -1477,17 +1477,21 @@ class Repository:
         date_range: DateRange | None = None,
         metadata: dict[str, Any] | None = None,
         max_rows: int | None = None,
-    ) -> tuple[list[MessageRecord], int]:
+        counted: bool = True,
+    ) -> tuple[list[MessageRecord], int | None]:
         """A page of the messages filed under a resource, across its threads (Mastra's
         listMessagesByResourceId), by createdAt then insertion, and how many match. The filters are
         recall's (date range, metadata), on ix_messages_resource_order. With `max_rows`, an every-row
-        read (limit None) that counts more than that reads none (the caller refuses it on the total)."""
+        read (limit None) that counts more than that reads none (the caller refuses it on the total).
+        Not `counted` (a page of `limit` rows only): no count (None), and one row more than the page,
+        which tells whether another page follows."""
+        counted = counted or limit is None
         # Recall's filter, anchored on the resource instead of a thread (no :thread_id to bind).
         shape, params = self._filter_params(MessageQuery("", date_range=date_range, metadata=metadata or {}))
         del params["thread_id"]
         params |= {"owner": resource_id, "offset": min(offset, _SQL_INT_MAX)}
         if limit is not None:
-            params["limit"] = min(limit, _SQL_INT_MAX)
+            params["limit"] = min(limit if counted else limit + 1, _SQL_INT_MAX)
         page_key, count_key = ("resource-page", shape, descending, limit is None), ("resource-count", shape)
         if page_key not in self._statements or count_key not in self._statements:
             where = self._filter_conditions(shape, thread=M.c.resource_id == bindparam("owner"))
@@ -1497,7 +1501,9 @@ class Repository:
             self._statements[count_key] = select(func.count()).select_from(M).where(*where)
         page, count = self._statements[page_key], self._statements[count_key]
 
-        def read(conn: Connection) -> tuple[list[MessageRecord], int]:
+        def read(conn: Connection) -> tuple[list[MessageRecord], int | None]:
+            if not counted:
+                return [_message(row) for row in conn.execute(page, params)], None
             total = conn.execute(count, params).scalar_one()
             if (limit is None and max_rows is not None and total > max_rows) or limit == 0:
                 return [], total

@@ -85,7 +85,7 @@ class RecallArgs:
 @dataclass(slots=True)
 class RecallResult:
     messages: list[MessageRecord]
-    total: int
+    total: int | None  # None: not counted (RecallEngine.resource_messages)
     page: int
     per_page: int | Literal[False]
     has_more: bool
@@ -155,6 +155,7 @@ class RecallEngine:
         include: Sequence[IncludeItem] | None = None,
         principal: Principal,
         budget: RowBudget | None = None,
+        counted: bool = True,
     ) -> RecallResult:
         """Mastra's listMessagesByResourceId: the messages filed under a resource, across its threads,
         a page at a time (perPage default 40; false: all, from the first), oldest first unless
@@ -164,7 +165,11 @@ class RecallEngine:
 
         `include`: recall's include windows (neighbours default 0), kept inside the resource (the
         target and its neighbours filed under it, in the target's thread), added to the page whatever
-        the filters, never counted, all in the page's order; with perPage 0, the page is theirs alone."""
+        the filters, never counted, all in the page's order; with perPage 0, the page is theirs alone.
+
+        Not `counted` (the caller does not need the total): a page of a perPage is read without its
+        count, total None, and hasMore comes from reading one message more than the page. The count
+        is most of a page's cost (it walks every match; the page walks offset + perPage)."""
         if not resource_id or not resource_id.strip():
             raise BadUserInput("resourceId is required")
         principal.require(resource_id)
@@ -186,7 +191,8 @@ class RecallEngine:
         offset = 0 if size is False else page * size
         budget = budget if budget is not None else RowBudget(None)
         messages: list[MessageRecord] = []
-        total = 0
+        total: int | None = 0
+        has_more = False
         async with budget.turn():
             if not empty:
                 every = self.max_all_rows if limit is None else None
@@ -198,10 +204,18 @@ class RecallEngine:
                     date_range=date_range,
                     metadata=filters,
                     max_rows=budget.cap(every),  # counted first: over it, nothing is read
+                    counted=counted,
                 )
-                if limit is None and every is not None and total > every:
-                    raise every_row_refused("messages", every, total, f"this resource has {total} that match")
-                budget.spend(len(messages) if limit is not None else total, "this resource's messages")
+                if total is None:  # not counted: the page and the message after it, if any
+                    assert limit is not None
+                    has_more, messages = len(messages) > limit, messages[:limit]
+                else:
+                    if limit is None and every is not None and total > every:
+                        found = f"this resource has {total} that match"
+                        raise every_row_refused("messages", every, total, found)
+                    has_more = size is not False and offset + size < total
+                # An every-row read the budget capped read nothing: the total is what it would spend.
+                budget.spend(len(messages) if limit is not None else total or 0, "this resource's messages")
             if windows:
                 try:
                     included = await self.repository.include_windows(
@@ -215,7 +229,6 @@ class RecallEngine:
                 messages = sorted([*messages, *added.values()], key=lambda m: (m.created_at, m.seq))
                 if descending:
                     messages.reverse()
-        has_more = size is not False and offset + size < total
         # As Mastra's MessageList does, and recall: system rows are counted, never returned.
         messages = [m for m in messages if m.role != "system"]
         return RecallResult(messages, total, page, size, has_more)

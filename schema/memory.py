@@ -253,6 +253,7 @@ class Resource:
             include=[i.to_item() for i in items] if items else None,
             principal=info.context.principal,
             budget=info.context.rows,
+            counted=selects(info, "total"),
         )
         return MessagePage(
             messages=[Message(_record=m) for m in result.messages],

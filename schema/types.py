@@ -281,7 +281,11 @@ class MessagePage:
     messages: list[Message] = strawberry.field(
         description="The page's messages, in the order asked for (createdAt, then insertion order)."
     )
-    total: int = strawberry.field(description="Messages matching the filter (0 for perPage 0, as in Mastra).")
+    total: int | None = strawberry.field(
+        graphql_type=int,
+        description="Messages matching the filter (0 for perPage 0, as in Mastra). Counted only when "
+        "selected: a page without it reads perPage + 1 messages and no count.",
+    )
     page: int = strawberry.field(description="The page argument, echoed.")
     per_page: PerPage = strawberry.field(description="The page size, or false.")
     has_more: bool = strawberry.field(description="Whether a further page exists.")
@@ -364,6 +368,7 @@ async def recall_field(
         budget=info.context.rows,
         pages=info.context.pages if thread is not None else None,
     )
+    assert result.total is not None  # recall always counts
     return RecallResult(
         messages=[Message(_record=m) for m in result.messages],
         total=result.total,

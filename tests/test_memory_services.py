@@ -21,7 +21,7 @@ from models.repository import Repository
 from resolvers.auth import OPEN, Principal
 from resolvers.budget import RowBudget
 from resolvers.config import BUILTIN_DEFAULTS
-from resolvers.context import Services
+from resolvers.context import RequestContext, Services
 from resolvers.errors import BadUserInput, Forbidden, NotFound
 from resolvers.events import InProcessBroker, message_channel, thread_channel
 from resolvers.messages import MessagePatch
@@ -33,8 +33,9 @@ from resolvers.working_memory import (
     deep_merge_working_memory,
     working_memory_config,
 )
+from schema import build_schema
 from tests.factories import BASE_MS, msg, seed, t
-from tests.support import loop_ticks, uid
+from tests.support import loop_ticks, statements, uid
 
 
 class RecordingVectors:
@@ -615,3 +616,68 @@ async def test_a_resources_messages_are_bounded_like_every_read(repository: Repo
     with pytest.raises(BadUserInput) as refused:
         await engine.resource_messages("r1", per_page=1, include=narrow, principal=OPEN, budget=budget)
     assert refused.value.extensions["limit"] == "maxRequestRows"
+
+
+async def test_a_resources_messages_uncounted_page_is_the_counted_one(repository: Repository) -> None:
+    """Without its total (a query that does not select it), a page reads one message more instead of
+    counting: the same messages and Mastra's hasMore (offset + perPage < total) at every page and size,
+    with filters, DESC and include windows alike."""
+    services = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS))
+    await seed(
+        services,
+        *(msg(f"m{n}", thread=f"t{n % 2}", at=n // 2, metadata={"odd": n % 2 == 1}) for n in range(7)),
+        threads={"t0": "r1", "t1": "r1"},
+    )
+    engine = services.recall
+    shapes: list[dict[str, Any]] = [
+        {},
+        {"descending": True},
+        {"metadata": {"odd": True}},
+        {
+            "include": [IncludeItem("m2", with_previous_messages=1, with_next_messages=1)],
+            "metadata": {"odd": True},
+        },
+    ]
+    for shape in shapes:
+        for per_page in range(0, 9):
+            for page in range(0, 9):
+                counted = await engine.resource_messages(
+                    "r1", page=page, per_page=per_page, principal=OPEN, **shape
+                )
+                assert counted.total is not None
+                bare = await engine.resource_messages(
+                    "r1", page=page, per_page=per_page, principal=OPEN, counted=False, **shape
+                )
+                assert (bare.messages, bare.has_more) == (counted.messages, counted.has_more), (shape, page)
+                assert bare.has_more == (page * per_page + per_page < counted.total)
+                assert bare.total is None or per_page == 0
+    # perPage false is always counted: the count bounds what it may read.
+    every = await engine.resource_messages("r1", per_page=False, principal=OPEN, counted=False)
+    assert (every.total, len(every.messages)) == (7, 7)
+
+
+@pytest.mark.parametrize(
+    ("query", "counts"),
+    [
+        ('{ resource(id: "r1") { messages(perPage: 2) { total hasMore messages { id } } } }', 1),
+        ('{ resource(id: "r1") { messages(perPage: 2) { ...P } } } fragment P on MessagePage { total }', 1),
+        ('{ resource(id: "r1") { messages(perPage: 2) { hasMore messages { id } } } }', 0),
+        # A total of something else (a message's thread's recall) is not the page's.
+        ('{ resource(id: "r1") { messages(perPage: 2) { hasMore messages { id thread { id } } } } }', 0),
+    ],
+)
+async def test_a_resources_messages_are_counted_only_when_the_query_selects_total(
+    repository: Repository, query: str, counts: int
+) -> None:
+    services = Services.build(repository, memory_defaults=dict(BUILTIN_DEFAULTS))
+    await seed(services, *(msg(f"m{n}", at=n) for n in range(5)))
+    with statements(services) as seen:
+        got = await build_schema().execute(
+            query, context_value=RequestContext(services=services, principal=OPEN)
+        )
+    assert not got.errors, got.errors
+    assert got.data is not None
+    page = got.data["resource"]["messages"]
+    assert page.get("hasMore", True) is True and page.get("total", 5) == 5
+    counted = [s for s in seen if "count(" in s.lower() and "FROM messages" in s]
+    assert len(counted) == counts, seen
