@@ -242,6 +242,14 @@ class IsolatedChromaIndex:
         found: set[tuple[str, int]] = await self._call("stored", resource_id)
         return found
 
+    async def vectors(
+        self, resource_id: str | None, message_ids: Sequence[str]
+    ) -> dict[str, dict[int, Vector]]:
+        found: dict[str, dict[int, Vector]] = await self._timed(
+            [resource_id], "vectors", resource_id, list(message_ids)
+        )
+        return found
+
     async def unreachable(self, resource_id: str | None, *, k: int = 10) -> set[str]:
         lost: set[str] = await self._call("unreachable", resource_id, k=k)
         return lost

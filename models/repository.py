@@ -1155,6 +1155,20 @@ class Repository:
 
         return await self._write_transaction(body)
 
+    async def outbox_queued(self, message_ids: Sequence[str]) -> set[str]:
+        """Those of these messages with vector work queued (their index entries may not match SQL)."""
+
+        def read(conn: Connection) -> set[str]:
+            found: set[str] = set()
+            for some in _slices(list(dict.fromkeys(message_ids))):
+                stmt = select(O.c.message_id).where(O.c.message_id.in_(some)).distinct()
+                found.update(conn.execute(stmt).scalars())
+            return found
+
+        if not message_ids:
+            return set()
+        return await self._read(read)
+
     async def outbox_backlog(self) -> int:
         async with self.engine.connect() as conn:
             return (await conn.execute(select(func.count()).select_from(O))).scalar_one()

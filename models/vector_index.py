@@ -831,6 +831,29 @@ class ChromaIndex:
 
         return await self._call("get", self._with_collection, resource_id, False, action, set())
 
+    async def vectors(
+        self, resource_id: str | None, message_ids: Sequence[str]
+    ) -> dict[str, dict[int, Vector]]:
+        """The stored vectors of these messages in this resource's collection, by chunk (a message with
+        none is left out)."""
+        ids = sorted(set(message_ids))
+
+        def action(collection: Collection) -> dict[str, dict[int, Vector]]:
+            found: dict[str, dict[int, Vector]] = {}
+            for batch in _chunks(ids):
+                got = collection.get(where=_message_in(batch), include=["embeddings"])
+                embeddings = got.get("embeddings")
+                if embeddings is None:
+                    continue
+                for vector_id, embedding in zip(got["ids"], embeddings, strict=True):
+                    message_id, chunk = _parse_vector_id(vector_id)
+                    found.setdefault(message_id, {})[chunk] = np.asarray(embedding, dtype=np.float32)
+            return found
+
+        if not ids:
+            return {}
+        return await self._call("get", self._with_collection, resource_id, False, action, {})
+
     async def unreachable(self, resource_id: str | None, *, k: int = 10) -> set[str]:
         """Messages of this resource whose stored vector Chroma's query for that very vector (top ``k``)
         does not return: records its HNSW graph cannot reach (chroma-core/chroma#7758), which a search

@@ -9,7 +9,7 @@ import contextlib
 import logging
 import re
 import uuid
-from collections.abc import AsyncGenerator, Iterable, Sequence
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -18,6 +18,7 @@ import orjson
 from models.records import MessageQuery, MessageRecord, ThreadRecord
 from models.repository import Repository, RowForbidden, ThreadChanged, ThreadForbidden
 from models.signals import is_legacy_reminder, is_transient_signal, signal_type
+from models.vector_index import VectorItem
 from resolvers import cursors
 from resolvers.auth import Principal
 from resolvers.clock import now_ms
@@ -90,8 +91,12 @@ class VectorSync(Protocol):
         message_ids: Sequence[str],
         resource_ids: Iterable[str | None],
         stored: Sequence[MessageRecord] = (),
+        known: Mapping[str, Sequence[VectorItem]] | None = None,
     ) -> asyncio.Future[None]: ...
     async def room(self, timeout: float) -> bool: ...
+    async def copied_vectors(
+        self, pairs: Sequence[tuple[MessageRecord, MessageRecord]]
+    ) -> dict[str, list[VectorItem]]: ...
 
 
 async def sync_vectors(
@@ -100,17 +105,19 @@ async def sync_vectors(
     timeout: float,
     *,
     stored: Sequence[MessageRecord] = (),
+    known: Mapping[str, Sequence[VectorItem]] | None = None,
 ) -> None:
     """Hands these messages' vectors to the write pipeline and waits (within `timeout`) until the index
     matches SQL for them, or in background mode only until the pipeline's queue has room. SQL has
     committed: if the write fails or runs out of time, the outbox still holds the work for the drain.
 
     `stored`: those of the messages as this request has just written them (saved or updated, not
-    deleted), which the pipeline may start embedding before it reads them back."""
+    deleted), which the pipeline may start embedding before it reads them back; `known`: vectors of
+    some of them in hand already (a clone's, copied from its source), which need no embedding."""
     if vectors is None or not messages:
         return
     message_ids = [m.id for m in messages]
-    done = vectors.submit(message_ids, {m.resource_id for m in messages}, stored)
+    done = vectors.submit(message_ids, {m.resource_id for m in messages}, stored, known)
     if vectors.background:
         if not await vectors.room(timeout):
             log.warning("vector queue still full after %.1fs; the save answers anyway", timeout)

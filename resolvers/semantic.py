@@ -80,6 +80,9 @@ class VectorIndex(Protocol):
     async def drop(self, resource_ids: Sequence[str | None] | None = None) -> int: ...
     async def resources(self) -> list[str | None]: ...
     async def stored(self, resource_id: str | None) -> set[tuple[str, int]]: ...
+    async def vectors(
+        self, resource_id: str | None, message_ids: Sequence[str]
+    ) -> dict[str, dict[int, Vector]]: ...
     async def unreachable(self, resource_id: str | None) -> set[str]: ...
     async def ping(self) -> None: ...
     async def aclose(self) -> None: ...
@@ -102,6 +105,8 @@ class _Job:
     message_ids: list[str]
     done: asyncio.Future[None] = field(repr=False)
     stored: list[MessageRecord] = field(default_factory=list, repr=False)
+    # Vectors already in hand for some of `stored` (copied from the messages they copy), by message id.
+    known: dict[str, list[VectorItem]] = field(default_factory=dict, repr=False)
 
 
 @dataclass(slots=True)
@@ -360,12 +365,16 @@ class SemanticMemory:
         queued_before: int | None = None,
         after: int | None = None,
         ahead: Mapping[str, MessageRecord] | None = None,
+        known: Mapping[str, Sequence[VectorItem]] | None = None,
     ) -> _VectorWork:
         """The queued entries (of these messages, or the oldest batch) with what SQL holds now,
         embedded. `ahead`: embeddable messages as their requests wrote them (a save's almost always
         read back unchanged); they are embedded while SQL is read, so the embedder does not wait for
-        the read, and their vectors are kept where SQL still holds them as written."""
-        early = asyncio.ensure_future(self._embed_messages(list(ahead.values()))) if ahead else None
+        the read, and their vectors are kept where SQL still holds them as written. `known`: vectors
+        of some of `ahead` in hand already (not embedded), kept on the same terms."""
+        known = known or {}
+        fresh = [m for m in (ahead or {}).values() if m.id not in known]
+        early = asyncio.ensure_future(self._embed_messages(fresh)) if fresh else None
         try:
             entries, rows = await self.repository.outbox_snapshot(
                 message_ids=message_ids,
@@ -383,6 +392,7 @@ class SemanticMemory:
         current = [m for m in rows.values() if embeddable_text(m) is not None]
         unchanged = {m.id for m in current if ahead and m.id in ahead and _same_vectors(ahead[m.id], m)}
         items = [item for item in embedded if item.message_id in unchanged]
+        items.extend(item for i in unchanged if i in known for item in known[i])
         more, refused = await self._embed_messages([m for m in current if m.id not in unchanged])
         items.extend(more)
         refused |= refused_early & unchanged
@@ -622,12 +632,14 @@ class SemanticMemory:
         message_ids: Sequence[str],
         resource_ids: Iterable[str | None],
         stored: Sequence[MessageRecord] = (),
+        known: Mapping[str, Sequence[VectorItem]] | None = None,
     ) -> asyncio.Future[None]:
         """Queues these messages' vector work; the future is done once the index matches SQL for them
         (or holds the error: the outbox keeps the work for the drain). `resource_ids`: the resources
         whose searches must wait for this work (background mode). `stored`: some of the messages as
         the caller has just written them; the pipeline embeds those while it reads SQL, and keeps the
-        vectors of each one SQL still holds as written."""
+        vectors of each one SQL still holds as written. `known`: vectors of some of `stored` that need
+        no embedding (see copied_vectors), kept on the same terms."""
         loop = asyncio.get_running_loop()
         if self._wake is None or self._progress is None or self._loop is not loop:
             # Kept when a stopped pipeline is replaced: whoever waits on progress (flush, searches,
@@ -644,7 +656,9 @@ class SemanticMemory:
         # timeouts), a job keeps only its ids: the rows are a head start the pipeline can do without, and
         # would otherwise pile up in memory for as long as the stall lasts.
         ahead = list(stored) if self._queued <= self.max_backlog else []
-        job = _Job(self._tickets, list(dict.fromkeys(message_ids)), loop.create_future(), ahead)
+        held = {m.id for m in ahead}
+        reuse = {i: list(items) for i, items in (known or {}).items() if i in held}
+        job = _Job(self._tickets, list(dict.fromkeys(message_ids)), loop.create_future(), ahead, reuse)
         for resource in resource_ids:
             self._last_ticket[resource] = job.ticket
         self._jobs.append(job)
@@ -759,7 +773,10 @@ class SemanticMemory:
     async def _prepare(self, jobs: list[_Job]) -> _Prepared:
         try:
             return _Prepared(
-                jobs, await self._load([i for job in jobs for i in job.message_ids], ahead=_ahead(jobs))
+                jobs,
+                await self._load(
+                    [i for job in jobs for i in job.message_ids], ahead=_ahead(jobs), known=_known(jobs)
+                ),
             )
         except Exception as exc:  # the jobs fail; their outbox entries stay for the drain
             return _Prepared(jobs, None, error=exc)
@@ -941,6 +958,51 @@ class SemanticMemory:
             await self.reindex(resource_id=resource, without_resource=resource is None, rebuild=True)
         return broken
 
+    async def copied_vectors(
+        self, pairs: Sequence[tuple[MessageRecord, MessageRecord]]
+    ) -> dict[str, list[VectorItem]]:
+        """For (source, copy) pairs of messages of the same text (a clone's copies of the messages it
+        read): the source's stored vectors as the copy's, by copy id, so that a copy is not embedded
+        again. Only where the index holds the vectors of the source's text: the source has no vector
+        work queued before the index is read and none after it, and SQL still holds the source as read
+        (a change in between queues work, which a writer settles only once its vectors are written).
+        Anything less (no vectors, a chunk missing, a failing index) leaves the copy to the embedder."""
+        candidates = [
+            (source, copy)
+            for source, copy in pairs
+            if (text := embeddable_text(source)) is not None and text == embeddable_text(copy)
+        ]
+        if not candidates:
+            return {}
+        sources = [source for source, _ in candidates]
+        ids = [source.id for source in sources]
+        try:
+            busy = await self.repository.outbox_queued(ids)
+            index = await self.index()
+            stored: dict[str, dict[int, Vector]] = {}
+            by_resource: dict[str | None, list[str]] = {}
+            for source in sources:
+                if source.id not in busy:
+                    by_resource.setdefault(source.resource_id, []).append(source.id)
+            for resource_id, message_ids in by_resource.items():
+                stored.update(await index.vectors(resource_id, message_ids))
+            busy |= await self.repository.outbox_queued(ids)
+            now = await self.repository.get_messages(ids)
+        except Exception as exc:  # an optimisation only: the embedder does the work instead
+            log.info("vectors of %d cloned message(s) not copied, embedded instead: %r", len(ids), exc)
+            return {}
+        known: dict[str, list[VectorItem]] = {}
+        for source, copy in candidates:
+            chunks = stored.get(source.id, {})
+            expected = len(chunk_text(embeddable_text(copy) or ""))
+            if source.id in busy or now.get(source.id) != source or sorted(chunks) != list(range(expected)):
+                continue
+            known[copy.id] = [
+                VectorItem(copy.id, copy.thread_id, copy.resource_id, chunk, vector)
+                for chunk, vector in sorted(chunks.items())
+            ]
+        return known
+
     async def release(self, message_ids: Sequence[str]) -> None:
         """Hands these messages' vector work to the background drain at once."""
         await self.repository.outbox_release(message_ids)
@@ -1086,6 +1148,18 @@ def _ahead(jobs: Sequence[_Job]) -> dict[str, MessageRecord]:
             if embeddable_text(message) is not None:
                 ahead[message.id] = message
     return ahead
+
+
+def _known(jobs: Sequence[_Job]) -> dict[str, list[VectorItem]]:
+    """The vectors in hand for the jobs' messages, as _ahead keeps their rows: a later job's copy of a
+    message (with its own vectors or none) replaces an earlier one's."""
+    known: dict[str, list[VectorItem]] = {}
+    for job in jobs:
+        for message in job.stored:
+            known.pop(message.id, None)
+            if message.id in job.known:
+                known[message.id] = job.known[message.id]
+    return known
 
 
 def _same_vectors(a: MessageRecord, b: MessageRecord) -> bool:

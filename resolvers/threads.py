@@ -383,11 +383,13 @@ class ThreadService:
         new_id = new_thread_id or str(uuid.uuid4())
         now = now_ms()
         id_map: dict[str, str] = {}
+        sources: list[MessageRecord] = []  # the messages copied, as the clone's transaction read them
 
         def build(
             source: ThreadRecord, selected: list[MessageRecord]
         ) -> tuple[ThreadRecord, list[MessageRecord]]:
             id_map.clear()  # a retried transaction builds again
+            sources.clear()
             if principal.restricted:  # in the clone's transaction: the source as it is copied
                 principal.require_thread(source, source.id)
                 selected = [m for m in selected if principal.sees_message(m)]
@@ -404,6 +406,7 @@ class ThreadService:
                 updated_at=now,
             )
             copies = []
+            sources.extend(selected)
             for message in selected:
                 copy_id = str(uuid.uuid4())
                 id_map[message.id] = copy_id
@@ -439,7 +442,16 @@ class ThreadService:
         if result is None:
             raise NotFound(f"Source thread with id {source_thread_id} not found")
         thread, copies = result
-        await sync_vectors(self.vectors, copies, self.vector_sync_timeout, stored=copies)
+        known = None
+        if self.vectors is not None and copies:
+            # The copies' texts are their sources': their vectors are copied where the index holds the
+            # sources' current ones, rather than embedded again (a clone of 1,000 chat messages took
+            # 2.5 s of embedding against 0.07 s without vectors).
+            copied_from = {copy_id: source_id for source_id, copy_id in id_map.items()}
+            by_id = {m.id: m for m in sources}
+            pairs = [(by_id[copied_from[c.id]], c) for c in copies if copied_from.get(c.id) in by_id]
+            known = await self.vectors.copied_vectors(pairs)
+        await sync_vectors(self.vectors, copies, self.vector_sync_timeout, stored=copies, known=known)
         events = [thread_event(THREAD_CREATED, thread)]
         events.extend(message_event(MESSAGE_SAVED, thread.id, m) for m in copies)
         await publish_quietly(self.events, events)

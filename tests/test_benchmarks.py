@@ -90,6 +90,13 @@ def test_reindex_throughput_runs(model: Path) -> None:
     assert re.search(r"\| \d+ \| \d+ \| \d+ \| \d+%, \d+% \|", damage), damage
 
 
+def test_clone_thread_runs(model: Path) -> None:
+    # The script itself checks that every clone's copies have their vectors.
+    out = run("clone_thread.py", *("--sizes", "12,30", "--rounds", "1", "--model-dir", str(model)))
+    assert re.search(r"\| 12 \| \d+ \| \d+ \| \d+ \| [\d.]+x \| [\d.]+x \|", out), out
+    assert re.search(r"\| 30 \| \d+ \| \d+ \| \d+ \| [\d.]+x \| [\d.]+x \|", out), out
+
+
 def test_write_merging_runs(model: Path) -> None:
     out = run(
         "write_merging.py",

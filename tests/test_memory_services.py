@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import sqlite3
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from models.db import create_engine
 from models.migrate import upgrade
 from models.records import MessageRecord, ResourceRecord, ThreadRecord
 from models.repository import Repository
+from models.vector_index import VectorItem
 from resolvers.auth import OPEN, Principal
 from resolvers.budget import RowBudget
 from resolvers.config import BUILTIN_DEFAULTS
@@ -65,9 +66,15 @@ class RecordingVectors:
         message_ids: Sequence[str],
         resource_ids: Iterable[str | None],
         stored: Sequence[MessageRecord] = (),
+        known: Mapping[str, Sequence[VectorItem]] | None = None,
     ) -> asyncio.Future[None]:
         self.stored.extend(m.id for m in stored)
         return asyncio.ensure_future(self.sync(message_ids))
+
+    async def copied_vectors(
+        self, pairs: Sequence[tuple[MessageRecord, MessageRecord]]
+    ) -> dict[str, list[VectorItem]]:
+        return {}
 
 
 @pytest.fixture

@@ -1386,3 +1386,64 @@ async def test_background_mode_over_http_reads_its_writes(engine: str, tmp_path:
                     found = await api.execute(SEARCH, t=thread_id, s=f"topic{n} note")
                     hits = [m["id"] for m in found["recall"]["messages"]]
                     assert hits == [f"{thread_id}-m{k}" for k in range(n + 1)]
+
+
+async def _vectors_of(
+    setup: Setup, resource_id: str, ids: Sequence[str]
+) -> dict[str, dict[int, list[float]]]:
+    found = await setup.index.vectors(resource_id, ids)
+    return {i: {c: [round(float(x), 6) for x in v] for c, v in chunks.items()} for i, chunks in found.items()}
+
+
+async def test_a_clone_copies_its_sources_vectors_instead_of_embedding_them(make: Any) -> None:
+    """A clone's copies have their sources' texts: their vectors are the sources' (every chunk of a long
+    text too), read from the index and written under the copies' ids, not embedded again; searches of
+    the clone find them, into another resource as into the same one."""
+    setup = make()
+    thread_id, resource_id = await new_thread(setup)
+    long_text = " ".join(f"word{n}" for n in range(5000))  # several chunks of 16,384 units
+    saved = await setup.save(thread_id, resource_id, ["apples and pears", "a trip to lisbon", long_text])
+    embedded = sum(setup.embedder.calls)
+    assert embedded >= 5  # two short texts and at least three chunks
+    sources = await _vectors_of(setup, resource_id, saved)
+    assert len(sources[saved[2]]) >= 3
+    for target in (None, uid("r")):
+        clone = await setup.services.threads.clone(thread_id, resource_id=target, principal=OPEN)
+        copies = [clone.message_id_map[i] for i in saved]
+        assert sum(setup.embedder.calls) == embedded, "a copy was embedded again"
+        owner = target or resource_id
+        copied = await _vectors_of(setup, owner, copies)
+        assert [copied[c] for c in copies] == [sources[s] for s in saved]
+        assert await setup.services.repository.outbox_backlog() == 0
+        found = await setup.semantic.search(
+            "a trip to lisbon", thread_id=clone.thread.id, resource_id=owner, resource_scope=False, top_k=1
+        )
+        assert [h.message_id for h in found.hits] == [copies[1]]
+        embedded += 1  # the search's own text
+
+
+async def test_a_clone_embeds_the_copies_whose_sources_vectors_may_not_match_their_text(
+    make: Any, repository: Repository
+) -> None:
+    """Only vectors the index certainly holds for the source's text are copied: a source with vector
+    work queued (its vectors may be an older text's, or missing) or changed since the clone read it is
+    embedded instead."""
+    setup = make()
+    thread_id, resource_id = await new_thread(setup)
+    saved = await setup.save(thread_id, resource_id, ["one", "two", "three"])
+    embedded = sum(setup.embedder.calls)
+    # Work queued for every message of the resource (as a rebuild queues it), not yet written.
+    assert await repository.outbox_queue_resource(resource_id) == 3
+    clone = await setup.services.threads.clone(thread_id, principal=OPEN)
+    assert sum(setup.embedder.calls) == embedded + 3
+    copies = [clone.message_id_map[i] for i in saved]
+    assert sorted(await setup.hits("two", clone.thread.id, resource_id)) == sorted([*saved, *copies])
+    # A source as read before a change SQL has since made: not its vectors.
+    await setup.semantic.drain()
+    rows = await repository.get_messages(saved)
+    earlier = replace(rows[saved[0]], content=_text("zero"))
+    copy = replace(earlier, id=uid("m"))
+    same = replace(rows[saved[1]], id=uid("m"))
+    known = await setup.semantic.copied_vectors([(earlier, copy), (rows[saved[1]], same)])
+    assert list(known) == [same.id]
+    assert [(v.message_id, v.chunk) for v in known[same.id]] == [(same.id, 0)]
