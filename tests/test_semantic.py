@@ -176,6 +176,7 @@ class SemanticServer:
     url: str
     mode: str
     chroma_url: str | None
+    log_path: Path
 
     def index(self) -> ChromaIndex | None:
         """A direct view of the Chroma server the RecallQL server writes to (server mode only)."""
@@ -206,7 +207,7 @@ async def semantic_server(
     async with database(engine, tmp) as url:
         env["RECALLQL_DATABASE_URL"] = url
         with running_server(tmp / "data", env) as server:
-            yield SemanticServer(server.url, mode, chroma_url)
+            yield SemanticServer(server.url, mode, chroma_url, server.log_path)
             if mode == "process":  # the tests ran against Chroma in the server's child process
                 # Each thread lists the children it started (the index starts its child from a worker).
                 tasks = Path(f"/proc/{server.proc.pid}/task").glob("*/children")
@@ -363,6 +364,44 @@ async def test_a_thread_given_to_another_resource_takes_its_vectors_along(
             assert (await index.count(alice), await index.count(bob)) == (2, 3)
         finally:
             await index.aclose()
+
+
+CLONE = """mutation($t: ID!, $r: String) { cloneThread(input: {sourceThreadId: $t, resourceId: $r}) {
+  thread { id } messageIdMap { sourceId cloneId } } }"""
+
+
+async def test_a_clones_copies_are_found_with_their_sources_vectors(
+    api: Api, semantic_server: SemanticServer
+) -> None:
+    """A clone's copies take their sources' vectors (read from the index, not embedded again: see
+    tests/test_vector_pipeline.py), in every index mode (the server says when it could not copy them):
+    the clone's own thread scope and the target resource's scope find them, and on a Chroma server each
+    copy's vector is its source's."""
+    source, alice = await new_thread(api)
+    bobs, bob = await new_thread(api)
+    saved = await save_texts(api, source, ["hello there", "the zebra migration crosses the river"], start=0)
+    query = "zebra migration river"
+    for target, owner, scope_thread in ((None, alice, source), (bob, bob, bobs)):
+        got = (await api.execute(CLONE, t=source, r=target))["cloneThread"]
+        clone_id = got["thread"]["id"]
+        copies = {m["sourceId"]: m["cloneId"] for m in got["messageIdMap"]}
+        assert ids(await search(api, clone_id, query, top_k=1, threshold=-1)) == [copies[saved[1]]]
+        wide = await search(
+            api, scope_thread, query, top_k=10, scope="RESOURCE", resource_id=owner, threshold=-1
+        )
+        assert set(ids(wide)) >= {copies[saved[0]], copies[saved[1]]}
+        index = semantic_server.index()
+        if index is not None:  # server mode: the vectors in Chroma itself
+            try:
+                stored = await index.vectors(owner, [*saved, *copies.values()])
+                theirs = await index.vectors(alice, saved)
+                for source_id, copy_id in copies.items():
+                    assert [list(v) for v in stored[copy_id].values()] == [
+                        list(v) for v in theirs[source_id].values()
+                    ]
+            finally:
+                await index.aclose()
+    assert "not copied, embedded instead" not in semantic_server.log_path.read_text()
 
 
 # Mastra tests `if (semanticRecall)`: an options object with every field left out is on (topK 4, range 1,
