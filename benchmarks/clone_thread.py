@@ -1,16 +1,18 @@
-"""cloneThread with semantic recall on: the copies' vectors copied from their sources, against embedding
-them again (what cloneThread did before) and against a server without an embedder.
+"""cloneThread (or updateThreadResourceId, --operation transfer) with semantic recall on: the copies'
+(the moved messages') vectors copied from their sources, against embedding them again (what both did
+before) and against a server without an embedder.
 
     python benchmarks/clone_thread.py [--sizes 100,1000] [--rounds 5] [--texts chat|conversation]
-        [--model-dir DIR] [--out FILE]
+        [--operation clone|transfer] [--model-dir DIR] [--out FILE]
 
 One thread of each size in a fresh SQLite file, saved with its vectors written (all-MiniLM-L6-v2 and
 embedded Chroma in a child process, the defaults), then cloned: each round, for each size, a clone that
 copies the sources' vectors (now), one that embeds the copies (SemanticMemory.copied_vectors answering
 nothing, as before), and one by a server without an embedder (SQL alone), in turn, since this machine's
 speed drifts within minutes. A clone answers once its copies' vectors are written (the default, wait
-mode), as a save does. Prints the median ms of the rounds and the ratios; checks that each clone's
-vectors are all there.
+mode), as a save does. A transfer gives the thread to another resource and back, in turn (its vectors
+move between the two resources' collections). Prints the median ms of the rounds and the ratios; checks
+that the vectors of each clone (each moved thread) are all there.
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ from models.chroma_process import IsolatedChromaIndex
 from models.db import create_engine
 from models.embedders import OnnxMiniLMEmbedder
 from models.migrate import upgrade
-from models.records import MessageRecord
 from models.repository import Repository
 from resolvers.auth import OPEN
 from resolvers.config import BUILTIN_DEFAULTS
@@ -46,7 +47,7 @@ from resolvers.semantic import SemanticMemory
 WAYS = ("copied vectors", "embedded again", "no embedder")
 
 
-async def _no_copies(_pairs: Any) -> dict[str, Any]:
+async def _no_copies(_pairs: Any, **_options: Any) -> dict[str, Any]:
     return {}
 
 
@@ -55,6 +56,7 @@ async def main() -> None:
     parser.add_argument("--sizes", default="100,1000")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--texts", choices=sorted(INGEST_TEXTS), default="chat")
+    parser.add_argument("--operation", choices=("clone", "transfer"), default="clone")
     parser.add_argument("--model-dir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
@@ -75,12 +77,14 @@ async def main() -> None:
         times: dict[tuple[int, str], list[float]] = {}
         try:
             sources: dict[int, str] = {}
+            saved: dict[int, list[str]] = {}
             for size in sizes:
                 thread_id = f"source-{size}"
                 await services.threads.create(resource_id="r", thread_id=thread_id, principal=OPEN)
                 texts = INGEST_TEXTS[args.texts](size, size)
+                saved[size] = []
                 for start in range(0, size, 100):
-                    await services.messages.save(
+                    result = await services.messages.save(
                         [
                             MessageInput(
                                 thread_id=thread_id,
@@ -92,25 +96,39 @@ async def main() -> None:
                         ],
                         principal=OPEN,
                     )
+                    saved[size].extend(m.id for m in result.messages)
                 sources[size] = thread_id
             copier = semantic.copied_vectors
 
-            async def clone(size: int, way: str) -> list[MessageRecord]:
+            owners = dict.fromkeys(sizes, "r")
+
+            async def clone(size: int, way: str) -> tuple[str, list[str]]:
+                """Times one clone (or transfer); the resource its vectors are in and their ids."""
                 semantic.copied_vectors = copier if way == "copied vectors" else _no_copies  # type: ignore[method-assign,assignment]
                 chosen = plain if way == "no embedder" else services
+                if args.operation == "transfer":
+                    here, there = owners[size], "r2" if owners[size] == "r" else "r"
+                    started = time.perf_counter()
+                    await chosen.threads.transfer(sources[size], there, principal=OPEN)
+                    times.setdefault((size, way), []).append((time.perf_counter() - started) * 1000)
+                    if way == "no embedder":  # its vectors stayed behind: back to them, untimed
+                        await chosen.threads.transfer(sources[size], here, principal=OPEN)
+                    else:
+                        owners[size] = there
+                    return owners[size], saved[size]
                 started = time.perf_counter()
                 result = await chosen.threads.clone(sources[size], principal=OPEN)
                 times.setdefault((size, way), []).append((time.perf_counter() - started) * 1000)
-                return result.messages
+                return "r", [m.id for m in result.messages]
 
             await clone(sizes[0], "copied vectors")  # warm-up: Chroma's child, the collection
             for rnd in range(args.rounds):
                 order = WAYS if rnd % 2 == 0 else WAYS[::-1]
                 for size in sizes:
                     for way in order:
-                        copies = await clone(size, way)
+                        owner, copies = await clone(size, way)
                         if way != "no embedder":  # every copy's vector is there
-                            stored = await index.vectors("r", [m.id for m in copies])
+                            stored = await index.vectors(owner, copies)
                             if len(stored) != size:
                                 raise SystemExit(f"{way}: {len(stored)} of {size} copies have vectors")
                 print(f"  round {rnd + 1} of {args.rounds} done", file=sys.stderr, flush=True)
@@ -119,12 +137,13 @@ async def main() -> None:
             await semantic.aclose()
             await engine.dispose()
     lines = [
-        f"# cloneThread with semantic recall — {dt.date.today()}",
+        f"# {'cloneThread' if args.operation == 'clone' else 'updateThreadResourceId'} with semantic "
+        f"recall — {dt.date.today()}",
         "",
         machine(),
         "",
         f"In process, SQLite, all-MiniLM-L6-v2 and embedded Chroma (child process), {args.texts} texts, "
-        f"median ms of {args.rounds} rounds; the clone answers once its copies' vectors are written.",
+        f"median ms of {args.rounds} rounds; the call answers once the vectors are written.",
         "",
         "| messages | " + " | ".join(WAYS) + " | embedded again ÷ copied | copied ÷ no embedder |",
         "|---|" + "---|" * (len(WAYS) + 2),

@@ -1155,18 +1155,23 @@ class Repository:
 
         return await self._write_transaction(body)
 
-    async def outbox_queued(self, message_ids: Sequence[str]) -> set[str]:
-        """Those of these messages with vector work queued (their index entries may not match SQL)."""
+    async def outbox_queued(self, message_ids: Sequence[str]) -> dict[str, int]:
+        """How many vector work entries each of these messages has queued (none: left out); while it has
+        any, its index entries may not match SQL."""
 
-        def read(conn: Connection) -> set[str]:
-            found: set[str] = set()
+        def read(conn: Connection) -> dict[str, int]:
+            found: dict[str, int] = {}
             for some in _slices(list(dict.fromkeys(message_ids))):
-                stmt = select(O.c.message_id).where(O.c.message_id.in_(some)).distinct()
-                found.update(conn.execute(stmt).scalars())
+                stmt = (
+                    select(O.c.message_id, func.count())
+                    .where(O.c.message_id.in_(some))
+                    .group_by(O.c.message_id)
+                )
+                found.update((row[0], int(row[1])) for row in conn.execute(stmt))
             return found
 
         if not message_ids:
-            return set()
+            return {}
         return await self._read(read)
 
     async def outbox_backlog(self) -> int:

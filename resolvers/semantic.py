@@ -959,14 +959,19 @@ class SemanticMemory:
         return broken
 
     async def copied_vectors(
-        self, pairs: Sequence[tuple[MessageRecord, MessageRecord]]
+        self, pairs: Sequence[tuple[MessageRecord, MessageRecord]], *, moved: bool = False
     ) -> dict[str, list[VectorItem]]:
-        """For (source, copy) pairs of messages of the same text (a clone's copies of the messages it
-        read): the source's stored vectors as the copy's, by copy id, so that a copy is not embedded
-        again. Only where the index holds the vectors of the source's text: the source has no vector
-        work queued before the index is read and none after it, and SQL still holds the source as read
-        (a change in between queues work, which a writer settles only once its vectors are written).
-        Anything less (no vectors, a chunk missing, a failing index) leaves the copy to the embedder."""
+        """For (source, copy) pairs of messages of the same text: the source's stored vectors as the
+        copy's, by copy id, so that the copy is not embedded again. A clone's copies are new messages
+        made from the sources it read; `moved`: the pairs are instead the rows a move (a transfer to
+        another resource) left behind and wrote, of the same message, whose vectors are still in the
+        old resource's collection.
+
+        Only where the index holds the vectors of the source's text: the source has no vector work
+        queued (a moved one, only the move's own) before the index is read nor after it, and SQL still
+        holds what the caller wrote (the source, for a clone; the moved row) — a change in between
+        queues work, which a writer settles only once its vectors are written. Anything less (no
+        vectors, a chunk missing, a failing index) leaves the copy to the embedder."""
         candidates = [
             (source, copy)
             for source, copy in pairs
@@ -974,28 +979,38 @@ class SemanticMemory:
         ]
         if not candidates:
             return {}
-        sources = [source for source, _ in candidates]
-        ids = [source.id for source in sources]
+        ids = [source.id for source, _ in candidates]
+        allowed = 1 if moved else 0  # a move queued one entry for each message it moved
+
+        def busy(queued: Mapping[str, int], message_id: str) -> bool:
+            return queued.get(message_id, 0) != allowed
+
         try:
-            busy = await self.repository.outbox_queued(ids)
+            before = await self.repository.outbox_queued(ids)
             index = await self.index()
             stored: dict[str, dict[int, Vector]] = {}
             by_resource: dict[str | None, list[str]] = {}
-            for source in sources:
-                if source.id not in busy:
+            for source, _ in candidates:
+                if not busy(before, source.id):
                     by_resource.setdefault(source.resource_id, []).append(source.id)
             for resource_id, message_ids in by_resource.items():
                 stored.update(await index.vectors(resource_id, message_ids))
-            busy |= await self.repository.outbox_queued(ids)
-            now = await self.repository.get_messages(ids)
+            after = await self.repository.outbox_queued(ids)
+            now = await self.repository.get_messages([*ids, *(copy.id for _, copy in candidates)])
         except Exception as exc:  # an optimisation only: the embedder does the work instead
-            log.info("vectors of %d cloned message(s) not copied, embedded instead: %r", len(ids), exc)
+            log.info("vectors of %d copied message(s) not copied, embedded instead: %r", len(ids), exc)
             return {}
         known: dict[str, list[VectorItem]] = {}
         for source, copy in candidates:
             chunks = stored.get(source.id, {})
             expected = len(chunk_text(embeddable_text(copy) or ""))
-            if source.id in busy or now.get(source.id) != source or sorted(chunks) != list(range(expected)):
+            written = copy if moved else source
+            if (
+                busy(before, source.id)
+                or busy(after, source.id)
+                or now.get(written.id) != written
+                or sorted(chunks) != list(range(expected))
+            ):
                 continue
             known[copy.id] = [
                 VectorItem(copy.id, copy.thread_id, copy.resource_id, chunk, vector)

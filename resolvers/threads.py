@@ -211,10 +211,15 @@ class ThreadService:
         )
         if moved is None:
             raise NotFound(f"Thread {thread_id} not found")
-        before, thread, _, messages = moved
+        before, thread, left, messages = moved
         if before is thread:
             return thread
-        await sync_vectors(self.vectors, messages, self.vector_sync_timeout, stored=messages)
+        known = None
+        if self.vectors is not None and messages:
+            # The same texts in another resource's collection: their vectors are copied there rather
+            # than embedded again, where the old collection certainly holds the current ones.
+            known = await self.vectors.copied_vectors(list(zip(left, messages, strict=True)), moved=True)
+        await sync_vectors(self.vectors, messages, self.vector_sync_timeout, stored=messages, known=known)
         events = [thread_event(THREAD_DELETED, before), thread_event(THREAD_CREATED, thread)]
         events.extend(message_event(MESSAGE_UPDATED, thread_id, m) for m in messages)
         await publish_quietly(self.events, events)

@@ -95,6 +95,12 @@ def test_clone_thread_runs(model: Path) -> None:
     out = run("clone_thread.py", *("--sizes", "12,30", "--rounds", "1", "--model-dir", str(model)))
     assert re.search(r"\| 12 \| \d+ \| \d+ \| \d+ \| [\d.]+x \| [\d.]+x \|", out), out
     assert re.search(r"\| 30 \| \d+ \| \d+ \| \d+ \| [\d.]+x \| [\d.]+x \|", out), out
+    moved = run(
+        "clone_thread.py",
+        *("--operation", "transfer", "--sizes", "12", "--rounds", "2", "--model-dir", str(model)),
+    )
+    assert "updateThreadResourceId with semantic recall" in moved
+    assert re.search(r"\| 12 \| \d+ \| \d+ \| \d+ \| [\d.]+x \| [\d.]+x \|", moved), moved
 
 
 def test_write_merging_runs(model: Path) -> None:

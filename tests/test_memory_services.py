@@ -72,7 +72,7 @@ class RecordingVectors:
         return asyncio.ensure_future(self.sync(message_ids))
 
     async def copied_vectors(
-        self, pairs: Sequence[tuple[MessageRecord, MessageRecord]]
+        self, pairs: Sequence[tuple[MessageRecord, MessageRecord]], *, moved: bool = False
     ) -> dict[str, list[VectorItem]]:
         return {}
 

@@ -338,7 +338,8 @@ async def test_a_thread_given_to_another_resource_takes_its_vectors_along(
     api: Api, semantic_server: SemanticServer
 ) -> None:
     """After updateThreadResourceId, the thread's messages are found in the new resource's scope (and
-    in its own thread scope), no longer in the old one's: their vectors moved collections."""
+    in its own thread scope), no longer in the old one's: their vectors moved collections, copied from
+    the old one (the server never had to embed them again)."""
     thread_a, alice = await new_thread(api)
     stays, _ = await new_thread(api, alice)
     bobs, bob = await new_thread(api)
@@ -364,6 +365,7 @@ async def test_a_thread_given_to_another_resource_takes_its_vectors_along(
             assert (await index.count(alice), await index.count(bob)) == (2, 3)
         finally:
             await index.aclose()
+    assert "not copied, embedded instead" not in semantic_server.log_path.read_text()
 
 
 CLONE = """mutation($t: ID!, $r: String) { cloneThread(input: {sourceThreadId: $t, resourceId: $r}) {

@@ -1447,3 +1447,29 @@ async def test_a_clone_embeds_the_copies_whose_sources_vectors_may_not_match_the
     known = await setup.semantic.copied_vectors([(earlier, copy), (rows[saved[1]], same)])
     assert list(known) == [same.id]
     assert [(v.message_id, v.chunk) for v in known[same.id]] == [(same.id, 0)]
+
+
+async def test_a_transfer_moves_its_messages_vectors_without_embedding_them(
+    make: Any, repository: Repository
+) -> None:
+    """updateThreadResourceId: the messages keep their texts, so their vectors are copied from the old
+    resource's collection to the new one's (and removed from the old), not embedded again; a message
+    with other vector work queued besides the move's is embedded instead."""
+    setup = make()
+    thread_id, alice = await new_thread(setup)
+    bob, carol = uid("r"), uid("r")
+    long_text = " ".join(f"word{n}" for n in range(5000))
+    saved = await setup.save(thread_id, alice, ["apples and pears", long_text])
+    embedded = sum(setup.embedder.calls)
+    before = await _vectors_of(setup, alice, saved)
+    await setup.services.threads.transfer(thread_id, bob, principal=OPEN)
+    assert sum(setup.embedder.calls) == embedded, "a moved message was embedded again"
+    assert await _vectors_of(setup, bob, saved) == before
+    assert await _vectors_of(setup, alice, saved) == {}
+    assert await repository.outbox_backlog() == 0
+    # Work queued besides the move's (as a rebuild queues it): the vectors may not be the text's.
+    assert await repository.outbox_queue_resource(bob) == 2
+    await setup.services.threads.transfer(thread_id, carol, principal=OPEN)
+    assert sum(setup.embedder.calls) > embedded
+    assert sorted(await _vectors_of(setup, carol, saved)) == sorted(saved)
+    assert await _vectors_of(setup, bob, saved) == {}
