@@ -102,7 +102,7 @@ async def main() -> None:
 
             owners = dict.fromkeys(sizes, "r")
 
-            async def clone(size: int, way: str) -> tuple[str, list[str]]:
+            async def operate(size: int, way: str) -> tuple[str, list[str]]:
                 """Times one clone (or transfer); the resource its vectors are in and their ids."""
                 semantic.copied_vectors = copier if way == "copied vectors" else _no_copies  # type: ignore[method-assign,assignment]
                 chosen = plain if way == "no embedder" else services
@@ -121,12 +121,12 @@ async def main() -> None:
                 times.setdefault((size, way), []).append((time.perf_counter() - started) * 1000)
                 return "r", [m.id for m in result.messages]
 
-            await clone(sizes[0], "copied vectors")  # warm-up: Chroma's child, the collection
+            await operate(sizes[0], "copied vectors")  # warm-up: Chroma's child, the collection
             for rnd in range(args.rounds):
                 order = WAYS if rnd % 2 == 0 else WAYS[::-1]
                 for size in sizes:
                     for way in order:
-                        owner, copies = await clone(size, way)
+                        owner, copies = await operate(size, way)
                         if way != "no embedder":  # every copy's vector is there
                             stored = await index.vectors(owner, copies)
                             if len(stored) != size:

@@ -105,18 +105,22 @@ async def sync_vectors(
     timeout: float,
     *,
     stored: Sequence[MessageRecord] = (),
-    known: Mapping[str, Sequence[VectorItem]] | None = None,
+    copied_from: Sequence[tuple[MessageRecord, MessageRecord]] = (),
+    moved: bool = False,
 ) -> None:
     """Hands these messages' vectors to the write pipeline and waits (within `timeout`) until the index
     matches SQL for them, or in background mode only until the pipeline's queue has room. SQL has
     committed: if the write fails or runs out of time, the outbox still holds the work for the drain.
 
     `stored`: those of the messages as this request has just written them (saved or updated, not
-    deleted), which the pipeline may start embedding before it reads them back; `known`: vectors of
-    some of them in hand already (a clone's, copied from its source), which need no embedding."""
+    deleted), which the pipeline may start embedding before it reads them back. `copied_from`:
+    (source, copy) pairs of some of `stored` that have their sources' texts (a clone's copies; with
+    `moved`, a transfer's messages before and after): their vectors are copied from the sources' where
+    the index certainly holds them (SemanticMemory.copied_vectors), rather than embedded again."""
     if vectors is None or not messages:
         return
     message_ids = [m.id for m in messages]
+    known = await vectors.copied_vectors(copied_from, moved=moved) if copied_from else None
     done = vectors.submit(message_ids, {m.resource_id for m in messages}, stored, known)
     if vectors.background:
         if not await vectors.room(timeout):

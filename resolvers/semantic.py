@@ -996,7 +996,7 @@ class SemanticMemory:
             for resource_id, message_ids in by_resource.items():
                 stored.update(await index.vectors(resource_id, message_ids))
             after = await self.repository.outbox_queued(ids)
-            now = await self.repository.get_messages([*ids, *(copy.id for _, copy in candidates)])
+            now = await self.repository.get_messages(ids)  # a moved copy has its source's id
         except Exception as exc:  # an optimisation only: the embedder does the work instead
             log.info("vectors of %d copied message(s) not copied, embedded instead: %r", len(ids), exc)
             return {}

@@ -22,7 +22,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -398,14 +398,7 @@ async def run_query(session: Any, query: dict) -> dict:
     try:
         data = await session.execute(GraphQLRequest(RECALL, variable_values=variables or None))
     except TransportQueryError as exc:
-        errors = exc.errors or [{"message": str(exc)}]
-        first = errors[0]
-        return {
-            "name": name,
-            "ok": False,
-            "error": first.get("message", str(first)),
-            "code": (first.get("extensions") or {}).get("code"),
-        }
+        return failed(name, exc)
     r = data["recall"]
     messages = [candidate_message(m) for m in r["messages"]]
     return {
@@ -420,18 +413,41 @@ async def run_query(session: Any, query: dict) -> dict:
     }
 
 
-async def run_queries(base_url: str, queries: list[dict], *, concurrency: int = 6) -> list[dict]:
-    """Every query, `concurrency` at a time (one kept-alive client per worker), results in dataset order."""
+def failed(name: str, exc: TransportQueryError) -> dict:
+    """A case's GraphQL error in the comparer's candidate format: its first error's text and code."""
+    first = (exc.errors or [{"message": str(exc)}])[0]
+    return {
+        "name": name,
+        "ok": False,
+        "error": first.get("message", str(first)),
+        "code": (first.get("extensions") or {}).get("code"),
+    }
+
+
+async def run_each(
+    base_url: str,
+    queries: list[dict],
+    run: Callable[[Any, dict], Awaitable[dict]],
+    *,
+    concurrency: int,
+) -> list[dict]:
+    """`run(session, query)` for every query, `concurrency` at a time (one kept-alive client per
+    worker), results in dataset order."""
     results: list[dict | None] = [None] * len(queries)
     pending = iter(enumerate(queries))
 
     async def worker() -> None:
         async with Api(base_url).client as session:
             for i, q in pending:
-                results[i] = await run_query(session, q)
+                results[i] = await run(session, q)
 
     await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
     return [r for r in results if r is not None]
+
+
+async def run_queries(base_url: str, queries: list[dict], *, concurrency: int = 6) -> list[dict]:
+    """Every recall case, `concurrency` at a time, results in dataset order."""
+    return await run_each(base_url, queries, run_query, concurrency=concurrency)
 
 
 # ------------------------------------------------------------------------------------------- verdict

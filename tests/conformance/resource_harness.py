@@ -13,7 +13,6 @@ generated dataset. The pieces:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import os
@@ -25,8 +24,7 @@ from typing import Any
 from gql import GraphQLRequest
 from gql.transport.exceptions import TransportQueryError
 
-from tests.conformance.harness import EXPECTED_ERROR_CODES
-from tests.support import Api
+from tests.conformance.harness import EXPECTED_ERROR_CODES, failed, run_each
 
 HERE = Path(__file__).resolve().parent
 
@@ -174,45 +172,32 @@ def to_variables(args: dict) -> dict[str, Any]:
     return variables
 
 
+async def run_resource_query(session: Any, query: dict) -> dict:
+    """One case through a connected gql session, in the resource oracle's format."""
+    name = query["name"]
+    try:
+        data = await session.execute(
+            GraphQLRequest(RESOURCE_MESSAGES, variable_values=to_variables(query["args"]))
+        )
+    except TransportQueryError as exc:
+        return failed(name, exc)
+    resource = data["resource"]
+    if resource is None:  # RecallQL knows no such resource: nothing is filed under it
+        return {"name": name, "ok": True, "resource": None}
+    page = resource["messages"]
+    return {
+        "name": name,
+        "ok": True,
+        "ids": [m["id"] for m in page["messages"]],
+        "total": page["total"],
+        "page": page["page"],
+        "perPage": page["perPage"],
+        "hasMore": page["hasMore"],
+    }
+
+
 async def run_resource_queries(base_url: str, queries: list[dict], *, concurrency: int = 4) -> list[dict]:
-    results: list[dict | None] = [None] * len(queries)
-    pending = iter(enumerate(queries))
-
-    async def one(session: Any, query: dict) -> dict:
-        name = query["name"]
-        try:
-            data = await session.execute(
-                GraphQLRequest(RESOURCE_MESSAGES, variable_values=to_variables(query["args"]))
-            )
-        except TransportQueryError as exc:
-            first = (exc.errors or [{"message": str(exc)}])[0]
-            return {
-                "name": name,
-                "ok": False,
-                "error": first.get("message", str(first)),
-                "code": (first.get("extensions") or {}).get("code"),
-            }
-        resource = data["resource"]
-        if resource is None:  # RecallQL knows no such resource: nothing is filed under it
-            return {"name": name, "ok": True, "resource": None}
-        page = resource["messages"]
-        return {
-            "name": name,
-            "ok": True,
-            "ids": [m["id"] for m in page["messages"]],
-            "total": page["total"],
-            "page": page["page"],
-            "perPage": page["perPage"],
-            "hasMore": page["hasMore"],
-        }
-
-    async def worker() -> None:
-        async with Api(base_url).client as session:
-            for i, q in pending:
-                results[i] = await one(session, q)
-
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return [r for r in results if r is not None]
+    return await run_each(base_url, queries, run_resource_query, concurrency=concurrency)
 
 
 def compare_resource_results(queries: list[dict], oracle: list[dict], candidate: list[dict]) -> list[str]:
