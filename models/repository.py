@@ -1052,27 +1052,14 @@ class Repository:
         theirs is under way); a deleted message's entry is never left out. `skip_entries`: leave out
         these entries (held back after the embedder refused their messages). `after`: only entries
         queued after this one (a drain's pass through the queue)."""
-        stmt = (
-            select(O.c.id, O.c.message_id, O.c.previous_resource_id, O.c.was_stored)
-            .order_by(O.c.id)
-            .limit(limit)
+        stmt = self.outbox_statement(
+            message_ids=message_ids,
+            limit=limit,
+            queued_before=queued_before,
+            skip_resources=skip_resources,
+            skip_entries=skip_entries,
+            after=after,
         )
-        if message_ids is not None:
-            stmt = stmt.where(O.c.message_id.in_(list(message_ids)))
-        if queued_before is not None:
-            stmt = stmt.where(O.c.created_at <= queued_before)
-        if skip_entries:
-            stmt = stmt.where(O.c.id.not_in(list(skip_entries)))
-        if after is not None:
-            stmt = stmt.where(O.c.id > after)
-        if skip_resources:
-            named = [r for r in skip_resources if r is not None]
-            held = or_(
-                M.c.resource_id.in_(named) if named else false(),
-                M.c.resource_id.is_(None) if None in skip_resources else false(),
-            )
-            owner = select(M.c.id).where(M.c.id == O.c.message_id, held)
-            stmt = stmt.where(~owner.exists())
 
         def snapshot(conn: Connection) -> tuple[list[OutboxEntry], dict[str, MessageRecord]]:
             entries = [OutboxEntry(r[0], r[1], r[2], r[3]) for r in conn.execute(stmt)]
@@ -1106,6 +1093,40 @@ class Repository:
             conn = await conn.execution_options(isolation_level="REPEATABLE READ")
             async with conn.begin():
                 return await conn.run_sync(snapshot)
+
+    def outbox_statement(
+        self,
+        *,
+        message_ids: Sequence[str] | None = None,
+        limit: int = 256,
+        queued_before: int | None = None,
+        skip_resources: Collection[str | None] = (),
+        skip_entries: Collection[int] = (),
+        after: int | None = None,
+    ) -> _AnySelect:
+        """outbox_snapshot's read of the entries (see there)."""
+        stmt = (
+            select(O.c.id, O.c.message_id, O.c.previous_resource_id, O.c.was_stored)
+            .order_by(O.c.id)
+            .limit(limit)
+        )
+        if message_ids is not None:
+            stmt = stmt.where(O.c.message_id.in_(list(message_ids)))
+        if queued_before is not None:
+            stmt = stmt.where(O.c.created_at <= queued_before)
+        if skip_entries:
+            stmt = stmt.where(O.c.id.not_in(list(skip_entries)))
+        if after is not None:
+            stmt = stmt.where(O.c.id > after)
+        if skip_resources:
+            named = [r for r in skip_resources if r is not None]
+            held = or_(
+                M.c.resource_id.in_(named) if named else false(),
+                M.c.resource_id.is_(None) if None in skip_resources else false(),
+            )
+            owner = select(M.c.id).where(M.c.id == O.c.message_id, held)
+            stmt = stmt.where(~owner.exists())
+        return stmt
 
     async def outbox_release(self, message_ids: Sequence[str]) -> None:
         """Marks these messages' queued changes as due now (their request could not write them)."""
@@ -1162,17 +1183,21 @@ class Repository:
         def read(conn: Connection) -> dict[str, int]:
             found: dict[str, int] = {}
             for some in _slices(list(dict.fromkeys(message_ids))):
-                stmt = (
-                    select(O.c.message_id, func.count())
-                    .where(O.c.message_id.in_(some))
-                    .group_by(O.c.message_id)
-                )
-                found.update((row[0], int(row[1])) for row in conn.execute(stmt))
+                found.update((row[0], int(row[1])) for row in conn.execute(self.outbox_count_statement(some)))
             return found
 
         if not message_ids:
             return {}
         return await self._read(read)
+
+    @staticmethod
+    def outbox_count_statement(message_ids: Sequence[str]) -> _AnySelect:
+        """outbox_queued's count for one slice of its messages."""
+        return (
+            select(O.c.message_id, func.count())
+            .where(O.c.message_id.in_(list(message_ids)))
+            .group_by(O.c.message_id)
+        )
 
     async def outbox_backlog(self) -> int:
         async with self.engine.connect() as conn:

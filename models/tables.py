@@ -179,7 +179,11 @@ class VectorOutbox(SQLModel, table=True):
     __tablename__ = "vector_outbox"
     # Entries are settled by id, some time after they were read: an id SQLite handed out again once the
     # table had emptied would settle a newer entry nobody has read.
-    __table_args__ = {"sqlite_autoincrement": True}
+    __table_args__ = (
+        # A save, a clone, a move and a rebuild's page look up their own messages' entries.
+        Index("ix_vector_outbox_message", "message_id"),
+        {"sqlite_autoincrement": True},
+    )
 
     id: int | None = Field(default=None, sa_column=Column(SeqType, primary_key=True, autoincrement=True))
     message_id: str = Field(sa_column=Column(String, nullable=False))

@@ -310,6 +310,21 @@ async def test_resource_messages_runs(tmp_path: Path) -> None:
     assert (tmp_path / "r.md").read_text() == out.rstrip("\n") + "\n"
 
 
+async def test_outbox_backlog_runs(tmp_path: Path) -> None:
+    # The script itself checks that each lookup finds exactly the entries of the messages it asks for.
+    require(await postgres_available(), f"PostgreSQL is not reachable at {PG_ADMIN_DSN}")
+    out = run(
+        "outbox_backlog.py",
+        *("--backlogs", "0,300,1200", "--calls", "4", "--rounds", "2", "--out", str(tmp_path / "o.md")),
+    )
+    rows = [
+        [cell.strip() for cell in line.split("|")[1:3]] for line in out.splitlines() if line.startswith("| ")
+    ]
+    sizes = ("0", "300", "1,200")
+    assert rows[1:] == [[kind, size] for kind in ("sqlite", "postgres") for size in sizes], out
+    assert (tmp_path / "o.md").read_text() == out.rstrip("\n") + "\n"
+
+
 async def test_resumed_subscription_runs(tmp_path: Path) -> None:
     from tests.test_subscriptions import REDIS_URL, redis_available
 

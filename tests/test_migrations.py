@@ -154,6 +154,31 @@ async def test_reads_of_a_resource_in_a_thread_walk_the_thread(services: Service
             assert "ix_messages_thread_order" in plan and "ix_messages_resource_order" not in plan, plan
 
 
+async def test_outbox_lookups_by_message_read_only_those_messages_entries(services: Services) -> None:
+    # A rebuild queues a whole resource; meanwhile a save looks up its own entries, a clone counts its
+    # sources', a rebuild's page reads its page's: none of them may read the whole backlog.
+    await _populate(services)
+    repo = services.repository
+    assert await repo.outbox_queue_resource("r1") == 2000
+    async with repo.engine.connect() as conn:
+        autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        from sqlalchemy import text
+
+        await autocommit.execute(text("ANALYZE vector_outbox" if repo.is_postgres else "ANALYZE"))
+    ids = ["m5", "m7", "m1999"]
+    plans = {
+        "entries": await repo.explain(repo.outbox_statement(message_ids=ids)),
+        "page of a rebuild": await repo.explain(repo.outbox_statement(message_ids=ids * 2, limit=1024)),
+        "counts": await repo.explain(repo.outbox_count_statement(ids)),
+    }
+    for name, plan in plans.items():
+        assert "ix_vector_outbox_message" in plan, (name, plan)
+        assert "Seq Scan" not in plan and "SCAN vector_outbox" not in plan, (name, plan)
+    entries, rows = await repo.outbox_snapshot(message_ids=ids)
+    assert sorted(e.message_id for e in entries) == sorted(ids) and sorted(rows) == sorted(ids)
+    assert await repo.outbox_queued(ids) == dict.fromkeys(ids, 1)
+
+
 @pytest.mark.parametrize("resource_id", [None, "r1"])
 async def test_include_window_plan_is_per_target(services: Services, resource_id: str | None) -> None:
     await _populate(services)
