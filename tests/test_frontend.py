@@ -18,7 +18,7 @@ from graphql.execution.values import get_variable_values
 from starlette.testclient import TestClient
 
 from schema import build_schema
-from tests.support import REPO, ServerProcess, require
+from tests.support import REPO, ServerProcess, require, running_server
 from web import frontend
 from web.app import create_app
 from web.settings import Settings
@@ -159,9 +159,8 @@ def test_build_script_fails_clearly_without_npm(tmp_path: Path) -> None:
     assert "npm (Node.js >= 20) is required" in result.stderr
 
 
-def test_graphiql_examples_are_valid_queries() -> None:
-    """The tabs GraphiQL opens with (web/frontend/examples.js) parse and validate against the schema,
-    variables included: an example that the schema moved away from would greet people with an error."""
+def example_tabs() -> list[dict[str, str]]:
+    """The tabs GraphiQL opens with (web/frontend/examples.js), as Node reads them."""
     node = shutil.which("node")
     require(node is not None, "Node.js is not installed")
     assert node is not None
@@ -172,7 +171,14 @@ def test_graphiql_examples_are_valid_queries() -> None:
         [node, "--input-type=module", "-e", script], cwd=REPO, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    tabs = json.loads(done.stdout)
+    tabs: list[dict[str, str]] = json.loads(done.stdout)
+    return tabs
+
+
+def test_graphiql_examples_are_valid_queries() -> None:
+    """The tabs GraphiQL opens with parse and validate against the schema, variables included: an
+    example that the schema moved away from would greet people with an error."""
+    tabs = example_tabs()
     assert len(tabs) >= 5
     schema = build_schema()._schema
     for tab in tabs:
@@ -181,3 +187,29 @@ def test_graphiql_examples_are_valid_queries() -> None:
         (operation,) = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
         coerced = get_variable_values(schema, operation.variable_definitions, json.loads(tab["variables"]))
         assert not isinstance(coerced, list), (coerced, tab["query"])  # a list: the errors
+
+
+def test_graphiql_examples_run_on_a_fresh_server(tmp_path: Path) -> None:
+    """Run as their comments say (the Seed tab first, on a fresh server), every query and mutation tab
+    answers without errors and with the sample data: an example that runs but shows nothing teaches
+    nothing."""
+
+    def operation(tab: dict[str, str]) -> OperationDefinitionNode:
+        (found,) = [d for d in parse(tab["query"]).definitions if isinstance(d, OperationDefinitionNode)]
+        return found
+
+    tabs = [t for t in example_tabs() if operation(t).operation.value != "subscription"]
+    (seed,) = [t for t in tabs if operation(t).name.value == "Seed"]  # type: ignore[union-attr]
+    answers = {}
+    with running_server(tmp_path / "data") as server:
+        for tab in [seed, *[t for t in tabs if t is not seed]]:
+            body = {"query": tab["query"], "variables": json.loads(tab["variables"])}
+            answer = httpx.post(f"{server.url}/graphql", json=body, timeout=30).json()
+            assert "errors" not in answer, (answer, tab["query"])
+            answers[operation(tab).name.value] = answer["data"]  # type: ignore[union-attr]
+    assert answers["NewestPage"]["recall"]["messages"], answers["NewestPage"]
+    resource_page = answers["ResourceMessages"]["resource"]["messages"]
+    assert resource_page["total"] == len(resource_page["messages"]) > 0, resource_page
+    assert {m["threadId"] for m in resource_page["messages"]} == {"t1"}, resource_page
+    times = [m["createdAt"] for m in resource_page["messages"]]
+    assert times == sorted(times, reverse=True), times

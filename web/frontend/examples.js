@@ -182,6 +182,26 @@ subscription LiveThreads($resourceId: String!, $after: String, $changedSince: Da
     variables: JSON.stringify({ resourceId: 'alice', after: null, changedSince: null }, null, 2),
   },
   {
+    query: `# Everything a user said, across all of their threads (Mastra's listMessagesByResourceId), a page at a
+# time, newest first here (the default is oldest first). Select total only where you show it: without it the page runs no count.
+# include adds given messages (with neighbours in their thread) whatever the filter, not counted.
+query ResourceMessages($resourceId: String!, $page: Int!, $filter: RecallFilter) {
+  resource(id: $resourceId) {
+    id
+    messages(page: $page, perPage: 20, filter: $filter, orderBy: {field: CREATED_AT, direction: DESC}) {
+      total
+      hasMore
+      messages {
+        threadId
+        ${MESSAGE_FIELDS}
+      }
+    }
+  }
+}
+`,
+    variables: JSON.stringify({ resourceId: 'alice', page: 0, filter: null }, null, 2),
+  },
+  {
     query: `# Branches: clone a thread, then follow clones both ways: where the clone came from (clonedFrom,
 # cloneHistory: the original first) and every branch of its source (clones, newest first).
 # To give a thread and its messages to another resource (an anonymous visitor who signed in):
