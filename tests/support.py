@@ -322,6 +322,38 @@ def running_server(
         server.stop()
 
 
+# ------------------------------------------------------------------------------------------------- cli
+def cli_command(*args: str, url: str, data_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "web.cli", *args, "--database-url", url, "--data-dir", str(data_dir)]
+
+
+def cli_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    unset = ("RECALLQL_EMBEDDING_MODEL_DIR", "RECALLQL_EMBEDDINGS_URL", "RECALLQL_EMBEDDINGS_MODEL")
+    return {**{k: v for k, v in os.environ.items() if k not in unset}, **(env or {})}
+
+
+def cli(
+    *args: str,
+    url: str,
+    data_dir: Path,
+    env: dict[str, str] | None = None,
+    stdin: bytes | None = None,
+    succeeds: bool = True,
+) -> subprocess.CompletedProcess[bytes]:
+    """`recallql …` in a child process against the given database; returns the completed process."""
+    proc = subprocess.run(
+        cli_command(*args, url=url, data_dir=data_dir),
+        env=cli_env(env),
+        cwd=data_dir.parent,
+        input=stdin,
+        capture_output=True,
+        timeout=600,
+    )
+    if succeeds:
+        assert proc.returncode == 0, f"recallql {' '.join(args)} failed:\n{proc.stderr.decode()[-4000:]}"
+    return proc
+
+
 # ---------------------------------------------------------------------------------------------- chroma
 def chroma_binary() -> str | None:
     beside_python = Path(sys.executable).parent / "chroma"

@@ -16,7 +16,6 @@ import re
 import shutil
 import stat
 import subprocess
-import sys
 import threading
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
@@ -50,6 +49,9 @@ from tests.support import (
     EMBED_SERVER,
     app_client,
     at,
+    cli,
+    cli_command,
+    cli_env,
     database,
     embed_server_process,
     free_port,
@@ -81,37 +83,6 @@ def write_mastra_fixture(tmp: Path, *extra: str) -> tuple[Path, dict[str, Any]]:
 @pytest.fixture(scope="session")
 def mastra_fixture(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     return write_mastra_fixture(tmp_path_factory.mktemp("mastra-fixture"))
-
-
-def cli_command(*args: str, url: str, data_dir: Path) -> list[str]:
-    return [sys.executable, "-m", "web.cli", *args, "--database-url", url, "--data-dir", str(data_dir)]
-
-
-def cli_env(env: dict[str, str] | None = None) -> dict[str, str]:
-    unset = ("RECALLQL_EMBEDDING_MODEL_DIR", "RECALLQL_EMBEDDINGS_URL", "RECALLQL_EMBEDDINGS_MODEL")
-    return {**{k: v for k, v in os.environ.items() if k not in unset}, **(env or {})}
-
-
-def cli(
-    *args: str,
-    url: str,
-    data_dir: Path,
-    env: dict[str, str] | None = None,
-    stdin: bytes | None = None,
-    succeeds: bool = True,
-) -> subprocess.CompletedProcess[bytes]:
-    """`recallql …` in a child process against the given database; returns the completed process."""
-    proc = subprocess.run(
-        cli_command(*args, url=url, data_dir=data_dir),
-        env=cli_env(env),
-        cwd=data_dir.parent,
-        input=stdin,
-        capture_output=True,
-        timeout=600,
-    )
-    if succeeds:
-        assert proc.returncode == 0, f"recallql {' '.join(args)} failed:\n{proc.stderr.decode()[-4000:]}"
-    return proc
 
 
 def report(stdout: bytes) -> dict[str, tuple[int, int, int, int]]:
