@@ -26,6 +26,7 @@ PerPage = int | float | Literal[False]
 
 _METADATA_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DISALLOWED_KEYS = frozenset({"__proto__", "constructor", "prototype"})
+_MAX_METADATA_KEY_LENGTH = 128
 # Each key is a condition of the statement, and SQLite refuses an expression tree over 1,000 deep (a
 # threads listing failed at 300 keys, a recall at 499). Mastra sets no bound; none of its users need more.
 MAX_METADATA_FILTER_KEYS = 64
@@ -695,7 +696,7 @@ def validate_metadata_filter(metadata: Any) -> dict[str, Any] | None:
             max=MAX_METADATA_FILTER_KEYS,
         )
     for key, value in metadata.items():
-        if len(key) > 128 or not _METADATA_KEY.fullmatch(key) or key in _DISALLOWED_KEYS:
+        if len(key) > _MAX_METADATA_KEY_LENGTH or not _METADATA_KEY.fullmatch(key) or key in _DISALLOWED_KEYS:
             raise BadUserInput(f'Invalid metadata filter key "{key}".')
         if isinstance(value, str) and "\x00" in value:
             raise BadUserInput(
@@ -709,6 +710,36 @@ def validate_metadata_filter(metadata: Any) -> dict[str, Any] | None:
     # Filter values are JavaScript numbers in Mastra: integers beyond 2^53 are doubles there (and would
     # not fit SQL's 64-bit integers here).
     return {k: float(v) if _huge_int(v) else v for k, v in metadata.items()} or None
+
+
+def validate_thread_metadata_filter(metadata: Any) -> dict[str, Any] | None:
+    """Mastra's listThreads checks of its metadata filter, in their order and with their texts (they
+    are not the message filter's): every key, then every value. Then the message filter's own checks,
+    which pass whatever these pass but for RecallQL's bounds (keys, U+0000, huge integers).
+
+    Not an object: RecallQL's message-filter text. Mastra reads a string's or an array's indexes as
+    keys ('Invalid metadata key: "0"...') and lists every thread for a number or a boolean."""
+    if metadata is None or not isinstance(metadata, dict):
+        return validate_metadata_filter(metadata)
+    for key in metadata:
+        if key in _DISALLOWED_KEYS:
+            raise BadUserInput(f'Invalid metadata key: "{key}".')
+        if not _METADATA_KEY.fullmatch(key):
+            raise BadUserInput(
+                f'Invalid metadata key: "{key}". Keys must start with a letter or underscore and contain '
+                "only alphanumeric characters and underscores."
+            )
+        if len(key) > _MAX_METADATA_KEY_LENGTH:
+            raise BadUserInput(
+                f'Metadata key "{key}" exceeds maximum length of {_MAX_METADATA_KEY_LENGTH} characters.'
+            )
+    for key, value in metadata.items():
+        if not _is_scalar(value):  # JSON's only other values are arrays and objects: typeof "object"
+            raise BadUserInput(
+                f'Metadata filter value for key "{key}" must be a scalar type (string, number, boolean, '
+                "or null), got object"
+            )
+    return validate_metadata_filter(metadata)
 
 
 def _huge_int(value: Any) -> bool:

@@ -3,6 +3,7 @@ divergences). Every change is announced on the event broker after it has committ
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -47,8 +48,36 @@ from resolvers.events import (
     too_long_a_replay,
 )
 from resolvers.messages import VectorSync, sync_vectors
-from resolvers.recall import PerPage, normalize_per_page, validate_metadata_filter
+from resolvers.recall import PerPage, validate_thread_metadata_filter
 from resolvers.working_memory import working_memory_config
+
+# JavaScript's Number.MAX_SAFE_INTEGER: Mastra's bound on perPage and on a page's offset.
+_MAX_SAFE_INTEGER = 2**53 - 1
+
+
+def thread_page_size(page: int, per_page: PerPage) -> int | None:
+    """Mastra's listThreads checks of page and perPage (validatePaginationInput), in their order and
+    with their texts; the page size, None for every thread (perPage false). 2.0 is 2, as in
+    JavaScript."""
+    if per_page is not False:
+        if (
+            isinstance(per_page, bool)
+            or not math.isfinite(per_page)
+            or per_page != int(per_page)
+            or abs(per_page) > _MAX_SAFE_INTEGER
+        ):
+            raise BadUserInput("perPage must be false or a safe integer")
+        if per_page < 0:
+            raise BadUserInput("perPage must be >= 0")
+    elif page != 0:
+        raise BadUserInput("page must be 0 when perPage is false")
+    if page < 0:
+        raise BadUserInput("page must be >= 0")
+    if per_page is False:
+        return None
+    if per_page and page * int(per_page) > _MAX_SAFE_INTEGER:
+        raise BadUserInput("page value too large")
+    return int(per_page)
 
 
 @dataclass(slots=True)
@@ -256,9 +285,7 @@ class ThreadService:
             scope = principal.resources
         else:
             principal.require(resource_id)
-        if page < 0:
-            raise BadUserInput("page must be >= 0")
-        limit = normalize_per_page(per_page)  # Mastra's normalizePerPage: 2.0 is 2, 2.5 refused
+        limit = thread_page_size(page, per_page)
         size: int | Literal[False] = False if limit is None else limit
         if size is not False and self.max_per_page is not None and size > self.max_per_page:
             raise BadUserInput(
@@ -266,9 +293,7 @@ class ThreadService:
                 limit="maxPerPage",
                 max=self.max_per_page,
             )
-        if size is False and page != 0:
-            raise BadUserInput("page must be 0 when perPage is false")
-        filters = validate_metadata_filter(metadata)
+        filters = validate_thread_metadata_filter(metadata)
         # After Mastra's own checks, as recall's cursors are.
         after_place = cursors.decode_thread(after, "after", order_field) if after is not None else None
         before_place = cursors.decode_thread(before, "before", order_field) if before is not None else None

@@ -1,6 +1,6 @@
 // Loads Mastra's packages the way the conformance oracle does (../../shared/conformance/oracle.mjs): from
 // RECALL_ORACLE_NODE_MODULES/node_modules (the oracle's package cache, installed by oracle.sh), or by bare
-// specifier when that is unset. Shared by tests/mastra_fixture.mjs, tests/conformance/resource_oracle.mjs and
+// specifier when that is unset. Shared by tests/mastra_fixture.mjs, tests/conformance/listing_oracle.mjs (the listing oracles) and
 // the Mastra halves of the benchmarks.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';

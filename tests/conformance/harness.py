@@ -445,6 +445,87 @@ async def run_each(
     return [r for r in results if r is not None]
 
 
+def run_listing_oracle(
+    script: Path,
+    dataset_path: Path,
+    queries: list[dict],
+    out_path: Path,
+    packages: Path,
+    mode: str,
+    *extra: Path,
+) -> dict:
+    """One of the listing oracles beside this file (`node SCRIPT DATASET QUERIES OUT [EXTRA...]`) with the
+    recall oracle's packages; its results."""
+    queries_path = out_path.with_suffix(".queries.json")
+    queries_path.write_text(json.dumps(queries, indent=1) + "\n")
+    proc = subprocess.run(
+        ["node", str(script), *(str(p) for p in (dataset_path, queries_path, out_path, *extra))],
+        env={**os.environ, "RECALL_ORACLE_NODE_MODULES": str(packages), "ORACLE_MODE": mode},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if proc.returncode != 0 or not out_path.exists():
+        raise RuntimeError(f"{script.name} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    result: dict = json.loads(out_path.read_text())
+    return result
+
+
+def page_result(name: str, page: dict, rows: str) -> dict:
+    """A listing page as the candidate's result: its `rows` (a list of {id}) as ids, and its counts."""
+    return {
+        "name": name,
+        "ok": True,
+        "ids": [row["id"] for row in page[rows]],
+        **{key: page[key] for key in ("total", "page", "perPage", "hasMore")},
+    }
+
+
+PageCheck = Callable[[str, dict, dict], list[str] | None]
+
+
+def compare_pages(
+    queries: list[dict], oracle: list[dict], candidate: list[dict], check: PageCheck | None = None
+) -> list[str]:
+    """Every disagreement between two runs of listing cases ({name, ok, ids, total, page, perPage,
+    hasMore} or {name, ok: false, error}), one line each (empty: they agree). Errors must carry an
+    expected code and, where the oracle errs too, its text. `check(prefix, oracle, candidate)`, for a
+    pair both answered: None to compare ids in order, total, page, perPage and hasMore; a list (maybe
+    empty) of the pair's problems instead."""
+    problems: list[str] = []
+    by_name = {q["name"]: q for q in queries}
+    assert [r["name"] for r in oracle] == [r["name"] for r in candidate] == list(by_name)
+    for o, c in zip(oracle, candidate, strict=True):
+        prefix = f"{o['name']} {json.dumps(by_name[o['name']]['args'], ensure_ascii=False)}"
+        if not c["ok"]:
+            if c.get("code") not in EXPECTED_ERROR_CODES:
+                problems.append(f"{prefix}: candidate crashed ({c.get('code')}): {c['error']}")
+            elif o["ok"]:
+                problems.append(f"{prefix}: candidate error {c['error']!r}, oracle answered")
+            elif o["error"] != c["error"]:
+                problems.append(f"{prefix}: error text: oracle {o['error']!r}, candidate {c['error']!r}")
+            continue
+        if not o["ok"]:
+            problems.append(f"{prefix}: oracle error {o['error']!r}, candidate answered")
+            continue
+        if check is not None and (special := check(prefix, o, c)) is not None:
+            problems.extend(special)
+            continue
+        if o["ids"] != c["ids"]:
+            at = next((i for i, (a, b) in enumerate(zip(o["ids"], c["ids"], strict=False)) if a != b), None)
+            at = min(len(o["ids"]), len(c["ids"])) if at is None else at
+            problems.append(
+                f"{prefix}: ids ({len(o['ids'])} against {len(c['ids'])}) differ from position {at}: "
+                f"only the oracle's {sorted(set(o['ids']) - set(c['ids']))}, only the candidate's "
+                f"{sorted(set(c['ids']) - set(o['ids']))}, oracle from there {o['ids'][at : at + 4]}, "
+                f"candidate {c['ids'][at : at + 4]}"
+            )
+        for key in ("total", "page", "perPage", "hasMore"):
+            if o[key] != c[key]:
+                problems.append(f"{prefix}: {key}: oracle {o[key]!r}, candidate {c[key]!r}")
+    return problems
+
+
 async def run_queries(base_url: str, queries: list[dict], *, concurrency: int = 6) -> list[dict]:
     """Every recall case, `concurrency` at a time, results in dataset order."""
     return await run_each(base_url, queries, run_query, concurrency=concurrency)

@@ -13,18 +13,15 @@ generated dataset. The pieces:
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import random
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from gql import GraphQLRequest
 from gql.transport.exceptions import TransportQueryError
 
-from tests.conformance.harness import EXPECTED_ERROR_CODES, failed, run_each
+from tests.conformance.harness import compare_pages, failed, page_result, run_each, run_listing_oracle
 
 HERE = Path(__file__).resolve().parent
 
@@ -142,18 +139,7 @@ def _include_item(rng: random.Random, messages: list[dict], others: list[dict]) 
 def run_resource_oracle(
     dataset_path: Path, queries: list[dict], out_path: Path, packages: Path, *, mode: str = "contract"
 ) -> dict:
-    queries_path = out_path.with_suffix(".queries.json")
-    queries_path.write_text(json.dumps(queries, indent=1) + "\n")
-    proc = subprocess.run(
-        ["node", str(HERE / "resource_oracle.mjs"), str(dataset_path), str(queries_path), str(out_path)],
-        env={**os.environ, "RECALL_ORACLE_NODE_MODULES": str(packages), "ORACLE_MODE": mode},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if proc.returncode != 0 or not out_path.exists():
-        raise RuntimeError(f"resource_oracle.mjs failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    return json.loads(out_path.read_text())
+    return run_listing_oracle(HERE / "resource_oracle.mjs", dataset_path, queries, out_path, packages, mode)
 
 
 def to_variables(args: dict) -> dict[str, Any]:
@@ -184,16 +170,7 @@ async def run_resource_query(session: Any, query: dict) -> dict:
     resource = data["resource"]
     if resource is None:  # RecallQL knows no such resource: nothing is filed under it
         return {"name": name, "ok": True, "resource": None}
-    page = resource["messages"]
-    return {
-        "name": name,
-        "ok": True,
-        "ids": [m["id"] for m in page["messages"]],
-        "total": page["total"],
-        "page": page["page"],
-        "perPage": page["perPage"],
-        "hasMore": page["hasMore"],
-    }
+    return page_result(name, resource["messages"], "messages")
 
 
 async def run_resource_queries(base_url: str, queries: list[dict], *, concurrency: int = 4) -> list[dict]:
@@ -201,42 +178,20 @@ async def run_resource_queries(base_url: str, queries: list[dict], *, concurrenc
 
 
 def compare_resource_results(queries: list[dict], oracle: list[dict], candidate: list[dict]) -> list[str]:
-    """Every disagreement, one line each (empty: they agree). A resource RecallQL does not know answers
-    null; Mastra answers an empty page for it, so null matches exactly that (an empty first page with a
-    total of 0). Errors must carry an expected code and, where the oracle errs too, its text."""
-    problems: list[str] = []
-    by_name = {q["name"]: q for q in queries}
-    assert [r["name"] for r in oracle] == [r["name"] for r in candidate] == list(by_name)
-    for o, c in zip(oracle, candidate, strict=True):
-        name, args = o["name"], json.dumps(by_name[o["name"]]["args"])
-        if not c["ok"]:
-            if c.get("code") not in EXPECTED_ERROR_CODES:
-                problems.append(f"{name} {args}: candidate crashed ({c.get('code')}): {c['error']}")
-            elif o["ok"]:
-                problems.append(f"{name} {args}: candidate error {c['error']!r}, oracle answered")
-            elif o["error"] != c["error"]:
-                problems.append(f"{name} {args}: error text: oracle {o['error']!r}, candidate {c['error']!r}")
-            continue
-        if not o["ok"]:
-            problems.append(f"{name} {args}: oracle error {o['error']!r}, candidate answered")
-            continue
-        if c.get("resource", True) is None:
-            if o["ids"] or o["total"]:
-                problems.append(f"{name} {args}: resource null, oracle listed {o['total']} message(s)")
-            continue
-        if o["ids"] != c["ids"]:
-            at = next((i for i, (a, b) in enumerate(zip(o["ids"], c["ids"], strict=False)) if a != b), None)
-            at = min(len(o["ids"]), len(c["ids"])) if at is None else at
-            problems.append(
-                f"{name} {args}: ids ({len(o['ids'])} against {len(c['ids'])}) differ from position {at}: "
-                f"only the oracle's {sorted(set(o['ids']) - set(c['ids']))}, only the candidate's "
-                f"{sorted(set(c['ids']) - set(o['ids']))}, oracle from there {o['ids'][at : at + 4]}, "
-                f"candidate {c['ids'][at : at + 4]}"
-            )
-        for key in ("total", "page", "perPage", "hasMore"):
-            if o[key] != c[key]:
-                problems.append(f"{name} {args}: {key}: oracle {o[key]!r}, candidate {c[key]!r}")
-    return problems
+    """Every disagreement, one line each (empty: they agree; see harness.compare_pages). A resource
+    RecallQL does not know answers null; Mastra answers an empty page for it, so null matches exactly
+    that (an empty first page with a total of 0)."""
+
+    def unknown_resource(prefix: str, o: dict, c: dict) -> list[str] | None:
+        if c.get("resource", True) is not None:
+            return None
+        return (
+            [f"{prefix}: resource null, oracle listed {o['total']} message(s)"]
+            if o["ids"] or o["total"]
+            else []
+        )
+
+    return compare_pages(queries, oracle, candidate, unknown_resource)
 
 
 def file_some_under_a_new_resource(dataset: dict, resource_id: str, *, every: int = 11) -> dict:

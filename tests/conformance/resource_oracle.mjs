@@ -14,39 +14,15 @@
 // DESC: in the page query (Mastra as published returns DESC ties in insertion order), in the include
 // windows (the recall oracle's patch of _getIncludedMessages, whose windows can otherwise miss their own
 // target) and in the returned list. ORACLE_MODE=mastra runs it as published.
-import { readFileSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 
-import { load } from '../mastra_packages.mjs';
+import { clone, memoryStorage, oracleArgs, rewriteSql, runQueries, saveThreads } from './listing_oracle.mjs';
 
-const [, , datasetPath, queriesPath, outPath] = process.argv;
-if (!outPath) {
-  process.stderr.write('usage: node resource_oracle.mjs DATASET.json QUERIES.json OUT.json\n');
-  process.exit(2);
-}
-const mode = process.env.ORACLE_MODE || 'contract';
-if (mode !== 'contract' && mode !== 'mastra') throw new Error(`unknown ORACLE_MODE ${mode}`);
+const { mode, paths, dataset, queries } = oracleArgs('resource_oracle.mjs');
+const outPath = paths[2];
+const { storage, memoryStore } = await memoryStorage('resource-oracle', 'file::memory:');
 
-const { LibSQLStore } = await load('@mastra/libsql');
-const dataset = JSON.parse(readFileSync(datasetPath, 'utf8'));
-const queries = JSON.parse(readFileSync(queriesPath, 'utf8'));
-const clone = (v) => (v === undefined ? undefined : JSON.parse(JSON.stringify(v)));
-
-const storage = new LibSQLStore({ id: 'resource-oracle', url: 'file::memory:' });
-await storage.init();
-const memoryStore = await storage.getStore('memory');
-
-for (const t of dataset.threads ?? []) {
-  await memoryStore.saveThread({
-    thread: {
-      id: t.id,
-      resourceId: t.resourceId,
-      title: t.title ?? '',
-      metadata: clone(t.metadata),
-      createdAt: new Date(t.createdAt ?? '2026-01-01T00:00:00.000Z'),
-      updatedAt: new Date(t.updatedAt ?? t.createdAt ?? '2026-01-01T00:00:00.000Z'),
-    },
-  });
-}
+await saveThreads(memoryStore, dataset.threads);
 const messages = (dataset.messages ?? []).map((m) => {
   const c = clone(m);
   if (c.createdAt !== undefined && c.createdAt !== null) c.createdAt = new Date(c.createdAt);
@@ -56,17 +32,7 @@ if (messages.length) await memoryStore.saveMessages({ messages });
 
 // The page query is the only one ordered by createdAt; the tie-break goes after its direction.
 const pageOrder = /ORDER BY "createdAt" (ASC|DESC) LIMIT/;
-if (mode === 'contract') {
-  // storage.client is a Proxy that queues calls and then runs the client's own execute: the method is
-  // replaced on the client under it, and the replacement calls the class's original.
-  const original = Object.getPrototypeOf(storage.client).execute;
-  storage.client.execute = function (stmt, ...rest) {
-    if (typeof stmt === 'object' && pageOrder.test(stmt.sql)) {
-      stmt = { ...stmt, sql: stmt.sql.replace(pageOrder, (_, d) => `ORDER BY "createdAt" ${d}, rowid ${d} LIMIT`) };
-    }
-    return original.call(this, stmt, ...rest);
-  };
-}
+if (mode === 'contract') rewriteSql(storage, pageOrder, (_, d) => `ORDER BY "createdAt" ${d}, rowid ${d} LIMIT`);
 
 // Insertion sequence of every stored message (SQLite rowid), for the contract's total order.
 const seqOf = new Map((await storage.client.execute('SELECT id, rowid AS seq FROM mastra_messages')).rows.map((r) => [r.id, Number(r.seq)]));
@@ -121,25 +87,12 @@ function prepareArgs(raw) {
   return args;
 }
 
-const results = [];
-for (const q of queries) {
-  try {
-    const args = prepareArgs(q.args);
-    const r = await memoryStore.listMessagesByResourceId(args);
-    if (mode === 'contract') r.messages = inTotalOrder(r.messages, args.orderBy?.direction ?? 'ASC');
-    results.push({
-      name: q.name,
-      ok: true,
-      ids: r.messages.map((m) => m.id),
-      total: r.total,
-      page: r.page,
-      perPage: r.perPage,
-      hasMore: r.hasMore,
-    });
-  } catch (err) {
-    results.push({ name: q.name, ok: false, error: String(err?.message ?? err) });
-  }
-}
+const results = await runQueries(queries, async (raw) => {
+  const args = prepareArgs(raw);
+  const r = await memoryStore.listMessagesByResourceId(args);
+  const rows = mode === 'contract' ? inTotalOrder(r.messages, args.orderBy?.direction ?? 'ASC') : r.messages;
+  return { ...r, rows };
+});
 const text = JSON.stringify({ mode, messages: messages.length, results }, null, 1) + '\n';
 writeFileSync(outPath, text);
 process.stdout.write(`resource-oracle: ${results.length} queries (${results.filter((r) => !r.ok).length} errors)\n`);

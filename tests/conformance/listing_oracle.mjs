@@ -1,0 +1,78 @@
+// What the listing oracles beside this file (resource_oracle.mjs, threads_oracle.mjs) share: their command
+// line, their mode, Mastra's LibSQL store, and the one way they patch its SQL.
+import { readFileSync } from 'node:fs';
+
+import { load } from '../mastra_packages.mjs';
+
+// The command line `node SCRIPT DATASET QUERIES OUT [more]`: the parsed dataset and queries, the paths,
+// and ORACLE_MODE (contract, the default, or mastra).
+export function oracleArgs(script, more = []) {
+  const names = ['DATASET.json', 'QUERIES.json', 'OUT.json', ...more];
+  const paths = process.argv.slice(2);
+  if (paths.length < names.length) {
+    process.stderr.write(`usage: node ${script} ${names.join(' ')}\n`);
+    process.exit(2);
+  }
+  const mode = process.env.ORACLE_MODE || 'contract';
+  if (mode !== 'contract' && mode !== 'mastra') throw new Error(`unknown ORACLE_MODE ${mode}`);
+  const [datasetPath, queriesPath] = paths;
+  return {
+    mode,
+    paths,
+    dataset: JSON.parse(readFileSync(datasetPath, 'utf8')),
+    queries: JSON.parse(readFileSync(queriesPath, 'utf8')),
+  };
+}
+
+export const clone = (v) => (v === undefined ? undefined : JSON.parse(JSON.stringify(v)));
+
+// Mastra's LibSQL store at `url`, initialised, and its memory domain.
+export async function memoryStorage(id, url) {
+  const { LibSQLStore } = await load('@mastra/libsql');
+  const storage = new LibSQLStore({ id, url });
+  await storage.init();
+  return { storage, memoryStore: await storage.getStore('memory') };
+}
+
+// Rewrites the SQL of every statement the store runs that matches `pattern` (String.replace's arguments).
+// storage.client is a Proxy that queues calls and then runs the client's own execute: the method is
+// replaced on the client under it, and the replacement calls the class's original.
+export function rewriteSql(storage, pattern, replacement) {
+  const original = Object.getPrototypeOf(storage.client).execute;
+  storage.client.execute = function (stmt, ...rest) {
+    if (typeof stmt === 'object' && pattern.test(stmt.sql)) stmt = { ...stmt, sql: stmt.sql.replace(pattern, replacement) };
+    return original.call(this, stmt, ...rest);
+  };
+}
+
+// Each query's answer, as the harness compares them: `list(args)` gives {rows, total, page, perPage,
+// hasMore} (rows: the listed items, by id), or throws (its message is the error).
+export async function runQueries(queries, list) {
+  const results = [];
+  for (const q of queries) {
+    try {
+      const { rows, total, page, perPage, hasMore } = await list(q.args);
+      results.push({ name: q.name, ok: true, ids: rows.map((row) => row.id), total, page, perPage, hasMore });
+    } catch (err) {
+      results.push({ name: q.name, ok: false, error: String(err?.message ?? err) });
+    }
+  }
+  return results;
+}
+
+// The dataset's threads, saved as given (a thread without times gets the datasets' first instant).
+export async function saveThreads(memoryStore, threads) {
+  for (const t of threads ?? []) {
+    const createdAt = t.createdAt ?? '2026-01-01T00:00:00.000Z';
+    await memoryStore.saveThread({
+      thread: {
+        id: t.id,
+        resourceId: t.resourceId,
+        title: t.title ?? '',
+        metadata: clone(t.metadata),
+        createdAt: new Date(createdAt),
+        updatedAt: new Date(t.updatedAt ?? createdAt),
+      },
+    });
+  }
+}
