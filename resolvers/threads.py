@@ -99,7 +99,7 @@ def _thread_cursor(thread: ThreadRecord, order_field: str) -> str:
 
 @dataclass(slots=True)
 class CloneOptions:
-    """Mastra's cloneThread options: messageLimit (the newest N; 0 = all) and messageFilter."""
+    """Mastra's cloneThread options: messageLimit (the newest N; 0 or negative = all) and messageFilter."""
 
     message_limit: int | None = None
     start_date: int | None = None
@@ -110,7 +110,7 @@ class CloneOptions:
 @dataclass(slots=True)
 class CloneResult:
     thread: ThreadRecord
-    messages: list[MessageRecord]
+    messages: list[MessageRecord]  # the copies but system-role rows, chronologically
     message_id_map: dict[str, str] = field(default_factory=dict)
 
 
@@ -406,8 +406,6 @@ class ThreadService:
         if resource_id is not None:
             principal.require(resource_id)
         _check_metadata(metadata)
-        if opts.message_limit is not None and opts.message_limit < 0:
-            raise BadUserInput("options.messageLimit must be >= 0")
         ids = list(opts.message_ids or [])
         if any(not isinstance(i, str) or not i for i in ids):
             raise BadUserInput("options.messageFilter.messageIds must be non-empty strings.")
@@ -453,7 +451,8 @@ class ThreadService:
                 start=opts.start_date,
                 end=opts.end_date,
                 message_ids=ids or None,
-                limit=opts.message_limit or None,
+                # Mastra copies the newest N only for messageLimit > 0: 0 and a negative one copy all.
+                limit=opts.message_limit if opts.message_limit and opts.message_limit > 0 else None,
                 copy_resource_working_memory=copy_wm,
                 now=now,
                 track_vectors=self.vectors is not None,
@@ -481,7 +480,9 @@ class ThreadService:
         events = [thread_event(THREAD_CREATED, thread)]
         events.extend(message_event(MESSAGE_SAVED, thread.id, m) for m in copies)
         await publish_quietly(self.events, events)
-        return CloneResult(thread, copies, id_map)
+        # Every copy is in the id map; the copies listed leave system-role rows out, as Mastra's
+        # cloneThread lists them (through its MessageList, as recall does).
+        return CloneResult(thread, [m for m in copies if m.role != "system"], id_map)
 
     # A resumed subscription replays at most this many threads (as many events as a live subscriber may
     # fall behind by); more is a read for the listing's pages.

@@ -282,7 +282,10 @@ class ClonedMessageId:
 @strawberry.type(description="The result of cloneThread.")
 class CloneThreadPayload:
     thread: Thread = strawberry.field(description="The new thread (metadata.clone records the source).")
-    cloned_messages: list[Message] = strawberry.field(description="The copies, chronologically.")
+    cloned_messages: list[Message] = strawberry.field(
+        description="The copies, chronologically, but system-role rows (copied, and in messageIdMap, but "
+        "not listed, as in Mastra and recall)."
+    )
     message_id_map: list[ClonedMessageId] = strawberry.field(
         description="Source message id to copy id, chronologically."
     )
@@ -374,7 +377,8 @@ class CloneMessageFilterInput:
 @strawberry.input(description="cloneThread options (Mastra's CloneOptions).")
 class CloneThreadOptionsInput:
     message_limit: int | None = strawberry.field(
-        default=UNSET, description="Copy only the newest N of the selected messages (0 or omitted: all)."
+        default=UNSET,
+        description="Copy only the newest N of the selected messages (0, negative or omitted: all).",
     )
     message_filter: CloneMessageFilterInput | None = strawberry.field(
         default=UNSET, description="Which messages to copy."

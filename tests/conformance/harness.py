@@ -484,6 +484,24 @@ def page_result(name: str, page: dict, rows: str) -> dict:
 PageCheck = Callable[[str, dict, dict], list[str] | None]
 
 
+def error_problems(
+    prefix: str, o: dict, c: dict, codes: frozenset[str] = EXPECTED_ERROR_CODES
+) -> list[str] | None:
+    """Where either run of a case failed, its problems (none: both failed alike); None when both
+    answered. A candidate's error must carry one of `codes` and, where the oracle errs too, its text."""
+    if not c["ok"]:
+        if c.get("code") not in codes:
+            return [f"{prefix}: candidate crashed ({c.get('code')}): {c['error']}"]
+        if o["ok"]:
+            return [f"{prefix}: candidate error {c['error']!r}, oracle answered"]
+        if o["error"] != c["error"]:
+            return [f"{prefix}: error text: oracle {o['error']!r}, candidate {c['error']!r}"]
+        return []
+    if not o["ok"]:
+        return [f"{prefix}: oracle error {o['error']!r}, candidate answered"]
+    return None
+
+
 def compare_pages(
     queries: list[dict], oracle: list[dict], candidate: list[dict], check: PageCheck | None = None
 ) -> list[str]:
@@ -497,16 +515,8 @@ def compare_pages(
     assert [r["name"] for r in oracle] == [r["name"] for r in candidate] == list(by_name)
     for o, c in zip(oracle, candidate, strict=True):
         prefix = f"{o['name']} {json.dumps(by_name[o['name']]['args'], ensure_ascii=False)}"
-        if not c["ok"]:
-            if c.get("code") not in EXPECTED_ERROR_CODES:
-                problems.append(f"{prefix}: candidate crashed ({c.get('code')}): {c['error']}")
-            elif o["ok"]:
-                problems.append(f"{prefix}: candidate error {c['error']!r}, oracle answered")
-            elif o["error"] != c["error"]:
-                problems.append(f"{prefix}: error text: oracle {o['error']!r}, candidate {c['error']!r}")
-            continue
-        if not o["ok"]:
-            problems.append(f"{prefix}: oracle error {o['error']!r}, candidate answered")
+        if (failure := error_problems(prefix, o, c)) is not None:
+            problems.extend(failure)
             continue
         if check is not None and (special := check(prefix, o, c)) is not None:
             problems.extend(special)

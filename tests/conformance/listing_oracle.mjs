@@ -1,4 +1,4 @@
-// What the listing oracles beside this file (resource_oracle.mjs, threads_oracle.mjs) share: their command
+// What the oracles beside this file (resource_oracle.mjs, threads_oracle.mjs, clone_oracle.mjs) share: their command
 // line, their mode, Mastra's LibSQL store, and the one way they patch its SQL.
 import { readFileSync } from 'node:fs';
 
@@ -34,13 +34,13 @@ export async function memoryStorage(id, url) {
   return { storage, memoryStore: await storage.getStore('memory') };
 }
 
-// Rewrites the SQL of every statement the store runs that matches `pattern` (String.replace's arguments).
+// Rewrites the SQL of every statement the store runs: `edit(sql)` gives the SQL to run instead.
 // storage.client is a Proxy that queues calls and then runs the client's own execute: the method is
 // replaced on the client under it, and the replacement calls the class's original.
-export function rewriteSql(storage, pattern, replacement) {
+export function rewriteSql(storage, edit) {
   const original = Object.getPrototypeOf(storage.client).execute;
   storage.client.execute = function (stmt, ...rest) {
-    if (typeof stmt === 'object' && pattern.test(stmt.sql)) stmt = { ...stmt, sql: stmt.sql.replace(pattern, replacement) };
+    if (typeof stmt === 'object') stmt = { ...stmt, sql: edit(stmt.sql) };
     return original.call(this, stmt, ...rest);
   };
 }
@@ -75,4 +75,16 @@ export async function saveThreads(memoryStore, threads) {
       },
     });
   }
+}
+
+// The dataset's threads, then its messages in dataset order (the insertion order breaks createdAt ties).
+export async function saveDataset(memoryStore, dataset) {
+  await saveThreads(memoryStore, dataset.threads);
+  const messages = (dataset.messages ?? []).map((m) => {
+    const c = clone(m);
+    if (c.createdAt !== undefined && c.createdAt !== null) c.createdAt = new Date(c.createdAt);
+    return c;
+  });
+  if (messages.length) await memoryStore.saveMessages({ messages });
+  return messages;
 }

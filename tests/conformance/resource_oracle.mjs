@@ -16,23 +16,17 @@
 // target) and in the returned list. ORACLE_MODE=mastra runs it as published.
 import { writeFileSync } from 'node:fs';
 
-import { clone, memoryStorage, oracleArgs, rewriteSql, runQueries, saveThreads } from './listing_oracle.mjs';
+import { clone, memoryStorage, oracleArgs, rewriteSql, runQueries, saveDataset } from './listing_oracle.mjs';
 
 const { mode, paths, dataset, queries } = oracleArgs('resource_oracle.mjs');
 const outPath = paths[2];
 const { storage, memoryStore } = await memoryStorage('resource-oracle', 'file::memory:');
 
-await saveThreads(memoryStore, dataset.threads);
-const messages = (dataset.messages ?? []).map((m) => {
-  const c = clone(m);
-  if (c.createdAt !== undefined && c.createdAt !== null) c.createdAt = new Date(c.createdAt);
-  return c;
-});
-if (messages.length) await memoryStore.saveMessages({ messages });
+const messages = await saveDataset(memoryStore, dataset);
 
 // The page query is the only one ordered by createdAt; the tie-break goes after its direction.
 const pageOrder = /ORDER BY "createdAt" (ASC|DESC) LIMIT/;
-if (mode === 'contract') rewriteSql(storage, pageOrder, (_, d) => `ORDER BY "createdAt" ${d}, rowid ${d} LIMIT`);
+if (mode === 'contract') rewriteSql(storage, (sql) => sql.replace(pageOrder, (_, d) => `ORDER BY "createdAt" ${d}, rowid ${d} LIMIT`));
 
 // Insertion sequence of every stored message (SQLite rowid), for the contract's total order.
 const seqOf = new Map((await storage.client.execute('SELECT id, rowid AS seq FROM mastra_messages')).rows.map((r) => [r.id, Number(r.seq)]));

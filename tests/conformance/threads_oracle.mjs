@@ -26,7 +26,7 @@ const { storage, memoryStore } = await memoryStorage('threads-oracle', `file:${d
 await saveThreads(memoryStore, dataset.threads);
 
 const pageOrder = /ORDER BY "(createdAt|updatedAt)" (ASC|DESC) LIMIT/;
-if (mode === 'contract') rewriteSql(storage, pageOrder, (_, f, d) => `ORDER BY "${f}" ${d}, id ${d} LIMIT`);
+if (mode === 'contract') rewriteSql(storage, (sql) => sql.replace(pageOrder, (_, f, d) => `ORDER BY "${f}" ${d}, id ${d} LIMIT`));
 
 const results = await runQueries(queries, async (args) => {
   const r = await memoryStore.listThreads(clone(args));
