@@ -419,3 +419,82 @@ async def test_explorer_lists_every_resources_threads(tab: Tab, server: ServerPr
         await page.locator("#threads button[aria-current='true']").get_attribute("data-thread-id")
         == made[0][0]
     )
+
+
+RESOURCE_MESSAGES = """
+query ($id: String!, $page: Int!, $direction: SortDirection!) {
+  resource(id: $id) {
+    messages(page: $page, perPage: 50, orderBy: {direction: $direction}) { total hasMore messages { id } }
+  }
+}"""
+
+
+async def test_explorer_lists_a_resources_messages_across_its_threads(
+    tab: Tab, server: ServerProcess, request: pytest.FixtureRequest
+) -> None:
+    """From a loaded resource, its messages across its threads, a page of 50 at a time in either order,
+    as Resource.messages answers them (signals hidden unless asked for); each message opens its thread,
+    and a link reopens the listing."""
+    page = tab.page
+    api = Api(server.url)
+    resource = uid("res")
+    threads = [uid("thread-a"), uid("thread-b")]
+    create = "mutation ($input: CreateThreadInput!) { createThread(input: $input) { id } }"
+    for thread_id in threads:
+        await api.execute(create, input={"id": thread_id, "resourceId": resource})
+    messages = [
+        text_message(
+            thread_id=threads[n % 2], id=f"{resource}-m{n:02d}", text=f"Message {n}", created_at=at(n)
+        )
+        for n in range(61)
+    ]
+    messages[55]["role"] = "signal"
+    messages[55]["content"]["parts"] = [{"type": "data-signal", "data": {"type": "reactive", "text": "idle"}}]
+    await api.execute(
+        "mutation ($m: [MessageInput!]!) { saveMessages(messages: $m) { messages { id } } }", m=messages
+    )
+
+    async def api_page(number: int, direction: str = "DESC") -> list[str]:
+        got = await api.execute(RESOURCE_MESSAGES, id=resource, page=number, direction=direction)
+        return [m["id"] for m in got["resource"]["messages"]["messages"]]
+
+    listed = page.locator("#resource-message-list > li")
+    status = page.locator("#resource-messages-status")
+
+    async def shown() -> list[str]:
+        return await listed.evaluate_all("els => els.map(e => e.dataset.messageId)")
+
+    await page.goto(f"{server.url}/")
+    await page.get_by_label("Resource id").fill(resource)
+    await page.get_by_label("Resource id").press("Enter")
+    await page.get_by_role("button", name="Messages across its threads").click()
+    await status.filter(has_text="Page 1 of 2, newest first: 50 of 61 messages.").wait_for()
+    first = await api_page(0)
+    assert await shown() == first and first[0] == f"{resource}-m60"
+    assert {await listed.nth(i).locator("button.thread-link code").inner_text() for i in range(2)} == set(
+        threads
+    )
+    assert await page.get_by_role("button", name="Previous page").is_disabled()
+    visible = await page.locator("#resource-message-list > li:visible").count()
+    assert visible == 49  # the signal is listed but hidden
+    await page.get_by_label("Show the resource's signals and system reminders").check()
+    assert await page.locator("#resource-message-list > li:visible").count() == 50
+
+    await page.get_by_role("button", name="Next page").click()
+    await status.filter(has_text="Page 2 of 2").wait_for()
+    assert await shown() == await api_page(1)
+    assert await page.get_by_role("button", name="Next page").is_disabled()
+
+    await page.locator("#resource-messages-order").select_option("ASC")
+    await status.filter(has_text="Page 1 of 2, oldest first").wait_for()
+    assert await shown() == await api_page(0, "ASC")
+    assert page.url.endswith(f"#resource={resource}&view=messages")
+    await page.screenshot(path=artifact(request, "explorer-resource-messages"))
+
+    await page.reload()
+    await status.filter(has_text="Page 1 of 2, newest first").wait_for()
+    assert await shown() == first
+    await listed.nth(1).locator("button.thread-link").click()
+    await page.locator("#thread-status").filter(has_text="Showing").wait_for()
+    assert await page.locator("#resource-messages").is_hidden()
+    assert page.url.endswith(f"#resource={resource}&thread={threads[1]}")

@@ -131,6 +131,17 @@
   }
 }`;
 
+  const RESOURCE_MESSAGES_PER_PAGE = 50;
+  // Resource.messages (Mastra's listMessagesByResourceId): signals are not hidden there; the page hides them.
+  const RESOURCE_MESSAGES_QUERY = `query ExplorerResourceMessages($id: String!, $page: Int!, $perPage: PerPage!, $direction: SortDirection!) {
+  resource(id: $id) {
+    messages(page: $page, perPage: $perPage, orderBy: {direction: $direction}) {
+      total page hasMore
+      messages { ${MESSAGE_FIELDS} }
+    }
+  }
+}`;
+
   const RECALL_ARGS = [
     ['resourceId', 'String'],
     ['perPage', 'PerPage'],
@@ -165,6 +176,8 @@
     threadId: '',
     recallPage: 0,
     lastRecall: null,
+    view: '', // 'messages': the resource's messages across its threads instead of a thread
+    resourceMessagesPage: 0,
   };
 
   function saveHash() {
@@ -172,6 +185,7 @@
     if (state.allThreads) params.set('all', '1');
     else if (state.resourceId) params.set('resource', state.resourceId);
     if (state.threadId) params.set('thread', state.threadId);
+    else if (state.view === 'messages') params.set('view', 'messages');
     const hash = params.toString();
     history.replaceState(null, '', hash ? `#${hash}` : window.location.pathname + window.location.search);
   }
@@ -301,6 +315,7 @@
     state.allThreads = false;
     state.resourceId = resourceId;
     state.threadsAfter = null;
+    $('#resource-messages-open').hidden = false;
     if (!keepThread) {
       state.threadId = '';
       showThread(null);
@@ -317,6 +332,7 @@
     state.allThreads = true;
     state.resourceId = '';
     state.threadsAfter = null;
+    $('#resource-messages-open').hidden = true;
     if (!keepThread) {
       state.threadId = '';
       showThread(null);
@@ -413,6 +429,7 @@
 
   async function selectThread(threadId) {
     state.threadId = threadId;
+    state.view = '';
     state.lastRecall = null;
     saveHash();
     markCurrentThread();
@@ -422,6 +439,8 @@
   }
 
   function showThread(thread) {
+    state.view = '';
+    $('#resource-messages').hidden = true;
     $('#no-thread').hidden = Boolean(thread);
     $('#thread').hidden = !thread;
     if (!thread) return;
@@ -463,6 +482,57 @@
       status.textContent = 'Could not load the messages.';
       showError(err);
     }
+  }
+
+  // ------------------------------------------------------------------------------------ a resource's messages
+  async function openResourceMessages(page = 0) {
+    state.view = 'messages';
+    state.threadId = '';
+    state.resourceMessagesPage = page;
+    markCurrentThread();
+    saveHash();
+    $('#thread').hidden = true;
+    $('#no-thread').hidden = true;
+    $('#resource-messages').hidden = false;
+    $('#resource-messages-resource').textContent = state.resourceId;
+    const status = $('#resource-messages-status');
+    const list = $('#resource-message-list');
+    const direction = $('#resource-messages-order').value;
+    status.textContent = 'Loading messages…';
+    try {
+      const data = await gql(RESOURCE_MESSAGES_QUERY, {
+        id: state.resourceId,
+        page,
+        perPage: RESOURCE_MESSAGES_PER_PAGE,
+        direction,
+      });
+      clearError();
+      const result = data.resource ? data.resource.messages : { total: 0, hasMore: false, messages: [] };
+      list.replaceChildren(...result.messages.map(renderResourceMessage));
+      const pages = Math.max(1, Math.ceil(result.total / RESOURCE_MESSAGES_PER_PAGE));
+      const order = direction === 'DESC' ? 'newest first' : 'oldest first';
+      status.textContent = result.total
+        ? `Page ${page + 1} of ${pages}, ${order}: ${result.messages.length} of ${result.total} message${result.total === 1 ? '' : 's'}.`
+        : `No messages are filed under “${state.resourceId}”.`;
+      $('#resource-messages-prev').disabled = page === 0;
+      $('#resource-messages-next').disabled = !result.hasMore;
+    } catch (err) {
+      status.textContent = 'Could not load the messages.';
+      showError(err);
+    }
+  }
+
+  /** A message of the resource's listing: as in a thread, with the thread it is in (a button to it). */
+  function renderResourceMessage(message) {
+    const item = renderMessage(message);
+    const open = el(
+      'button',
+      { type: 'button', class: 'thread-link', title: 'Open this thread', onclick: () => selectThread(message.threadId) },
+      'in ',
+      el('code', { text: message.threadId }),
+    );
+    item.querySelector('.msg-head').insertBefore(open, item.querySelector('.msg-id'));
+    return item;
   }
 
   // ------------------------------------------------------------------------------------ working memory
@@ -795,6 +865,13 @@
       status.textContent = status.textContent.replace(/ \(hidden\)\.$|\.$/, event.target.checked ? '.' : ' (hidden).');
     });
     $('#thread-limit').addEventListener('change', loadThread);
+    $('#resource-messages-open').addEventListener('click', () => openResourceMessages(0));
+    $('#resource-messages-order').addEventListener('change', () => openResourceMessages(0));
+    $('#resource-messages-prev').addEventListener('click', () => openResourceMessages(state.resourceMessagesPage - 1));
+    $('#resource-messages-next').addEventListener('click', () => openResourceMessages(state.resourceMessagesPage + 1));
+    $('#resource-show-hidden').addEventListener('change', (event) => {
+      $('#resource-message-list').classList.toggle('hide-hidden', !event.target.checked);
+    });
     $('#thread-reload').addEventListener('click', loadThread);
 
     const form = $('#recall-form');
@@ -819,6 +896,7 @@
     if (params.get('all')) loadAllThreads({ keepThread: Boolean(thread) });
     else if (resource) loadResource(resource, { keepThread: Boolean(thread) });
     if (thread) selectThread(thread);
+    else if (resource && params.get('view') === 'messages') openResourceMessages(0);
   }
 
   start();
