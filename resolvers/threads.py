@@ -239,7 +239,7 @@ class ThreadService:
             guard=guard if principal.restricted else None,
         )
         if moved is None:
-            raise NotFound(f"Thread {thread_id} not found")
+            raise NotFound(f'Thread "{thread_id}" not found')  # Mastra's text here, quotes and all
         before, thread, left, messages = moved
         if before is thread:
             return thread

@@ -714,8 +714,9 @@ async def test_update_thread_resource_id_gives_the_thread_and_its_messages_to_an
 
     # Already the resource's: returned as it is (updatedAt unchanged), as in Mastra.
     assert (await api.execute(TRANSFER, t=thread_id, r=new))["updateThreadResourceId"] == moved
-    got = await error(api, TRANSFER, t=uid("ghost"), r=new)
-    assert (got["extensions"]["code"], got["message"].split()[0]) == ("NOT_FOUND", "Thread")
+    ghost = uid("ghost")
+    got = await error(api, TRANSFER, t=ghost, r=new)
+    assert (got["extensions"]["code"], got["message"]) == ("NOT_FOUND", f'Thread "{ghost}" not found')
     for bad in ("", " "):
         got = await error(api, TRANSFER, t=thread_id, r=bad)
         assert (got["extensions"]["code"], got["message"]) == (
