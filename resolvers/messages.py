@@ -402,7 +402,8 @@ class MessageService:
                 events.append(message_event(MESSAGE_UPDATED, old_thread, m))
         threads = {m.thread_id for m in after} | {before[m.id].thread_id for m in after}
         await publish_quietly(self.events, events + await self._thread_events(threads))
-        return after
+        # In id order, as Mastra returns them (its re-read of `WHERE id IN (...)` walks the id index).
+        return sorted(after, key=lambda m: m.id)
 
     async def delete(self, ids: Sequence[str], *, principal: Principal) -> list[MessageRecord]:
         """Mastra's deleteMessages: unknown ids are ignored, [] is a no-op; the affected threads'

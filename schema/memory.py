@@ -541,7 +541,7 @@ class MemoryMutation:
 
     @strawberry.mutation(
         description="Mastra's updateMessages, in one transaction: unknown ids are skipped; returns the "
-        "updated messages. createdAt never changes; vectors follow."
+        "updated messages, in id order as Mastra does. createdAt never changes; vectors follow."
     )
     async def update_messages(
         self,

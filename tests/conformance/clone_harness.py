@@ -15,7 +15,6 @@ same order, through its `cloneThread` mutation over HTTP. The pieces:
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from gql.transport.exceptions import TransportQueryError
 
 from tests.conformance.harness import (
     EXPECTED_ERROR_CODES,
-    error_problems,
+    compare_cases,
     failed,
     run_each,
     run_listing_oracle,
@@ -165,20 +164,17 @@ async def run_clone_queries(base_url: str, queries: list[dict]) -> list[dict]:
 
 
 def compare_clone_results(queries: list[dict], oracle: list[dict], candidate: list[dict]) -> list[str]:
-    """Every disagreement, one line each (empty: they agree). A generated thread id is compared by its
-    being there; RecallQL's metadata is compared on Mastra's keys (it also keeps the source's own, as
-    Mastra's documentation says and its code does not)."""
-    problems: list[str] = []
-    by_name = {q["name"]: q for q in queries}
-    assert [r["name"] for r in oracle] == [r["name"] for r in candidate] == list(by_name)
-    for o, c in zip(oracle, candidate, strict=True):
-        args = by_name[o["name"]]["args"]
-        prefix = f"{o['name']} {json.dumps(args)}"
-        if (failure := error_problems(prefix, o, c, EXPECTED_ERROR_CODES | {"CONFLICT"})) is not None:
-            problems.extend(failure)
-            continue
+    """Every disagreement, one line each (empty: they agree; harness.compare_cases, a CONFLICT being an
+    expected error too). A generated thread id is compared by its being there; RecallQL's metadata is
+    compared on Mastra's keys (it also keeps the source's own, as Mastra's documentation says and its
+    code does not)."""
+    args_of = {q["name"]: q["args"] for q in queries}
+
+    def clone(prefix: str, o: dict, c: dict) -> list[str]:
+        problems = []
+        args = args_of[o["name"]]
         want, got = dict(o["thread"]), dict(c["thread"])
-        if "newThreadId" not in args or not args["newThreadId"]:
+        if not args.get("newThreadId"):
             if not got["id"]:
                 problems.append(f"{prefix}: no thread id generated")
             want.pop("id"), got.pop("id")
@@ -188,4 +184,6 @@ def compare_clone_results(queries: list[dict], oracle: list[dict], candidate: li
         for key in ("copied", "cloned", "sameRows", "clonedAtIsSet"):
             if o[key] != c[key]:
                 problems.append(f"{prefix}: {key}: oracle {o[key]!r}, candidate {c[key]!r}")
-    return problems
+        return problems
+
+    return compare_cases(queries, oracle, candidate, clone, EXPECTED_ERROR_CODES | {"CONFLICT"})

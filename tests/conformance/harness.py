@@ -502,25 +502,37 @@ def error_problems(
     return None
 
 
-def compare_pages(
-    queries: list[dict], oracle: list[dict], candidate: list[dict], check: PageCheck | None = None
+def compare_cases(
+    queries: list[dict],
+    oracle: list[dict],
+    candidate: list[dict],
+    check: Callable[[str, dict, dict], list[str]],
+    codes: frozenset[str] = EXPECTED_ERROR_CODES,
 ) -> list[str]:
-    """Every disagreement between two runs of listing cases ({name, ok, ids, total, page, perPage,
-    hasMore} or {name, ok: false, error}), one line each (empty: they agree). Errors must carry an
-    expected code and, where the oracle errs too, its text. `check(prefix, oracle, candidate)`, for a
-    pair both answered: None to compare ids in order, total, page, perPage and hasMore; a list (maybe
-    empty) of the pair's problems instead."""
+    """Every disagreement between two runs of the same cases ({name, ok, ...} or {name, ok: false,
+    error}), one line each (empty: they agree): errors as error_problems judges them, and
+    `check(prefix, oracle, candidate)`'s problems for a pair both answered."""
     problems: list[str] = []
     by_name = {q["name"]: q for q in queries}
     assert [r["name"] for r in oracle] == [r["name"] for r in candidate] == list(by_name)
     for o, c in zip(oracle, candidate, strict=True):
         prefix = f"{o['name']} {json.dumps(by_name[o['name']]['args'], ensure_ascii=False)}"
-        if (failure := error_problems(prefix, o, c)) is not None:
-            problems.extend(failure)
-            continue
+        failure = error_problems(prefix, o, c, codes)
+        problems.extend(check(prefix, o, c) if failure is None else failure)
+    return problems
+
+
+def compare_pages(
+    queries: list[dict], oracle: list[dict], candidate: list[dict], check: PageCheck | None = None
+) -> list[str]:
+    """compare_cases for listing cases ({name, ok, ids, total, page, perPage, hasMore}).
+    `check(prefix, oracle, candidate)`, for a pair both answered: None to compare ids in order, total,
+    page, perPage and hasMore; a list (maybe empty) of the pair's problems instead."""
+
+    def pages(prefix: str, o: dict, c: dict) -> list[str]:
         if check is not None and (special := check(prefix, o, c)) is not None:
-            problems.extend(special)
-            continue
+            return special
+        problems = []
         if o["ids"] != c["ids"]:
             at = next((i for i, (a, b) in enumerate(zip(o["ids"], c["ids"], strict=False)) if a != b), None)
             at = min(len(o["ids"]), len(c["ids"])) if at is None else at
@@ -533,7 +545,9 @@ def compare_pages(
         for key in ("total", "page", "perPage", "hasMore"):
             if o[key] != c[key]:
                 problems.append(f"{prefix}: {key}: oracle {o[key]!r}, candidate {c[key]!r}")
-    return problems
+        return problems
+
+    return compare_cases(queries, oracle, candidate, pages)
 
 
 async def run_queries(base_url: str, queries: list[dict], *, concurrency: int = 6) -> list[dict]:
