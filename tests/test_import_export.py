@@ -47,6 +47,7 @@ from resolvers.recall import RecallArgs
 from resolvers.transfer import TransferError, export_jsonl, import_jsonl, import_mastra, to_format2
 from tests.support import (
     EMBED_SERVER,
+    PG_ADMIN_DSN,
     app_client,
     at,
     cli,
@@ -56,6 +57,7 @@ from tests.support import (
     embed_server_process,
     free_port,
     oracle_node_modules,
+    postgres_available,
     require,
 )
 
@@ -218,6 +220,44 @@ async def test_import_mastra_libsql_file(
     await check_against_mastra(services, repository, expected)
     # The source is only read.
     assert hashlib.sha256(db.read_bytes()).hexdigest() == source_digest
+
+
+async def test_an_import_into_postgresql_leaves_fresh_planner_statistics(
+    mastra_fixture: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """A server's cached plans treated freshly filled tables as the small ones they were (a save's lookup
+    by id stayed a sequential scan until autovacuum came by): the import analyzes what it filled."""
+    require(await postgres_available(), f"PostgreSQL is not reachable at {PG_ADMIN_DSN}")
+    from sqlalchemy import text
+
+    async with database("postgres", tmp_path) as url:
+        cli(
+            "import",
+            "mastra",
+            "--from",
+            f"file:{mastra_fixture[0]}",
+            "--no-embed",
+            url=url,
+            data_dir=tmp_path / "d",
+        )
+        engine = create_engine(url)
+        try:
+            async with engine.connect() as conn:
+                rows = await conn.execute(
+                    text(
+                        "SELECT relname, last_analyze IS NOT NULL FROM pg_stat_user_tables "
+                        "WHERE relname IN ('messages', 'threads', 'resources')"
+                    )
+                )
+                analyzed = dict(rows.all())
+                messages = (await conn.execute(text("SELECT count(*) FROM messages"))).scalar_one()
+                estimate = (
+                    await conn.execute(text("SELECT reltuples FROM pg_class WHERE relname = 'messages'"))
+                ).scalar_one()
+        finally:
+            await engine.dispose()
+    assert analyzed == {"messages": True, "threads": True, "resources": True}
+    assert messages == mastra_fixture[1]["counts"]["messages"] and estimate == messages
 
 
 async def test_import_mastra_skips_rows_it_cannot_store(

@@ -360,6 +360,9 @@ async def _import_into(repository: Repository, settings: Settings, args: argpars
                 finally:
                     if stream is not sys.stdin.buffer:
                         stream.close()
+            # A running server's cached plans would otherwise treat the filled tables as the small ones
+            # they were, until autovacuum analyzes them.
+            await repository.refresh_statistics()
             if semantic is not None:
                 bars.start("embedding", await repository.outbox_backlog())
                 try:
