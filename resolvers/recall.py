@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import Any, Literal, Protocol
@@ -176,7 +176,7 @@ class RecallEngine:
         principal.require(resource_id)
         if page < 0:
             raise BadUserInput("page must be >= 0")
-        limit = normalize_per_page(RESOURCE_MESSAGES_PER_PAGE if per_page is None else per_page)
+        limit = _normalize_per_page(RESOURCE_MESSAGES_PER_PAGE if per_page is None else per_page)
         size: int | Literal[False] = False if limit is None else limit
         if size is not False and self.max_per_page is not None and size > self.max_per_page:
             raise BadUserInput(
@@ -230,8 +230,7 @@ class RecallEngine:
                 messages = sorted([*messages, *added.values()], key=lambda m: (m.created_at, m.seq))
                 if descending:
                     messages.reverse()
-        # As Mastra's MessageList does, and recall: system rows are counted, never returned.
-        messages = [m for m in messages if m.role != "system"]
+        messages = listed(messages)
         return RecallResult(messages, total, page, size, has_more)
 
     def _windows_refused(self, budget: RowBudget, what: str) -> BadUserInput:
@@ -583,7 +582,7 @@ def _page_spec(args: RecallArgs, per_page: PerPage) -> _PageSpec:
     page = args.page if args.page is not None else 0
     if page < 0:
         raise BadUserInput("page must be >= 0")
-    limit = normalize_per_page(per_page)
+    limit = _normalize_per_page(per_page)
     metadata = validate_metadata_filter(args.metadata)
     after = cursors.decode(args.after, "after") if args.after is not None else None
     before = cursors.decode(args.before, "before") if args.before is not None else None
@@ -639,16 +638,18 @@ def _js_truthy(value: Any) -> bool:
 
 def _merge(page: list[MessageRecord], included: list[MessageRecord]) -> list[MessageRecord]:
     """Page rows, then include rows not already present; system rows dropped; one total order."""
-    seen: set[str] = set()
-    out: list[MessageRecord] = []
+    first: dict[str, MessageRecord] = {}
     for rec in (*page, *included):
-        if rec.id in seen:
-            continue
-        seen.add(rec.id)
-        if rec.role != "system":
-            out.append(rec)
+        first.setdefault(rec.id, rec)
+    out = listed(first.values())
     out.sort(key=lambda m: (m.created_at, m.seq))
     return out
+
+
+def listed(messages: Iterable[MessageRecord]) -> list[MessageRecord]:
+    """What Mastra lists of these messages (through its MessageList): system-role rows are set aside,
+    counted where a total is, never returned (recall, a resource's messages, a clone's copies)."""
+    return [m for m in messages if m.role != "system"]
 
 
 def filter_signals(
@@ -773,9 +774,10 @@ def _whole(value: Any) -> bool:
     )
 
 
-def normalize_per_page(per_page: PerPage) -> int | None:
-    """None = every row (perPage false). A fraction is refused as Mastra's normalizePerPage refuses it
-    (the PerPage scalar takes one: Mastra's recall answers some of them)."""
+def _normalize_per_page(per_page: PerPage) -> int | None:
+    """recall's and listMessagesByResourceId's perPage: None = every row (perPage false). A fraction is
+    refused as Mastra's normalizePerPage refuses it (the PerPage scalar takes one: Mastra's recall
+    answers some of them). The threads listing has checks of its own (threads.thread_page_size)."""
     if per_page is False:
         return None
     if isinstance(per_page, bool) or not math.isfinite(per_page) or per_page < 0 or per_page != int(per_page):

@@ -48,7 +48,7 @@ from resolvers.events import (
     too_long_a_replay,
 )
 from resolvers.messages import VectorSync, sync_vectors
-from resolvers.recall import PerPage, validate_thread_metadata_filter
+from resolvers.recall import PerPage, listed, validate_thread_metadata_filter
 from resolvers.working_memory import working_memory_config
 
 # JavaScript's Number.MAX_SAFE_INTEGER: Mastra's bound on perPage and on a page's offset.
@@ -480,9 +480,8 @@ class ThreadService:
         events = [thread_event(THREAD_CREATED, thread)]
         events.extend(message_event(MESSAGE_SAVED, thread.id, m) for m in copies)
         await publish_quietly(self.events, events)
-        # Every copy is in the id map; the copies listed leave system-role rows out, as Mastra's
-        # cloneThread lists them (through its MessageList, as recall does).
-        return CloneResult(thread, [m for m in copies if m.role != "system"], id_map)
+        # Every copy is in the id map; Mastra's cloneThread lists the copies as recall does.
+        return CloneResult(thread, listed(copies), id_map)
 
     # A resumed subscription replays at most this many threads (as many events as a live subscriber may
     # fall behind by); more is a read for the listing's pages.

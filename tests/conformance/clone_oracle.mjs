@@ -16,9 +16,7 @@
 // leaving ties to SQLite. ORACLE_MODE=contract (the default) breaks them by insertion order (rowid), the
 // contract's total order, which decides which of several messages of one instant a messageLimit keeps
 // and the order the copies are written in. ORACLE_MODE=mastra runs it as published.
-import { writeFileSync } from 'node:fs';
-
-import { clone, memoryStorage, oracleArgs, rewriteSql, saveDataset } from './listing_oracle.mjs';
+import { clone, memoryStorage, oracleArgs, rewriteSql, runCases, saveDataset, storedRows, writeResults } from './listing_oracle.mjs';
 
 const { mode, paths, dataset, queries } = oracleArgs('clone_oracle.mjs');
 const outPath = paths[2];
@@ -41,48 +39,31 @@ if (mode === 'contract') {
 
 // Each message's dataset origin: a dataset message is its own; a copy, its source's.
 const origin = new Map((dataset.messages ?? []).map((m) => [m.id, m.id]));
-// Rows as stored (Mastra's own reads leave system rows out and reshape content).
-async function rowOf(ids) {
-  if (!ids.length) return new Map();
-  const rows = (await storage.client.execute({
-    sql: `SELECT id, content, role, type, "createdAt", thread_id, "resourceId" FROM mastra_messages WHERE id IN (${ids.map(() => '?').join(', ')})`,
-    args: ids,
-  })).rows;
-  return new Map(rows.map((row) => [row.id, row]));
-}
-
-const results = [];
-for (const q of queries) {
-  try {
-    const r = await memoryStore.cloneThread(clone(q.args));
-    const map = Object.entries(r.messageIdMap ?? {});
-    for (const [source, copy] of map) origin.set(copy, origin.get(source) ?? source);
-    const sources = await rowOf(map.map(([source]) => source));
-    const copies = await rowOf(map.map(([, copy]) => copy));
-    const sameRows = map.every(([source, copy]) => {
-      const s = sources.get(source), c = copies.get(copy);
-      return Boolean(s && c) && s.role === c.role && s.type === c.type && c.thread_id === r.thread.id
-        && c.resourceId === r.thread.resourceId && s.createdAt === c.createdAt && s.content === c.content;
-    });
-    const { clonedAt, ...cloneMeta } = r.thread.metadata?.clone ?? {};
-    if (cloneMeta.lastMessageId !== undefined) cloneMeta.lastMessageId = origin.get(cloneMeta.lastMessageId) ?? cloneMeta.lastMessageId;
-    results.push({
-      name: q.name,
-      ok: true,
-      thread: {
-        id: r.thread.id,
-        resourceId: r.thread.resourceId,
-        title: r.thread.title,
-        metadata: { ...r.thread.metadata, clone: cloneMeta },
-      },
-      clonedAtIsSet: clonedAt !== undefined,
-      copied: map.map(([source]) => origin.get(source) ?? source),
-      cloned: (r.clonedMessages ?? []).map((m) => origin.get(m.id) ?? m.id),
-      sameRows,
-    });
-  } catch (err) {
-    results.push({ name: q.name, ok: false, error: String(err?.message ?? err) });
-  }
-}
-writeFileSync(outPath, JSON.stringify({ mode, messages: messages.length, results }, null, 1) + '\n');
-process.stdout.write(`clone-oracle: ${results.length} queries (${results.filter((r) => !r.ok).length} errors)\n`);
+const rowsOf = (ids) => storedRows(storage, ids);
+const results = await runCases(queries, async (args) => {
+  const r = await memoryStore.cloneThread(clone(args));
+  const map = Object.entries(r.messageIdMap ?? {});
+  for (const [source, copy] of map) origin.set(copy, origin.get(source) ?? source);
+  const sources = await rowsOf(map.map(([source]) => source));
+  const copies = await rowsOf(map.map(([, copy]) => copy));
+  const sameRows = map.every(([source, copy]) => {
+    const s = sources.get(source), c = copies.get(copy);
+    return Boolean(s && c) && s.role === c.role && s.type === c.type && c.thread_id === r.thread.id
+      && c.resourceId === r.thread.resourceId && s.createdAt === c.createdAt && s.content === c.content;
+  });
+  const { clonedAt, ...cloneMeta } = r.thread.metadata?.clone ?? {};
+  if (cloneMeta.lastMessageId !== undefined) cloneMeta.lastMessageId = origin.get(cloneMeta.lastMessageId) ?? cloneMeta.lastMessageId;
+  return {
+    thread: {
+      id: r.thread.id,
+      resourceId: r.thread.resourceId,
+      title: r.thread.title,
+      metadata: { ...r.thread.metadata, clone: cloneMeta },
+    },
+    clonedAtIsSet: clonedAt !== undefined,
+    copied: map.map(([source]) => origin.get(source) ?? source),
+    cloned: (r.clonedMessages ?? []).map((m) => origin.get(m.id) ?? m.id),
+    sameRows,
+  };
+});
+writeResults(outPath, 'clone-oracle', mode, { messages: messages.length }, results);

@@ -1,6 +1,7 @@
-// What the oracles beside this file (resource_oracle.mjs, threads_oracle.mjs, clone_oracle.mjs) share: their command
-// line, their mode, Mastra's LibSQL store, and the one way they patch its SQL.
-import { readFileSync } from 'node:fs';
+// What the oracles beside this file (resource_oracle.mjs, threads_oracle.mjs, clone_oracle.mjs,
+// update_oracle.mjs) share: their command line, their mode, Mastra's LibSQL store, the one way they patch
+// its SQL, the rows as stored, their loop over the cases and their output.
+import { readFileSync, writeFileSync } from 'node:fs';
 
 import { load } from '../mastra_packages.mjs';
 
@@ -45,19 +46,43 @@ export function rewriteSql(storage, edit) {
   };
 }
 
-// Each query's answer, as the harness compares them: `list(args)` gives {rows, total, page, perPage,
-// hasMore} (rows: the listed items, by id), or throws (its message is the error).
-export async function runQueries(queries, list) {
+// Each case's answer in order, as the harness compares them: {name, ok: true, ...answer(args)}, or
+// {name, ok: false, error} when it throws.
+export async function runCases(queries, answer) {
   const results = [];
   for (const q of queries) {
     try {
-      const { rows, total, page, perPage, hasMore } = await list(q.args);
-      results.push({ name: q.name, ok: true, ids: rows.map((row) => row.id), total, page, perPage, hasMore });
+      results.push({ name: q.name, ok: true, ...(await answer(q.args)) });
     } catch (err) {
       results.push({ name: q.name, ok: false, error: String(err?.message ?? err) });
     }
   }
   return results;
+}
+
+// runCases for listings: `list(args)` gives {rows, total, page, perPage, hasMore} (rows: the listed items).
+export function runQueries(queries, list) {
+  return runCases(queries, async (args) => {
+    const { rows, total, page, perPage, hasMore } = await list(args);
+    return { ids: rows.map((row) => row.id), total, page, perPage, hasMore };
+  });
+}
+
+// These messages' rows as stored, by id (Mastra's own reads leave system rows out and reshape content).
+export async function storedRows(storage, ids) {
+  if (!ids.length) return new Map();
+  const rows = (await storage.client.execute({
+    sql: `SELECT id, content, role, type, "createdAt", thread_id, "resourceId" FROM mastra_messages WHERE id IN (${ids.map(() => '?').join(', ')})`,
+    args: ids,
+  })).rows;
+  return new Map(rows.map((row) => [row.id, row]));
+}
+
+// OUT: {mode, ...counts, results}, and one line of progress.
+export function writeResults(outPath, script, mode, counts, results) {
+  writeFileSync(outPath, JSON.stringify({ mode, ...counts, results }, null, 1) + '\n');
+  const errors = results.filter((r) => !r.ok).length;
+  process.stdout.write(`${script}: ${results.length} queries (${errors} errors)\n`);
 }
 
 // The dataset's threads, saved as given (a thread without times gets the datasets' first instant).

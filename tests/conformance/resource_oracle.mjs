@@ -14,9 +14,7 @@
 // DESC: in the page query (Mastra as published returns DESC ties in insertion order), in the include
 // windows (the recall oracle's patch of _getIncludedMessages, whose windows can otherwise miss their own
 // target) and in the returned list. ORACLE_MODE=mastra runs it as published.
-import { writeFileSync } from 'node:fs';
-
-import { clone, memoryStorage, oracleArgs, rewriteSql, runQueries, saveDataset } from './listing_oracle.mjs';
+import { clone, memoryStorage, oracleArgs, rewriteSql, runQueries, saveDataset, writeResults } from './listing_oracle.mjs';
 
 const { mode, paths, dataset, queries } = oracleArgs('resource_oracle.mjs');
 const outPath = paths[2];
@@ -87,6 +85,4 @@ const results = await runQueries(queries, async (raw) => {
   const rows = mode === 'contract' ? inTotalOrder(r.messages, args.orderBy?.direction ?? 'ASC') : r.messages;
   return { ...r, rows };
 });
-const text = JSON.stringify({ mode, messages: messages.length, results }, null, 1) + '\n';
-writeFileSync(outPath, text);
-process.stdout.write(`resource-oracle: ${results.length} queries (${results.filter((r) => !r.ok).length} errors)\n`);
+writeResults(outPath, 'resource-oracle', mode, { messages: messages.length }, results);

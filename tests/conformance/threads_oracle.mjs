@@ -15,9 +15,7 @@
 // byte, which for UTF-8 is code point order). ORACLE_MODE=mastra runs it as published. Neither mode
 // touches the metadata filter: where Mastra's differs from RecallQL's on purpose (1 matching true, null
 // matching a missing key), the harness asks no such question.
-import { writeFileSync } from 'node:fs';
-
-import { clone, memoryStorage, oracleArgs, rewriteSql, runQueries, saveThreads } from './listing_oracle.mjs';
+import { clone, memoryStorage, oracleArgs, rewriteSql, runQueries, saveThreads, writeResults } from './listing_oracle.mjs';
 
 const { mode, paths, dataset, queries } = oracleArgs('threads_oracle.mjs', ['DB.sqlite']);
 const [, , outPath, dbPath] = paths;
@@ -33,5 +31,4 @@ const results = await runQueries(queries, async (args) => {
   return { ...r, rows: r.threads };
 });
 storage.client.close?.();
-writeFileSync(outPath, JSON.stringify({ mode, threads: (dataset.threads ?? []).length, results }, null, 1) + '\n');
-process.stdout.write(`threads-oracle: ${results.length} queries (${results.filter((r) => !r.ok).length} errors)\n`);
+writeResults(outPath, 'threads-oracle', mode, { threads: (dataset.threads ?? []).length }, results);
