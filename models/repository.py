@@ -532,9 +532,9 @@ class Repository:
                 return None
             if guard is not None:
                 guard(_thread(row))
-            merged = row.metadata
-            if metadata is not None:
-                merged = {**(row.metadata or {}), **metadata}
+            # Always an object afterwards, as in Mastra's updateThread ({...stored, ...given}): a thread
+            # saved without metadata has {} once updated, even by a title alone.
+            merged = {**(row.metadata or {}), **(metadata or {})}
             values: dict[str, Any] = {"metadata": merged, "updated_at": now}
             if title is not None:
                 values["title"] = title

@@ -11,6 +11,7 @@ import re
 import uuid
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Protocol
 
 import orjson
@@ -42,6 +43,7 @@ from resolvers.events import (
     thread_event,
     too_long_a_replay,
 )
+from resolvers.recall import listed
 from resolvers.titles import TitleGenerator, TitleOptions, title_options
 
 log = logging.getLogger("recallql.messages")
@@ -74,8 +76,14 @@ class MessagePatch:
 
 @dataclass(slots=True)
 class SaveResult:
-    messages: list[MessageRecord]
+    messages: list[MessageRecord]  # as stored, one per id, in the order given
     acknowledged: int  # transient signals: accepted, not stored
+
+    @property
+    def listed(self) -> list[MessageRecord]:
+        """The saved messages as Mastra's saveMessages returns them, through its MessageList: oldest
+        first (ties in the contract's order, insertion), system-role rows set aside."""
+        return listed(sorted(self.messages, key=attrgetter("order_key")))
 
 
 # A save whose threads change hands under it starts again; this many times at most.

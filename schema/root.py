@@ -228,7 +228,7 @@ class Mutation(MemoryMutation):
             principal=info.context.principal,
         )
         return SaveMessagesPayload(
-            messages=[Message(_record=r) for r in result.messages], acknowledged=result.acknowledged
+            messages=[Message(_record=r) for r in result.listed], acknowledged=result.acknowledged
         )
 
 

@@ -24,6 +24,7 @@ import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -208,7 +209,11 @@ async def load_dataset(api: Api, dataset: dict, *, batch: int = 100) -> None:
             # As given; without a `type` the server stores its default, v2, as Mastra's storage does.
             chunk.append({k: m[k] for k in MESSAGE_FIELDS if k in m})
         saved = await api.execute(SAVE_MESSAGES, messages=chunk)
-        got, sent = [m["id"] for m in saved["saveMessages"]["messages"]], [m["id"] for m in chunk]
+        # Answered as Mastra lists them: oldest first (ties in the order given), system rows set aside.
+        listed = sorted(
+            (m for m in chunk if m["role"] != "system"), key=lambda m: datetime.fromisoformat(m["createdAt"])
+        )
+        got, sent = [m["id"] for m in saved["saveMessages"]["messages"]], [m["id"] for m in listed]
         assert got == sent, f"saveMessages stored {got}, expected {sent}"
 
 
