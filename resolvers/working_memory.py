@@ -12,7 +12,10 @@ document that validates against it.
 from __future__ import annotations
 
 import copy
+import json
+import math
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import jsonschema_rs
@@ -90,6 +93,18 @@ def working_memory_config(merged: dict[str, Any]) -> WorkingMemoryConfig:
     return WorkingMemoryConfig(bool(wm.get("enabled")), scope, template, schema, validator)
 
 
+def merge_memory_config(defaults: dict[str, Any], memory_config: dict[str, Any] | None) -> dict[str, Any]:
+    """The call's memory config deep-merged over the defaults, as Mastra's getMergedThreadConfig does,
+    except that a call's workingMemory.schema replaces the default's whole (merged, a call's array schema
+    kept the default's `properties` and `required`, and `{}` changed nothing)."""
+    merged = deep_merge(defaults, memory_config)
+    given = (memory_config or {}).get("workingMemory")
+    schema = given.get("schema") if isinstance(given, dict) else None
+    if schema is not None and isinstance(merged.get("workingMemory"), dict):
+        merged["workingMemory"]["schema"] = copy.deepcopy(schema)
+    return merged
+
+
 # The schema is the caller's: its $refs resolve within it only (retrieval would let a request read the
 # server's files or call any host), and its patterns run on a linear-time engine (Rust's regex). A
 # backtracking engine with a limit per match still let one document hold the event loop for seconds: a
@@ -154,6 +169,66 @@ def _json_text(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
+# JavaScript keeps an object's array-index keys ("0" up to 2**32 - 2, no leading zero) first, in numeric
+# order, whatever order they were given in: JSON.parse and then JSON.stringify reorder them.
+_MAX_ARRAY_INDEX = 2**32 - 2
+_MAX_SAFE_INTEGER = 2**53 - 1
+
+
+def _is_array_index(key: str) -> bool:
+    return key.isascii() and key.isdigit() and (key == "0" or key[0] != "0") and int(key) <= _MAX_ARRAY_INDEX
+
+
+def js_number(value: int | float) -> str:
+    """A JSON number as JSON.stringify prints it (Number::toString): every number is a double, so an
+    integer beyond 2**53 loses digits; 1.0 is `1`, -0.0 is `0`, exponents only from 1e21 and below 1e-6,
+    infinities (a literal too large for a double) are `null`."""
+    if isinstance(value, int) and abs(value) <= _MAX_SAFE_INTEGER:
+        return str(value)
+    try:
+        x = float(value)
+    except OverflowError:
+        return "null"
+    if not math.isfinite(x):
+        return "null"
+    if x == 0:
+        return "0"
+    # repr gives the shortest digits that read back as the same double, as JavaScript picks them.
+    _, digit_tuple, exponent = Decimal(repr(abs(x))).normalize().as_tuple()
+    assert isinstance(exponent, int)
+    digits = "".join(map(str, digit_tuple))
+    k, n = len(digits), exponent + len(digits)  # value = 0.digits * 10**n
+    if k <= n <= 21:
+        body = digits + "0" * (n - k)
+    elif 0 < n <= 21:
+        body = f"{digits[:n]}.{digits[n:]}"
+    elif -6 < n <= 0:
+        body = f"0.{'0' * -n}{digits}"
+    else:
+        mantissa = digits[0] + (f".{digits[1:]}" if k > 1 else "")
+        body = f"{mantissa}e{'+' if n >= 1 else '-'}{abs(n - 1)}"
+    return ("-" if x < 0 else "") + body
+
+
+def js_json(value: Any) -> str:
+    """JSON.stringify(value) of a parsed JSON value, byte for byte: compact, numbers as JavaScript prints
+    them, array-index keys first (orjson prints 0.0 as `0.0` and keeps keys in the order given)."""
+    if value is None or isinstance(value, bool):
+        return "null" if value is None else "true" if value else "false"
+    if isinstance(value, int | float):
+        return js_number(value)
+    if isinstance(value, str):
+        # The escapes JSON.stringify makes: \b \t \n \f \r, other controls as \u00xx, nothing else.
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return f"[{','.join(js_json(v) for v in value)}]"
+    if isinstance(value, dict):
+        indexes = sorted((k for k in value if _is_array_index(k)), key=int)
+        keys = indexes + [k for k in value if not _is_array_index(k)]
+        return "{" + ",".join(f"{js_json(k)}:{js_json(value[k])}" for k in keys) + "}"
+    raise TypeError(f"not a JSON value: {type(value).__name__}")
+
+
 class WorkingMemoryService:
     def __init__(
         self, repository: Repository, *, defaults: dict[str, Any], events: EventBroker | None = None
@@ -163,19 +238,19 @@ class WorkingMemoryService:
         self.events = events
 
     def config(self, memory_config: dict[str, Any] | None) -> WorkingMemoryConfig:
-        return working_memory_config(deep_merge(self.defaults, memory_config))
+        return working_memory_config(merge_memory_config(self.defaults, memory_config))
 
     # ------------------------------------------------------------------ reads
     def template(self, memory_config: dict[str, Any] | None) -> WorkingMemoryTemplate | None:
-        """getWorkingMemoryTemplate: null when disabled; the JSON Schema (draft-07) or the Markdown
-        template (the call's, else the default), trimmed."""
+        """getWorkingMemoryTemplate: null when disabled; the JSON Schema (draft-07), printed as Mastra's
+        JSON.stringify prints it, or the Markdown template (the call's, else the default), trimmed."""
         cfg = self.config(memory_config)
         if not cfg.enabled:
             return None
         if cfg.schema is not None:
             schema = dict(cfg.schema)
             schema.setdefault("$schema", DRAFT_07)
-            return WorkingMemoryTemplate("json", _json_text(schema))
+            return WorkingMemoryTemplate("json", js_json(schema))
         return WorkingMemoryTemplate("markdown", (cfg.template or DEFAULT_WORKING_MEMORY_TEMPLATE).strip())
 
     async def get(
@@ -297,8 +372,9 @@ class WorkingMemoryService:
         if cfg.scope == "resource":
             assert resource_id is not None
             resource = await self.repository.modify_resource_working_memory(resource_id, change, now=now)
+            # What a read now gives, as in thread scope: "" is no working memory (Mastra's getWorkingMemory).
             return WorkingMemoryState(
-                "resource", thread_id, resource_id, resource.working_memory, resource.updated_at
+                "resource", thread_id, resource_id, resource.working_memory or None, resource.updated_at
             )
         thread = await self.repository.modify_thread_working_memory(
             thread_id,

@@ -1,6 +1,7 @@
 // What the oracles beside this file (resource_oracle.mjs, threads_oracle.mjs, clone_oracle.mjs,
-// update_oracle.mjs, write_oracle.mjs) share: their command line, their mode, Mastra's LibSQL store, the
-// one way they patch its SQL, the rows as stored, their loop over the cases and their output.
+// update_oracle.mjs, write_oracle.mjs, working_memory_oracle.mjs) share: their command line, their mode,
+// Mastra's LibSQL store, the one way they patch its SQL, the rows as stored, their loop over the cases
+// and their output.
 import { readFileSync, writeFileSync } from 'node:fs';
 
 import { load } from '../mastra_packages.mjs';
