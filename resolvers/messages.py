@@ -82,8 +82,9 @@ class SaveResult:
     @property
     def listed(self) -> list[MessageRecord]:
         """The saved messages as Mastra's saveMessages returns them, through its MessageList: oldest
-        first (ties in the contract's order, insertion), system-role rows set aside."""
-        return listed(sorted(self.messages, key=attrgetter("order_key")))
+        first, ties in the order given (a stable sort, as MessageList's; a re-saved message among them
+        too, though recall places it by its first insertion), system-role rows set aside."""
+        return listed(sorted(self.messages, key=attrgetter("created_at")))
 
 
 # A save whose threads change hands under it starts again; this many times at most.

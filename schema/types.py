@@ -568,6 +568,6 @@ class ThreadPage:
 class SaveMessagesPayload:
     messages: list[Message] = strawberry.field(
         description="The stored messages as Mastra's saveMessages returns them: each id once, oldest first "
-        "(ties in insertion order), system-role rows left out (stored, never listed, as in recall)."
+        "(ties in the order given), system-role rows left out (stored, never listed, as in recall)."
     )
     acknowledged: int = strawberry.field(description="Transient signals accepted but, by design, not stored.")
