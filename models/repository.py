@@ -496,13 +496,21 @@ class Repository:
             .on_conflict_do_nothing(index_elements=["id"])
         )
 
-    async def insert_thread(self, thread: ThreadRecord) -> bool:
-        """Inserts a new thread (and its resource row); False when the id is taken."""
+    async def insert_thread(
+        self, thread: ThreadRecord, *, resource_working_memory: str | None = None, now: int | None = None
+    ) -> bool:
+        """Inserts a new thread (and its resource row); False when the id is taken (nothing written).
+        With resource_working_memory, the same transaction makes it its resource's working memory."""
 
         def body(conn: Connection) -> bool:
             inserted = conn.execute(self._insert_new_thread(thread)).rowcount == 1
             if inserted:
                 self._ensure_resource(conn, thread.resource_id, thread.created_at)
+                if resource_working_memory is not None:
+                    stamp = now if now is not None else thread.created_at
+                    self._set_resource_working_memory(
+                        conn, thread.resource_id, lambda _: resource_working_memory, stamp
+                    )
             return inserted
 
         return await self._write_transaction(body)
@@ -522,9 +530,11 @@ class Repository:
         metadata: dict[str, Any] | None,
         now: int,
         guard: Callable[[ThreadRecord], None] | None = None,
+        resource_working_memory: str | None = None,
     ) -> ThreadRecord | None:
         """Sets the title (when given) and shallow-merges metadata, atomically. `guard` sees the
-        thread as locked for the write; if it raises, nothing is written."""
+        thread as locked for the write; if it raises, nothing is written. With resource_working_memory,
+        the same transaction makes it the working memory of the thread's resource."""
 
         def body(conn: Connection) -> ThreadRecord | None:
             row = conn.execute(self._lock(select(T).where(T.c.id == thread_id))).first()
@@ -539,6 +549,11 @@ class Repository:
             if title is not None:
                 values["title"] = title
             conn.execute(update(T).where(T.c.id == thread_id).values(**values))
+            if resource_working_memory is not None:
+                self._ensure_resource(conn, row.resource_id, now)
+                self._set_resource_working_memory(
+                    conn, row.resource_id, lambda _: resource_working_memory, now
+                )
             return _thread(conn.execute(select(T).where(T.c.id == thread_id)).one())
 
         return await self._write_transaction(body)
@@ -2483,16 +2498,20 @@ class Repository:
 
         def body(conn: Connection) -> ResourceRecord:
             self._ensure_resource(conn, resource_id, now)
-            row = conn.execute(self._lock(select(R).where(R.c.id == resource_id))).one()
-            value = change(row.working_memory)
-            # Never backwards: the last committed update has the latest updatedAt.
-            stamp = max(now, row.updated_at)
-            conn.execute(
-                update(R).where(R.c.id == resource_id).values(working_memory=value, updated_at=stamp)
-            )
-            return _resource((conn.execute(select(R).where(R.c.id == resource_id))).one())
+            return self._set_resource_working_memory(conn, resource_id, change, now)
 
         return await self._write_transaction(body)
+
+    def _set_resource_working_memory(
+        self, conn: Connection, resource_id: str, change: Callable[[str | None], str], now: int
+    ) -> ResourceRecord:
+        """The resource's (existing) row locked, its working memory replaced by `change(current)`."""
+        row = conn.execute(self._lock(select(R).where(R.c.id == resource_id))).one()
+        value = change(row.working_memory)
+        # Never backwards: the last committed update has the latest updatedAt.
+        stamp = max(now, row.updated_at)
+        conn.execute(update(R).where(R.c.id == resource_id).values(working_memory=value, updated_at=stamp))
+        return _resource((conn.execute(select(R).where(R.c.id == resource_id))).one())
 
     async def modify_thread_working_memory(
         self,

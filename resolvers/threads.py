@@ -17,7 +17,6 @@ from resolvers import cursors
 from resolvers.auth import Principal
 from resolvers.budget import RowBudget
 from resolvers.clock import now_ms, to_iso
-from resolvers.config import deep_merge
 from resolvers.errors import (
     BadUserInput,
     Conflict,
@@ -49,7 +48,7 @@ from resolvers.events import (
 )
 from resolvers.messages import VectorSync, sync_vectors
 from resolvers.recall import PerPage, listed, validate_thread_metadata_filter
-from resolvers.working_memory import working_memory_config
+from resolvers.working_memory import merge_memory_config, working_memory_config, working_memory_from_metadata
 
 # JavaScript's Number.MAX_SAFE_INTEGER: Mastra's bound on perPage and on a page's offset.
 _MAX_SAFE_INTEGER = 2**53 - 1
@@ -154,8 +153,12 @@ class ThreadService:
         title: str | None = None,
         metadata: dict[str, Any] | None = None,
         created_at: int | None = None,
+        memory_config: dict[str, Any] | None = None,
         principal: Principal,
     ) -> ThreadRecord:
+        """Mastra's saveThread of a new thread; with working memory on in resource scope (the server's
+        default, or `memory_config` over it), a string metadata.workingMemory becomes the resource's
+        working memory in the same transaction."""
         if not resource_id or not resource_id.strip():
             raise BadUserInput("resourceId must be a non-empty string.")
         principal.require(resource_id)
@@ -164,6 +167,7 @@ class ThreadService:
         check_id_size(thread_id, "id")
         check_id_size(resource_id, "resourceId")
         _check_metadata(metadata)
+        working_memory = working_memory_from_metadata(metadata, self.defaults, memory_config)
         now = now_ms()
         created = created_at if created_at is not None else now
         thread = ThreadRecord(
@@ -174,7 +178,7 @@ class ThreadService:
             created_at=created,
             updated_at=created,
         )
-        if not await self.repository.insert_thread(thread):
+        if not await self.repository.insert_thread(thread, resource_working_memory=working_memory, now=now):
             raise Conflict(f"Thread with id {thread.id} already exists.")
         await publish_quietly(self.events, [thread_event(THREAD_CREATED, thread)])
         return thread
@@ -185,9 +189,13 @@ class ThreadService:
         *,
         title: str | None = None,
         metadata: dict[str, Any] | None = None,
+        memory_config: dict[str, Any] | None = None,
         principal: Principal,
     ) -> ThreadRecord:
+        """Mastra's updateThread: the title when given, metadata shallow-merged; a string
+        metadata.workingMemory also becomes the resource's working memory, as on create."""
         _check_metadata(metadata)
+        working_memory = working_memory_from_metadata(metadata, self.defaults, memory_config)
 
         def guard(existing: ThreadRecord) -> None:
             # On the row the write locks: a thread deleted and created again under its id by another
@@ -200,6 +208,7 @@ class ThreadService:
             metadata=metadata,
             now=now_ms(),
             guard=guard if principal.restricted else None,
+            resource_working_memory=working_memory,
         )
         if thread is None:
             raise NotFound(f"Thread {thread_id} not found")
@@ -409,7 +418,7 @@ class ThreadService:
         ids = list(opts.message_ids or [])
         if any(not isinstance(i, str) or not i for i in ids):
             raise BadUserInput("options.messageFilter.messageIds must be non-empty strings.")
-        wm = working_memory_config(deep_merge(self.defaults, memory_config))
+        wm = working_memory_config(merge_memory_config(self.defaults, memory_config))
         copy_wm = wm.enabled and wm.scope == "resource" and resource_id is not None
         new_id = new_thread_id or str(uuid.uuid4())
         now = now_ms()

@@ -414,6 +414,24 @@ class WorkingMemoryService:
         )
 
 
+def working_memory_from_metadata(
+    metadata: dict[str, Any] | None, defaults: dict[str, Any], memory_config: dict[str, Any] | None
+) -> str | None:
+    """Mastra's handleWorkingMemoryFromMetadata, which its saveThread and updateThread run: a thread
+    saved with a non-empty string metadata.workingMemory, while working memory is on in resource scope,
+    makes it its resource's working memory too. That value (checked against the schema, when there is
+    one, as an update's is), or None when there is nothing to write."""
+    value = (metadata or {}).get("workingMemory")
+    if not isinstance(value, str) or not value:
+        return None
+    cfg = working_memory_config(merge_memory_config(defaults, memory_config))
+    if not cfg.enabled or cfg.scope != "resource":
+        return None
+    if cfg.schema is not None:
+        WorkingMemoryService._validate(WorkingMemoryService._parse(value, cfg), cfg)
+    return value
+
+
 def _thread_working_memory(thread: ThreadRecord) -> str | None:
     value = (thread.metadata or {}).get("workingMemory")
     return value if isinstance(value, str) and value else None

@@ -151,30 +151,54 @@ class Query(MemoryQuery):
         return [Message(_record=r) if r else None for r in records]
 
 
+_THREAD_MEMORY_CONFIG = (
+    "Memory configuration for this call (workingMemory: whether a metadata.workingMemory string is also "
+    "the resource's), deep-merged over the server defaults."
+)
+
+
 @strawberry.type(description="Writes: threads, messages and working memory.")
 class Mutation(MemoryMutation):
-    @strawberry.mutation(description="Creates a thread; an existing id is a CONFLICT.")
+    @strawberry.mutation(
+        description="Creates a thread; an existing id is a CONFLICT. With working memory on in resource "
+        "scope, a string metadata.workingMemory also becomes the resource's working memory (Mastra's "
+        "saveThread)."
+    )
     async def create_thread(
-        self, info: Ctx, input: Annotated[CreateThreadInput, _arg("The thread to create.")]
+        self,
+        info: Ctx,
+        input: Annotated[CreateThreadInput, _arg("The thread to create.")],
+        memory_config: Annotated[MemoryConfigInput | None, _arg(_THREAD_MEMORY_CONFIG)] = UNSET,
     ) -> Thread:
+        config = given(memory_config)
         record = await info.context.services.threads.create(
             resource_id=input.resource_id,
             thread_id=str(input.id) if given(input.id) is not None else None,
             title=given(input.title),
             metadata=given(input.metadata),
             created_at=given(input.created_at),
+            memory_config=config.to_value() if config else None,
             principal=info.context.principal,
         )
         return Thread(_record=record)
 
-    @strawberry.mutation(description="Updates a thread's title and shallow-merges its metadata.")
+    @strawberry.mutation(
+        description="Updates a thread's title and shallow-merges its metadata. With working memory on in "
+        "resource scope, a string metadata.workingMemory also becomes the resource's working memory "
+        "(Mastra's updateThread)."
+    )
     async def update_thread(
-        self, info: Ctx, input: Annotated[UpdateThreadInput, _arg("The thread and its changes.")]
+        self,
+        info: Ctx,
+        input: Annotated[UpdateThreadInput, _arg("The thread and its changes.")],
+        memory_config: Annotated[MemoryConfigInput | None, _arg(_THREAD_MEMORY_CONFIG)] = UNSET,
     ) -> Thread:
+        config = given(memory_config)
         record = await info.context.services.threads.update(
             str(input.id),
             title=given(input.title),
             metadata=given(input.metadata),
+            memory_config=config.to_value() if config else None,
             principal=info.context.principal,
         )
         return Thread(_record=record)

@@ -1036,6 +1036,68 @@ async def test_json_schema_working_memory_is_validated(api: Api) -> None:
     assert json.loads(stored) == {"name": "Ada", "prefs": {"tea": True, "sugar": 0}}
 
 
+async def test_thread_metadata_working_memory_goes_to_the_resource_or_nowhere(api: Api) -> None:
+    # Mastra's saveThread and updateThread copy a string metadata.workingMemory to the resource (working
+    # memory on, resource scope). A value the schema refuses refuses the whole call: no thread, no copy.
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}, "additionalProperties": False}
+    config = {"workingMemory": {"enabled": True, "schema": schema}}
+    create = """mutation($i: CreateThreadInput!, $c: MemoryConfigInput) {
+      createThread(input: $i, memoryConfig: $c) { id metadata } }"""
+    change = """mutation($i: UpdateThreadInput!, $c: MemoryConfigInput) {
+      updateThread(input: $i, memoryConfig: $c) { id title metadata } }"""
+    resource_id, thread_id = uid("r"), uid("t")
+    await api.execute(
+        create,
+        i={"id": thread_id, "resourceId": resource_id, "metadata": {"workingMemory": '{"name": "Ann"}'}},
+        c=config,
+    )
+    assert (await api.execute(WM_GET, t=thread_id, r=resource_id, c=config))[
+        "workingMemory"
+    ] == '{"name": "Ann"}'
+    refused = uid("t")
+    got = await error(
+        api,
+        create,
+        i={"id": refused, "resourceId": resource_id, "metadata": {"workingMemory": '{"age": 3}'}},
+        c=config,
+    )
+    assert got["extensions"]["code"] == "BAD_USER_INPUT" and "Additional properties" in got["message"]
+    assert await thread_of(api, refused) is None
+    got = await error(
+        api, change, i={"id": thread_id, "title": "New", "metadata": {"workingMemory": "x"}}, c=config
+    )
+    assert got["extensions"]["code"] == "BAD_USER_INPUT" and "must be a JSON document" in got["message"]
+    thread = await thread_of(api, thread_id)
+    assert (
+        thread is not None
+        and thread["title"] == ""
+        and thread["metadata"] == {"workingMemory": '{"name": "Ann"}'}
+    )
+    # An unknown thread: NOT_FOUND, and the resource's working memory is not touched either.
+    got = await error(
+        api, change, i={"id": uid("none"), "metadata": {"workingMemory": '{"name": "Bo"}'}}, c=config
+    )
+    assert got["extensions"]["code"] == "NOT_FOUND"
+    assert (await api.execute(WM_GET, t=thread_id, r=resource_id, c=config))[
+        "workingMemory"
+    ] == '{"name": "Ann"}'
+    # Accepted: the thread's metadata and the resource's working memory change together.
+    updated = (
+        await api.execute(
+            change, i={"id": thread_id, "metadata": {"workingMemory": '{"name": "Cy"}'}}, c=config
+        )
+    )["updateThread"]
+    assert updated["metadata"] == {"workingMemory": '{"name": "Cy"}'}
+    assert (await api.execute(WM_GET, t=thread_id, r=resource_id, c=config))[
+        "workingMemory"
+    ] == '{"name": "Cy"}'
+    # Without working memory on (the server's default here), metadata is only metadata.
+    await api.execute(change, i={"id": thread_id, "metadata": {"workingMemory": "# plain"}})
+    assert (await api.execute(WM_GET, t=thread_id, r=resource_id, c=config))[
+        "workingMemory"
+    ] == '{"name": "Cy"}'
+
+
 async def test_an_empty_schema_is_a_schema(api: Api) -> None:
     # {} (any JSON document) was taken for no schema: Markdown working memory, any text, any depth.
     thread_id, resource_id = await new_thread(api)

@@ -137,9 +137,11 @@ def server_env(dataset: dict, database_url: str, embed_url: str) -> dict[str, st
     }
 
 
+# Working memory off for this call: a thread is stored as given, as the oracles' saveThreads (Mastra's
+# store) stores it, whatever the server's defaults (on, metadata.workingMemory would be the resource's).
 CREATE_THREAD = """
 mutation CreateThread($input: CreateThreadInput!) {
-  createThread(input: $input) { id }
+  createThread(input: $input, memoryConfig: {workingMemory: {enabled: false}}) { id }
 }
 """
 

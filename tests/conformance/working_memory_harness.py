@@ -62,6 +62,16 @@ mutation Update(
 }
 """
 THREAD_STATE = "query State($id: ID!) { thread(id: $id) { metadata updatedAt } }"
+CREATE_THREAD = """
+mutation Create($input: CreateThreadInput!, $memoryConfig: MemoryConfigInput) {
+  createThread(input: $input, memoryConfig: $memoryConfig) { id resourceId metadata }
+}
+"""
+UPDATE_THREAD = """
+mutation Change($input: UpdateThreadInput!, $memoryConfig: MemoryConfigInput) {
+  updateThread(input: $input, memoryConfig: $memoryConfig) { id resourceId metadata }
+}
+"""
 GET = """
 query Get($threadId: ID!, $resourceId: String, $memoryConfig: MemoryConfigInput) {
   workingMemory(threadId: $threadId, resourceId: $resourceId, memoryConfig: $memoryConfig)
@@ -477,8 +487,45 @@ def _fixed_cases() -> list[dict]:
         ),
         _case("get-after-failures", "get", on, threadId="t-a1", resourceId="res-a"),
         _case("get-thread-after-failures", "get", thread, threadId="t-a1"),
+        *_thread_metadata_cases(on, thread),
     ]
     return cases
+
+
+def _thread_metadata_cases(on: dict, thread: dict) -> list[dict]:
+    """Mastra's saveThread and updateThread: a string metadata.workingMemory, with working memory on in
+    resource scope, is the resource's working memory too; off, in thread scope, empty or not a string,
+    it is only metadata. (A value a schema refuses is BAD_USER_INPUT in RecallQL, on purpose: left out.)"""
+
+    def create(name: str, thread_id: str, resource: str, metadata: dict, config: dict | None) -> dict:
+        new = {"id": thread_id, "resourceId": resource, "title": "", "metadata": metadata}
+        return _case(name, "createThread", config, thread=new, createdAt="2026-01-02T00:00:00.000Z")
+
+    def change(name: str, thread_id: str, metadata: dict, config: dict | None, **more: Any) -> dict:
+        return _case(name, "updateThread", config, id=thread_id, metadata=metadata, **more)
+
+    return [
+        create("create-wm-on", "t-wm1", "res-wm1", {"workingMemory": "# From create", "k": 1}, on),
+        _case("create-wm-on-read", "resource", on, resourceId="res-wm1"),
+        create("create-wm-off", "t-wm2", "res-wm2", {"workingMemory": "# Not copied"}, None),
+        _case("create-wm-off-read", "resource", on, resourceId="res-wm2"),
+        create("create-wm-thread", "t-wm3", "res-wm3", {"workingMemory": "# Thread only"}, thread),
+        _case("create-wm-thread-read", "resource", on, resourceId="res-wm3"),
+        _case("create-wm-thread-own", "thread", thread, threadId="t-wm3"),
+        change("update-wm-on", "t-wm1", {"workingMemory": "# From update"}, on, title="Renamed"),
+        _case("update-wm-on-read", "resource", on, resourceId="res-wm1"),
+        change("update-wm-empty", "t-wm1", {"workingMemory": ""}, on),
+        _case("update-wm-empty-read", "resource", on, resourceId="res-wm1"),
+        change("update-wm-number", "t-wm1", {"workingMemory": 5}, on),
+        _case("update-wm-number-read", "resource", on, resourceId="res-wm1"),
+        change("update-wm-other-key", "t-wm2", {"note": "x"}, on),
+        _case("update-wm-other-key-read", "resource", on, resourceId="res-wm2"),
+        change("update-wm-existing", "t-a1", {"workingMemory": "# Over res-a"}, on),
+        _case("update-wm-existing-read", "get", on, threadId="t-a1", resourceId="res-a"),
+        change("update-wm-schema", "t-wm2", {"workingMemory": '{"name":"Ann"}'}, SCHEMAS[0]),
+        _case("update-wm-schema-read", "resource", SCHEMAS[0], resourceId="res-wm2"),
+        change("update-wm-unknown", "t-wm-none", {"workingMemory": "# Lost"}, on),
+    ]
 
 
 def _profile_cases(profile: str) -> list[dict]:
@@ -614,6 +661,14 @@ async def run_working_memory_queries(base_url: str, queries: list[dict]) -> list
             elif op == "thread":
                 variables = {"id": args["threadId"], **_variables(args)}
                 answer = {"workingMemory": await read(session, THREAD, variables, "thread", "workingMemory")}
+            elif op == "createThread":
+                thread = {**args["thread"], "createdAt": args["createdAt"]}
+                variables = {"input": thread, **_variables(args)}
+                answer = {"thread": await read(session, CREATE_THREAD, variables, "createThread")}
+            elif op == "updateThread":
+                variables = {"input": _variables(args, "id", "title", "metadata"), **_variables(args)}
+                variables["input"].pop("memoryConfig", None)
+                answer = {"thread": await read(session, UPDATE_THREAD, variables, "updateThread")}
             elif op == "template":
                 answer = {
                     "template": await read(session, TEMPLATE, _variables(args), "workingMemoryTemplate")

@@ -19,7 +19,9 @@
 //   thread   {threadId, memoryConfig?} -> {workingMemory}: getWorkingMemory of that thread with its own
 //            resource (null for an unknown thread, as Query.thread is): what Thread.workingMemory answers;
 //   template {memoryConfig?} -> {template: {format, content} | null}: getWorkingMemoryTemplate (format in
-//            upper case, as the GraphQL enum spells it).
+//            upper case, as the GraphQL enum spells it);
+//   createThread {thread, createdAt, memoryConfig?}, updateThread {id, title?, metadata, memoryConfig?}
+//            -> {thread: {id, resourceId, metadata}}: Memory.saveThread, Memory.updateThread.
 import { load } from '../mastra_packages.mjs';
 import { clone, memoryStorage, oracleArgs, runCases, saveThreads, writeResults } from './listing_oracle.mjs';
 
@@ -64,8 +66,23 @@ async function template({ memoryConfig }) {
   return t && { format: t.format.toUpperCase(), content: t.content };
 }
 
+// Memory.saveThread and Memory.updateThread (patchThread), which copy a string metadata.workingMemory to
+// the resource when working memory is on in resource scope: the thread as they return it.
+const shown = (t) => ({ id: t.id, resourceId: t.resourceId, metadata: t.metadata ?? null });
+async function createThread({ thread, createdAt, memoryConfig }) {
+  const when = new Date(createdAt);
+  const saved = { ...clone(thread), createdAt: when, updatedAt: when };
+  return { thread: shown(await memory.saveThread({ thread: saved, memoryConfig: clone(memoryConfig) })) };
+}
+async function updateThread({ id, title, metadata, memoryConfig }) {
+  const args = { id, title, metadata: clone(metadata), memoryConfig: clone(memoryConfig) };
+  return { thread: shown(await memory.updateThread(args)) };
+}
+
 const answers = {
   update,
+  createThread,
+  updateThread,
   get: async (a) => ({ workingMemory: await memory.getWorkingMemory({ ...a, memoryConfig: clone(a.memoryConfig) }) }),
   resource: async ({ resourceId, memoryConfig }) => ({
     workingMemory: await memory.getWorkingMemory({ threadId: undefined, resourceId, memoryConfig: clone(memoryConfig) }),
