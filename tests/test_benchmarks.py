@@ -325,6 +325,18 @@ async def test_outbox_backlog_runs(tmp_path: Path) -> None:
     assert (tmp_path / "o.md").read_text() == out.rstrip("\n") + "\n"
 
 
+async def test_plan_cache_runs(tmp_path: Path) -> None:
+    # The script itself checks what each call answers under both settings, and that the setting took.
+    require(await postgres_available(), f"PostgreSQL is not reachable at {PG_ADMIN_DSN}")
+    out = run(
+        "plan_cache.py", *("--size", "600", "--calls", "4", "--rounds", "2", "--out", str(tmp_path / "p.md"))
+    )
+    rows = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ")][1:]
+    assert len(rows) == 6 and rows[0] == "thread page" and rows[-1] == "save of 2 messages", out
+    assert all(line.endswith("x |") for line in out.splitlines() if line.startswith("| thread page")), out
+    assert (tmp_path / "p.md").read_text() == out.rstrip("\n") + "\n"
+
+
 async def test_resumed_subscription_runs(tmp_path: Path) -> None:
     from tests.test_subscriptions import REDIS_URL, redis_available
 
