@@ -1,5 +1,5 @@
-"""createThread, saveMessages, updateThread, deleteMessages and deleteThread against the real Mastra's,
-case by case.
+"""createThread, saveMessages, updateThread, updateThreadResourceId, deleteMessages and deleteThread
+against the real Mastra's, case by case.
 
 `write_oracle.mjs` beside this file runs Mastra's writes over a generated dataset, one case after another
 on one store; RecallQL runs the same cases, in the same order, through its mutations over HTTP, and after
@@ -8,13 +8,15 @@ each both give what the call returned and everything then stored. The pieces:
 * `write_queries`: seeded calls: saves of new messages (ties on createdAt included) and re-saves of
   stored ones (content replaced, role, type, another thread, another createdAt, which a re-save keeps),
   several of one id in a batch, system rows; thread creations (one without metadata); thread updates
-  (title, metadata merged, both, an empty title, an empty object, an unknown thread); deletes of
+  (title, metadata merged, both, an empty title, an empty object, an unknown thread); transfers to
+  another resource or the thread's own, and of an unknown thread; deletes of
   messages (several threads, unknown ids, none, a blank id); deletes of threads (an unknown one too);
 * `run_write_oracle`, `run_write_queries`, `compare_write_results`: what each call returned (a save's
   ids in order, an updated thread), then every thread (resource, title, metadata, createdAt, whether the
   call moved its updatedAt) and every message (thread, resource, role, type, createdAt, content).
 
-Two deliberate differences are left out of the comparison (see the README):
+Two deliberate differences are left out of the comparison (see the README), and one bug of Mastra's (the
+metadata its updateThreadResourceId answers: see compare_write_results):
 * Mastra's store moves the updatedAt of a save's first message's thread only; RecallQL moves every thread
   a save writes to or takes a message from, so for a save only that first thread's `touched` is compared;
 * a re-saved message keeps its createdAt on both, but Mastra's answer lists it at the createdAt given,
@@ -46,6 +48,11 @@ mutation UpdateThread($input: UpdateThreadInput!) {
 CREATE_THREAD = """
 mutation CreateThread($input: CreateThreadInput!) {
   createThread(input: $input) { id resourceId title metadata }
+}
+"""
+TRANSFER = """
+mutation Transfer($threadId: ID!, $resourceId: String!) {
+  updateThreadResourceId(threadId: $threadId, resourceId: $resourceId) { id resourceId title metadata }
 }
 """
 DELETE_MESSAGES = "mutation Delete($ids: [ID!]!) { deleteMessages(ids: $ids) { deleted } }"
@@ -127,13 +134,23 @@ def write_queries(dataset: dict, seed: int, *, cases: int = 60) -> list[dict]:
                     [{"channel": "app"}, {"n": n, "nested": {"a": n}}, {}, {"flag": True, "channel": None}]
                 )
             queries.append({"name": f"update-thread-{n:03d}", "args": args})
-        elif kind < 0.93:
+        elif kind < 0.86:
             ids = rng.sample(sorted(stored), min(len(stored), rng.choice([0, 1, 1, 2, 4])))
             if rng.random() < 0.3:
                 ids.append(f"msg-unknown-{n}")
             for i in ids:
                 stored.pop(i, None)
             queries.append({"name": f"delete-messages-{n:03d}", "args": {"op": "deleteMessages", "ids": ids}})
+        elif kind < 0.93:
+            # The thread and every message filed under it take the resource (another, or its own).
+            thread = rng.choice(live_threads)
+            resource = rng.choice([threads[thread], "res-1", "res-2", f"res-moved-{n}"])
+            threads[thread] = resource
+            for m in stored.values():
+                if m["threadId"] == thread:
+                    m["resourceId"] = resource
+            args = {"op": "transfer", "threadId": thread, "resourceId": resource}
+            queries.append({"name": f"transfer-{n:03d}", "args": args})
         else:
             unknown = len(live_threads) <= 2 or rng.random() < 0.3
             thread = "thread-nowhere" if unknown else live_threads.pop(rng.randrange(len(live_threads)))
@@ -211,6 +228,10 @@ def write_queries(dataset: dict, seed: int, *, cases: int = 60) -> list[dict]:
             "name": "update-unknown-thread",
             "args": {"op": "updateThread", "id": "thread-nowhere", "title": "x"},
         },
+        {
+            "name": "transfer-unknown",
+            "args": {"op": "transfer", "threadId": "thread-nowhere", "resourceId": "r"},
+        },
         {"name": "delete-no-messages", "args": {"op": "deleteMessages", "ids": []}},
         {"name": "delete-unknown-thread", "args": {"op": "deleteThread", "id": "thread-nowhere"}},
         {"name": "delete-blank-id", "args": {"op": "deleteMessages", "ids": [""]}},
@@ -262,6 +283,9 @@ async def run_write_queries(base_url: str, queries: list[dict], known: list[str]
             elif op == "updateThread":
                 data = await session.execute(GraphQLRequest(UPDATE_THREAD, variable_values={"input": args}))
                 returned = data["updateThread"]
+            elif op == "transfer":
+                data = await session.execute(GraphQLRequest(TRANSFER, variable_values=args))
+                returned = data["updateThreadResourceId"]
             elif op == "deleteMessages":
                 await session.execute(GraphQLRequest(DELETE_MESSAGES, variable_values=args))
                 returned = None
@@ -299,9 +323,14 @@ def compare_write_results(queries: list[dict], oracle: list[dict], candidate: li
 
     def write(prefix: str, o: dict, c: dict) -> list[str]:
         problems = []
-        if o["returned"] != c["returned"]:
-            problems.append(f"{prefix}: returned: oracle {o['returned']}, candidate {c['returned']}")
         args = by_name[o["name"]]
+        want, got = o["returned"], c["returned"]
+        if args["op"] == "transfer":
+            # Mastra's LibSQL store answers a moved thread's metadata as it reads the column, a JSONB
+            # blob it does not parse (it serialises as {}): a bug, left out; the stored metadata is compared.
+            want, got = ({k: v for k, v in r.items() if k != "metadata"} for r in (want, got))
+        if want != got:
+            problems.append(f"{prefix}: returned: oracle {want}, candidate {got}")
         # A save: only its first message's thread is known to Mastra as touched (see the module's doc).
         judged = {args["messages"][0]["threadId"]} if args["op"] == "save" else None
         for kind in ("threads", "messages"):

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // The real Mastra's writes over a conformance dataset, one after another on one store: the oracle for
-// RecallQL's saveMessages, updateThread, deleteMessages and deleteThread mutations.
+// RecallQL's createThread, saveMessages, updateThread, updateThreadResourceId, deleteMessages and
+// deleteThread mutations.
 //
 //   RECALL_ORACLE_NODE_MODULES=<the recall oracle's package cache> node write_oracle.mjs DATASET QUERIES OUT
 //
@@ -10,14 +11,15 @@
 //                   every message as given, as Mastra's storage layer does, not as Memory.saveMessages
 //                   rewrites them);
 //   updateThread    {id, title?, metadata?}: Memory.updateThread (patchThread);
+//   transfer        {threadId, resourceId}: Memory.updateThreadResourceId (no vector store: the thread
+//                   and the messages filed under it take the resource);
 //   deleteMessages  {ids}: Memory.deleteMessages (its checks, then the store's);
 //   deleteThread    {id}: Memory.deleteThread.
 // OUT: {results: [{name, ok, returned, threads, messages} | {name, ok: false, error}]}: what the call
-// returned (save: the messages' ids in order; createThread, updateThread: the thread's id, resourceId,
-// title, metadata),
-// then every thread as stored ({id, resourceId, title, metadata, createdAt, touched: whether this call
-// moved its updatedAt}) and every message ({id, threadId, resourceId, role, type, createdAt, content}),
-// by id.
+// returned (save: the messages' ids in order; createThread, updateThread, transfer: the thread's id,
+// resourceId, title, metadata), then every thread as stored ({id, resourceId, title, metadata,
+// createdAt, touched: whether this call moved its updatedAt}) and every message ({id, threadId,
+// resourceId, role, type, createdAt, content}), by id.
 import { clone, memoryStorage, oracleArgs, runCases, saveDataset, writeResults } from './listing_oracle.mjs';
 import { load } from '../mastra_packages.mjs';
 
@@ -74,6 +76,10 @@ const run = {
   },
   async updateThread({ id, title, metadata }) {
     const t = await memory.updateThread({ id, title, metadata: clone(metadata) });
+    return { id: t.id, resourceId: t.resourceId, title: t.title, metadata: t.metadata ?? null };
+  },
+  async transfer({ threadId, resourceId }) {
+    const t = await memory.updateThreadResourceId({ threadId, resourceId });
     return { id: t.id, resourceId: t.resourceId, title: t.title, metadata: t.metadata ?? null };
   },
   async deleteMessages({ ids }) {
