@@ -171,8 +171,8 @@ def write_queries(dataset: dict, seed: int, *, cases: int = 60) -> list[dict]:
         }
 
     queries += [
-        # A thread saved without metadata, then given a title alone: Mastra's update leaves {}. (Mastra's
-        # store refuses a thread without a title: NOT NULL; RecallQL takes one, so "" is given.)
+        # A thread saved without metadata, then given a title alone: Mastra's update leaves {}. (Its store
+        # refuses a thread without a title; its createThread gives "", as RecallQL's does: "" is given.)
         {
             "name": "create-bare",
             "args": {
