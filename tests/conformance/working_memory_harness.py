@@ -67,6 +67,11 @@ mutation Create($input: CreateThreadInput!, $memoryConfig: MemoryConfigInput) {
   createThread(input: $input, memoryConfig: $memoryConfig) { id resourceId metadata }
 }
 """
+CLONE_THREAD = """
+mutation Clone($input: CloneThreadInput!, $memoryConfig: MemoryConfigInput) {
+  cloneThread(input: $input, memoryConfig: $memoryConfig) { thread { id resourceId } }
+}
+"""
 UPDATE_THREAD = """
 mutation Change($input: UpdateThreadInput!, $memoryConfig: MemoryConfigInput) {
   updateThread(input: $input, memoryConfig: $memoryConfig) { id resourceId metadata }
@@ -495,7 +500,8 @@ def _fixed_cases() -> list[dict]:
 def _thread_metadata_cases(on: dict, thread: dict) -> list[dict]:
     """Mastra's saveThread and updateThread: a string metadata.workingMemory, with working memory on in
     resource scope, is the resource's working memory too; off, in thread scope, empty or not a string,
-    it is only metadata. (A value a schema refuses is BAD_USER_INPUT in RecallQL, on purpose: left out.)"""
+    it is only metadata. (A value a schema refuses is BAD_USER_INPUT in RecallQL, on purpose: left out.)
+    Then Mastra's cloneThread, which carries working memory over."""
 
     def create(name: str, thread_id: str, resource: str, metadata: dict, config: dict | None) -> dict:
         new = {"id": thread_id, "resourceId": resource, "title": "", "metadata": metadata}
@@ -503,6 +509,9 @@ def _thread_metadata_cases(on: dict, thread: dict) -> list[dict]:
 
     def change(name: str, thread_id: str, metadata: dict, config: dict | None, **more: Any) -> dict:
         return _case(name, "updateThread", config, id=thread_id, metadata=metadata, **more)
+
+    def clone(name: str, source: str, new_id: str, config: dict | None, **more: Any) -> dict:
+        return _case(name, "cloneThread", config, sourceThreadId=source, newThreadId=new_id, **more)
 
     return [
         create("create-wm-on", "t-wm1", "res-wm1", {"workingMemory": "# From create", "k": 1}, on),
@@ -525,6 +534,29 @@ def _thread_metadata_cases(on: dict, thread: dict) -> list[dict]:
         change("update-wm-schema", "t-wm2", {"workingMemory": '{"name":"Ann"}'}, SCHEMAS[0]),
         _case("update-wm-schema-read", "resource", SCHEMAS[0], resourceId="res-wm2"),
         change("update-wm-unknown", "t-wm-none", {"workingMemory": "# Lost"}, on),
+        # Clones carry working memory over: resource scope into another resource (over what it held),
+        # not within the same resource, nothing when off; thread scope to
+        # the clone's metadata.
+        _case(
+            "clone-set-source", "update", on, threadId="t-wm1", resourceId="res-wm1", workingMemory="# Src"
+        ),
+        _case(
+            "clone-set-target", "update", on, threadId="t-wm2", resourceId="res-wm2", workingMemory="# Old"
+        ),
+        clone("clone-into-other", "t-wm1", "t-cl1", on, resourceId="res-wm2"),
+        _case("clone-into-other-read", "resource", on, resourceId="res-wm2"),
+        _case("clone-into-other-thread", "get", on, threadId="t-cl1", resourceId="res-wm2"),
+        clone("clone-same-resource", "t-wm1", "t-cl2", on),
+        _case("clone-same-resource-read", "resource", on, resourceId="res-wm1"),
+        clone("clone-off", "t-wm1", "t-cl3", None, resourceId="res-cl3"),
+        _case("clone-off-read", "resource", on, resourceId="res-cl3"),
+        clone("clone-from-res-b", "t-b1", "t-cl4", on, resourceId="res-wm2"),
+        _case("clone-from-res-b-read", "resource", on, resourceId="res-wm2"),
+        clone("clone-thread-scope", "t-a2", "t-cl5", thread),
+        _case("clone-thread-scope-read", "thread", thread, threadId="t-cl5"),
+        clone("clone-thread-scope-other", "t-a2", "t-cl6", thread, resourceId="res-cl6"),
+        _case("clone-thread-scope-other-read", "thread", thread, threadId="t-cl6"),
+        _case("clone-thread-scope-other-resource", "resource", on, resourceId="res-cl6"),
     ]
 
 
@@ -665,6 +697,13 @@ async def run_working_memory_queries(base_url: str, queries: list[dict]) -> list
                 thread = {**args["thread"], "createdAt": args["createdAt"]}
                 variables = {"input": thread, **_variables(args)}
                 answer = {"thread": await read(session, CREATE_THREAD, variables, "createThread")}
+            elif op == "cloneThread":
+                variables = {
+                    "input": _variables(args, "sourceThreadId", "newThreadId", "resourceId"),
+                    **_variables(args),
+                }
+                variables["input"].pop("memoryConfig", None)
+                answer = {"thread": (await read(session, CLONE_THREAD, variables, "cloneThread"))["thread"]}
             elif op == "updateThread":
                 variables = {"input": _variables(args, "id", "title", "metadata"), **_variables(args)}
                 variables["input"].pop("memoryConfig", None)

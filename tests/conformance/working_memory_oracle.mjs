@@ -21,7 +21,9 @@
 //   template {memoryConfig?} -> {template: {format, content} | null}: getWorkingMemoryTemplate (format in
 //            upper case, as the GraphQL enum spells it);
 //   createThread {thread, createdAt, memoryConfig?}, updateThread {id, title?, metadata, memoryConfig?}
-//            -> {thread: {id, resourceId, metadata}}: Memory.saveThread, Memory.updateThread.
+//            -> {thread: {id, resourceId, metadata}}: Memory.saveThread, Memory.updateThread;
+//   cloneThread {sourceThreadId, newThreadId, resourceId?, memoryConfig?} -> {thread: {id, resourceId}}:
+//            Memory.cloneThread (the clone's working memory is then read by the cases after it).
 import { load } from '../mastra_packages.mjs';
 import { clone, memoryStorage, oracleArgs, runCases, saveThreads, writeResults } from './listing_oracle.mjs';
 
@@ -79,10 +81,18 @@ async function updateThread({ id, title, metadata, memoryConfig }) {
   return { thread: shown(await memory.updateThread(args)) };
 }
 
+// Memory.cloneThread, which carries working memory over (thread scope: the source thread's to the clone;
+// resource scope, into another resource: the source resource's to that one): the clone's id and resource.
+async function cloneThread({ sourceThreadId, newThreadId, resourceId, memoryConfig }) {
+  const { thread } = await memory.cloneThread({ sourceThreadId, newThreadId, resourceId }, clone(memoryConfig));
+  return { thread: { id: thread.id, resourceId: thread.resourceId } };
+}
+
 const answers = {
   update,
   createThread,
   updateThread,
+  cloneThread,
   get: async (a) => ({ workingMemory: await memory.getWorkingMemory({ ...a, memoryConfig: clone(a.memoryConfig) }) }),
   resource: async ({ resourceId, memoryConfig }) => ({
     workingMemory: await memory.getWorkingMemory({ threadId: undefined, resourceId, memoryConfig: clone(memoryConfig) }),
