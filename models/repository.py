@@ -91,6 +91,14 @@ _IN_SLICE = 5_000
 _PLAIN_STRING = re.compile(r"[\x20\x21\x23-\x2e\x30-\x5b\x5d-\x7e]*")
 _INLINE_BUDGET = 0.002  # seconds an inline read may run before it is handed to a worker thread
 _WRITE_ATTEMPTS = 5
+# PostgreSQL writes that lock more threads than this take turns, across every process on the database:
+# each first takes one more advisory lock, the same for all of them. The lock table is shared by every
+# session (max_locks_per_transaction x max_connections: 6,400 locks by default); two saves of 10,000
+# threads at once filled it, and when both were refused, their retries (_retried) could meet again every
+# time. Smaller writes never take it; a thread whose id hashes to the same lock only has its writes wait
+# for large ones.
+_LARGE_WRITE_LOCKS = 1_000
+_LARGE_WRITE_TURN = "recallql:large-write"
 _SQLITE_BUSY_AT_ONCE = frozenset({"SQLITE_BUSY_SNAPSHOT", "SQLITE_BUSY_RECOVERY"})
 _MESSAGE_COLUMNS = (
     M.c.seq,
@@ -838,6 +846,8 @@ class Repository:
             return await _retried(attempt_on_sqlite)
 
         keys = sorted(set(lock_keys))
+        if len(keys) > _LARGE_WRITE_LOCKS:
+            keys.insert(0, _LARGE_WRITE_TURN)  # taken first: large writes queue before locking any thread
         lock_timeout = self._transaction_lock_timeout
 
         async def attempt() -> _T:

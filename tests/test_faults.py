@@ -203,33 +203,57 @@ async def test_a_full_sqlite_database_is_out_of_resources(tmp_path: Path) -> Non
         await engine.dispose()
 
 
-async def test_concurrent_saves_past_the_lock_table_are_retried_not_refused(tmp_path: Path) -> None:
+async def test_concurrent_saves_past_the_lock_table_take_turns_not_refused(tmp_path: Path) -> None:
     """A PostgreSQL write takes an advisory lock per thread it touches, in its transaction. Two saves
     of 10,000 messages in as many threads (RECALLQL_MAX_SAVE_BATCH's bound) at once filled the lock
     table of a default server (max_locks_per_transaction 64): one failed with "out of shared memory".
-    Each fits alone, so the one refused is tried again once the other has had time to commit."""
+    Retrying was not enough: when both were refused, their retries could meet again each time (a CI run
+    failed so). Writes of more than 1,000 threads now take turns on the database: one waits while
+    another session holds the turn (a small save does not), and four at once, three through one process
+    and one through another (a replica), all succeed."""
+    from models import repository as repository_module
     from resolvers.auth import OPEN
     from resolvers.config import BUILTIN_DEFAULTS
     from resolvers.context import Services
     from tests.factories import msg
 
+    def batch(k: int) -> list[Any]:
+        return [msg(f"m{k}-{n}", thread=f"t{k}-{n}", at=n) for n in range(10_000)]
+
     async with database("postgres", tmp_path) as url:
-        engine = create_engine(url)
+        engines = [create_engine(url), create_engine(url), create_engine(url)]
         try:
-            await upgrade(engine)
-            services = Services.build(
-                Repository(engine), memory_defaults=dict(BUILTIN_DEFAULTS), max_save_batch=10_000
-            )
-            batches = [[msg(f"m{k}-{n}", thread=f"t{k}-{n}", at=n) for n in range(10_000)] for k in range(2)]
+            await upgrade(engines[0])
+            replicas = [
+                Services.build(
+                    Repository(engine), memory_defaults=dict(BUILTIN_DEFAULTS), max_save_batch=10_000
+                )
+                for engine in engines[:2]
+            ]
+            # Another session holds the turn: a large save waits for it, a small one goes ahead.
+            async with engines[2].connect() as holder:
+                turn = await holder.begin()
+                await holder.execute(
+                    text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"),
+                    {"k": repository_module._LARGE_WRITE_TURN},
+                )
+                large = asyncio.create_task(replicas[0].messages.save(batch(0), principal=OPEN))
+                small = replicas[1].messages.save([msg("small", thread="t-small", at=1)], principal=OPEN)
+                assert len((await asyncio.wait_for(small, 60)).messages) == 1
+                await asyncio.sleep(3)  # a save of 10,000 threads that did not wait is done by now
+                assert not large.done(), "a large save went ahead while another session held the turn"
+                await turn.rollback()
+            assert len((await asyncio.wait_for(large, 120)).messages) == 10_000
             saved = await asyncio.gather(
-                *(services.messages.save(batch, principal=OPEN) for batch in batches)
+                *(replicas[k // 4].messages.save(batch(k), principal=OPEN) for k in range(1, 5))
             )
-            assert [len(result.messages) for result in saved] == [10_000, 10_000]
-            async with engine.connect() as conn:
+            assert [len(result.messages) for result in saved] == [10_000] * 4
+            async with engines[0].connect() as conn:
                 stored = await conn.execute(text("SELECT count(*), count(DISTINCT thread_id) FROM messages"))
-                assert tuple(stored.one()) == (20_000, 20_000)
+                assert tuple(stored.one()) == (50_001, 50_001)
         finally:
-            await engine.dispose()
+            for engine in engines:
+                await engine.dispose()
 
 
 async def test_database_outage_fails_fast_and_service_resumes(tmp_path: Path) -> None:
