@@ -80,7 +80,7 @@ class SaveResult:
     acknowledged: int  # transient signals: accepted, not stored
 
     @property
-    def listed(self) -> list[MessageRecord]:
+    def listed_messages(self) -> list[MessageRecord]:
         """The saved messages as Mastra's saveMessages returns them, through its MessageList: oldest
         first, ties in the order given (a stable sort, as MessageList's; a re-saved message among them
         too, though recall places it by its first insertion), system-role rows set aside."""

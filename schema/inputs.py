@@ -264,6 +264,12 @@ class MemoryConfigInput:
         return out
 
 
+def memory_config_value(memory_config: MemoryConfigInput | None) -> dict[str, Any] | None:
+    """A memoryConfig argument as the resolvers take it (None: omitted or null)."""
+    value = given(memory_config)
+    return value.to_value() if value is not None else None
+
+
 @strawberry.input(description="How threads are ordered.")
 class ThreadOrderBy:
     field: ThreadOrderField = strawberry.field(default=ThreadOrderField.CREATED_AT, description="The field.")

@@ -34,6 +34,7 @@ from schema.inputs import (
     ThreadOrderBy,
     WorkingMemoryScope,
     given,
+    memory_config_value,
 )
 from schema.scalars import JSON, DateTime, PerPage
 from schema.types import Message, MessagePage, Thread, ThreadPage
@@ -43,11 +44,6 @@ Ctx = Info[RequestContext, None]
 
 def _arg(description: str, **kwargs: Any) -> Any:
     return strawberry.argument(description=description, **kwargs)
-
-
-def _config(memory_config: Any) -> dict[str, Any] | None:
-    value = given(memory_config)
-    return value.to_value() if value is not None else None
 
 
 def _per_page(value: object) -> PageSize:
@@ -182,7 +178,7 @@ class Resource:
         ] = UNSET,
     ) -> str | None:
         service = info.context.services.working_memory
-        return service.of_resource(self._record, service.config(_config(memory_config)))
+        return service.of_resource(self._record, service.config(memory_config_value(memory_config)))
 
     @strawberry.field(description="The resource metadata, as stored.")
     def metadata(self) -> JSON | None:
@@ -462,7 +458,10 @@ class MemoryQuery:
         ] = UNSET,
     ) -> str | None:
         return await info.context.services.working_memory.get(
-            str(thread_id), given(resource_id), _config(memory_config), principal=info.context.principal
+            str(thread_id),
+            given(resource_id),
+            memory_config_value(memory_config),
+            principal=info.context.principal,
         )
 
     @strawberry.field(
@@ -476,7 +475,7 @@ class MemoryQuery:
             MemoryConfigInput | None, _arg("Memory configuration for this call, over the server defaults.")
         ] = UNSET,
     ) -> WorkingMemoryTemplate | None:
-        template = info.context.services.working_memory.template(_config(memory_config))
+        template = info.context.services.working_memory.template(memory_config_value(memory_config))
         if template is None:
             return None
         return WorkingMemoryTemplate(format=WorkingMemoryFormat(template.format), content=template.content)
@@ -527,7 +526,7 @@ class MemoryMutation:
                 end_date=given(message_filter.end_date) if message_filter else None,
                 message_ids=[str(i) for i in ids] if ids is not None else None,
             ),
-            memory_config=_config(memory_config),
+            memory_config=memory_config_value(memory_config),
             principal=info.context.principal,
         )
         return CloneThreadPayload(
@@ -593,7 +592,7 @@ class MemoryMutation:
             str(thread_id),
             given(resource_id),
             working_memory,
-            _config(memory_config),
+            memory_config_value(memory_config),
             # @strawberry.enum has replaced each member's EnumValueDefinition by its string.
             mode=cast(str, mode.value),
             principal=info.context.principal,

@@ -23,6 +23,7 @@ from schema.inputs import (
     ThreadOrderBy,
     UpdateThreadInput,
     given,
+    memory_config_value,
 )
 from schema.memory import (
     THREADS_AFTER,
@@ -170,14 +171,13 @@ class Mutation(MemoryMutation):
         input: Annotated[CreateThreadInput, _arg("The thread to create.")],
         memory_config: Annotated[MemoryConfigInput | None, _arg(_THREAD_MEMORY_CONFIG)] = UNSET,
     ) -> Thread:
-        config = given(memory_config)
         record = await info.context.services.threads.create(
             resource_id=input.resource_id,
             thread_id=str(input.id) if given(input.id) is not None else None,
             title=given(input.title),
             metadata=given(input.metadata),
             created_at=given(input.created_at),
-            memory_config=config.to_value() if config else None,
+            memory_config=memory_config_value(memory_config),
             principal=info.context.principal,
         )
         return Thread(_record=record)
@@ -193,12 +193,11 @@ class Mutation(MemoryMutation):
         input: Annotated[UpdateThreadInput, _arg("The thread and its changes.")],
         memory_config: Annotated[MemoryConfigInput | None, _arg(_THREAD_MEMORY_CONFIG)] = UNSET,
     ) -> Thread:
-        config = given(memory_config)
         record = await info.context.services.threads.update(
             str(input.id),
             title=given(input.title),
             metadata=given(input.metadata),
-            memory_config=config.to_value() if config else None,
+            memory_config=memory_config_value(memory_config),
             principal=info.context.principal,
         )
         return Thread(_record=record)
@@ -234,7 +233,6 @@ class Mutation(MemoryMutation):
             _arg("Memory configuration for this save (generateTitle), deep-merged over the server defaults."),
         ] = UNSET,
     ) -> SaveMessagesPayload:
-        config = given(memory_config)
         result = await info.context.services.messages.save(
             [
                 MessageData(
@@ -248,11 +246,11 @@ class Mutation(MemoryMutation):
                 )
                 for m in messages
             ],
-            config.to_value() if config else None,
+            memory_config_value(memory_config),
             principal=info.context.principal,
         )
         return SaveMessagesPayload(
-            messages=[Message(_record=r) for r in result.listed], acknowledged=result.acknowledged
+            messages=[Message(_record=r) for r in result.listed_messages], acknowledged=result.acknowledged
         )
 
 

@@ -14,7 +14,14 @@ from resolvers.recall import OrderBy, RecallArgs
 from resolvers.threads import clone_metadata
 from schema.enums import SIGNAL_TYPES_BY_VALUE, SignalType
 from schema.federation import ENTITY_TAG, message_reference, thread_reference
-from schema.inputs import HideSignalsInput, IncludeInput, MemoryConfigInput, MessageOrderBy, RecallFilter
+from schema.inputs import (
+    HideSignalsInput,
+    IncludeInput,
+    MemoryConfigInput,
+    MessageOrderBy,
+    RecallFilter,
+    memory_config_value,
+)
 from schema.scalars import JSON, DateTime, PerPage, given
 
 
@@ -481,8 +488,7 @@ class Thread:
         ] = strawberry.UNSET,
     ) -> str | None:
         service = info.context.services.working_memory
-        given = memory_config if memory_config not in (None, strawberry.UNSET) else None
-        cfg = service.config(given.to_value() if given is not None else None)
+        cfg = service.config(memory_config_value(memory_config))
         if not cfg.enabled:
             return None
         resource = None

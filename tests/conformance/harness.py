@@ -478,6 +478,27 @@ def run_listing_oracle(
     return result
 
 
+def assert_agree(
+    workdir: Path,
+    engine: str,
+    results: list[dict],
+    problems: list[str],
+    cases: int,
+    *,
+    seed: int | None = None,
+) -> None:
+    """Keeps the candidate's answers beside the oracle's (candidate-<engine>.json in `workdir`) and fails
+    with the first of `problems` (a compare_* function's), if any."""
+    out = workdir / f"candidate-{engine}.json"
+    out.write_text(json.dumps({"results": results}, indent=1, ensure_ascii=False) + "\n")
+    label = engine if seed is None else f"seed {seed} / {engine}"
+    assert not problems, (
+        f"{label}: {len(problems)} of {cases} case(s) differ:\n"
+        + "\n".join(p[:700] for p in problems[:30])
+        + f"\n(oracle: {workdir / 'oracle.json'}, candidate: {out})"
+    )
+
+
 def page_result(name: str, page: dict, rows: str) -> dict:
     """A listing page as the candidate's result: its `rows` (a list of {id}) as ids, and its counts."""
     return {

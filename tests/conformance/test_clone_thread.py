@@ -5,7 +5,6 @@ run over HTTP, in order. Needs node >= 20 (skipped without it, failed in CI)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,11 +72,7 @@ async def test_clone_thread_matches_oracle(engine: str, clone_oracle: CloneOracl
         with running_server(tmp_path / "data", {"RECALLQL_DATABASE_URL": url}) as srv:
             await harness.load_dataset(Api(srv.url), dataset)
             results = await run_clone_queries(srv.url, queries)
-    out = clone_oracle.workdir / f"candidate-{engine}.json"
-    out.write_text(json.dumps({"results": results}, indent=1) + "\n")
     problems = compare_clone_results(queries, clone_oracle.oracle["results"], results)
-    assert not problems, (
-        f"seed {clone_oracle.seed} / {engine}: {len(problems)} of {len(queries)} case(s) differ:\n"
-        + "\n".join(problems[:30])
-        + f"\n(oracle: {clone_oracle.workdir / 'oracle.json'}, candidate: {out})"
+    harness.assert_agree(
+        clone_oracle.workdir, engine, results, problems, len(queries), seed=clone_oracle.seed
     )

@@ -94,11 +94,7 @@ async def test_resource_messages_match_oracle(
         with running_server(tmp_path / "data", env) as srv:
             await harness.load_dataset(Api(srv.url), dataset)
             results = await run_resource_queries(srv.url, queries)
-    out = resource_oracle.workdir / f"candidate-{engine}.json"
-    out.write_text(json.dumps({"results": results}, indent=1) + "\n")
     problems = compare_resource_results(queries, resource_oracle.oracle["results"], results)
-    assert not problems, (
-        f"seed {resource_oracle.seed} / {engine}: {len(problems)} of {len(queries)} case(s) differ:\n"
-        + "\n".join(problems[:30])
-        + f"\n(oracle: {resource_oracle.workdir / 'oracle.json'}, candidate: {out})"
+    harness.assert_agree(
+        resource_oracle.workdir, engine, results, problems, len(queries), seed=resource_oracle.seed
     )

@@ -99,11 +99,7 @@ async def test_thread_listing_matches_oracle(
         env = {"RECALLQL_DATABASE_URL": url, "RECALLQL_MAX_PER_PAGE": str(2**53 - 1)}
         with running_server(data, env) as srv:
             results = await run_thread_queries(srv.url, queries)
-    out = threads_oracle.workdir / f"candidate-{engine}.json"
-    out.write_text(json.dumps({"results": results}, indent=1, ensure_ascii=False) + "\n")
     problems = compare_thread_results(queries, threads_oracle.oracle["results"], results)
-    assert not problems, (
-        f"seed {threads_oracle.seed} / {engine}: {len(problems)} of {len(queries)} case(s) differ:\n"
-        + "\n".join(problems[:30])
-        + f"\n(oracle: {threads_oracle.workdir / 'oracle.json'}, candidate: {out})"
+    harness.assert_agree(
+        threads_oracle.workdir, engine, results, problems, len(queries), seed=threads_oracle.seed
     )

@@ -58,14 +58,8 @@ async def test_working_memory_matches_oracle(
         with running_server(tmp_path / "data", server_env(dataset, url)) as srv:
             await harness.load_dataset(Api(srv.url), dataset)
             results = await run_working_memory_queries(srv.url, queries)
-    out = workdir / f"candidate-{engine}.json"
-    out.write_text(json.dumps({"results": results}, indent=1, ensure_ascii=False) + "\n")
     problems = compare_working_memory_results(queries, oracle["results"], results)
-    assert not problems, (
-        f"{engine}: {len(problems)} of {len(queries)} case(s) differ:\n"
-        + "\n".join(p[:700] for p in problems[:25])
-        + f"\n(oracle: {workdir / 'oracle.json'}, candidate: {out})"
-    )
+    harness.assert_agree(workdir, engine, results, problems, len(queries))
 
 
 def test_schema_template_prints_as_json_stringify(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ node >= 20 (skipped without it, failed in CI)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -43,11 +42,5 @@ async def test_writes_match_oracle(
         with running_server(tmp_path / "data", {"RECALLQL_DATABASE_URL": url}) as srv:
             await harness.load_dataset(Api(srv.url), dataset)
             results = await run_write_queries(srv.url, queries, [m["id"] for m in dataset["messages"]])
-    out = workdir / f"candidate-{engine}.json"
-    out.write_text(json.dumps({"results": results}, indent=1) + "\n")
     problems = compare_write_results(queries, oracle["results"], results)
-    assert not problems, (
-        f"{engine}: {len(problems)} of {len(queries)} case(s) differ:\n"
-        + "\n".join(p[:700] for p in problems[:20])
-        + f"\n(oracle: {workdir / 'oracle.json'}, candidate: {out})"
-    )
+    harness.assert_agree(workdir, engine, results, problems, len(queries))
