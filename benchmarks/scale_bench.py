@@ -142,15 +142,8 @@ def machine() -> str:
     )
 
 
-async def depth_main(
-    doc: str,
-    name: str,
-    default_size: int,
-    loaded: Callable[[str, int, int], contextlib.AbstractAsyncContextManager[Mapping[Any, Scenario]]],
-    report: Callable[[int, dict[str, Results]], str],
-) -> None:
-    """The command line of a paging benchmark (keyset_paging.py, thread_paging.py): --size, --engines,
-    --calls, --rounds, --out (results/<name>-<date>.md); runs each engine and writes the report."""
+def depth_arguments(doc: str, name: str, default_size: int) -> argparse.Namespace:
+    """--size, --engines, --calls, --rounds and --out (results/<name>-<date>.md)."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=default_size)
     parser.add_argument("--engines", default="sqlite,postgres")
@@ -161,7 +154,19 @@ async def depth_main(
         type=Path,
         default=Path(__file__).resolve().parent / "results" / f"{name}-{dt.date.today()}.md",
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+async def depth_main(
+    doc: str,
+    name: str,
+    default_size: int,
+    loaded: Callable[[str, int, int], contextlib.AbstractAsyncContextManager[Mapping[Any, Scenario]]],
+    report: Callable[[int, dict[str, Results]], str],
+) -> None:
+    """The command line of a paging benchmark (keyset_paging.py, thread_paging.py): depth_arguments';
+    runs each engine and writes the report."""
+    args = depth_arguments(doc, name, default_size)
     results = {}
     for kind in args.engines.split(","):
         print(f"{kind} {args.size:,}...", file=sys.stderr, flush=True)

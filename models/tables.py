@@ -37,6 +37,10 @@ class Thread(SQLModel, table=True):
         # index alone (migration 0005).
         Index("ix_threads_resource_created", "resource_id", "created_at", "id"),
         Index("ix_threads_resource_updated", "resource_id", "updated_at", "id"),
+        # Listings of every resource's threads (migration 0011): without them such a page read and
+        # sorted all threads, whatever its size.
+        Index("ix_threads_created", "created_at", "id"),
+        Index("ix_threads_updated", "updated_at", "id"),
     )
 
     id: str = Field(sa_column=Column(String, primary_key=True))

@@ -290,9 +290,12 @@ async def test_all_threads_runs(tmp_path: Path) -> None:
         *("--size", "2400", "--calls", "4", "--rounds", "2", "--out", str(tmp_path / "a.md")),
     )
     rows = [
-        [cell.strip() for cell in line.split("|")[1:3]] for line in out.splitlines() if line.startswith("| ")
+        [cell.strip() for cell in line.split("|")[1:4]] for line in out.splitlines() if line.startswith("| ")
     ]
-    assert rows[1:] == [["sqlite", "2,400"], ["postgres", "2,400"]], out
+    ways = ["one resource", "all, no total", "all, total", "all by updatedAt, after a cursor"]
+    ways += ["all, metadata filter", "all, a filter no thread matches, no total", "save of 2 messages"]
+    assert rows[1:] == [[e, "2,400", w] for e in ("sqlite", "postgres") for w in ways], out
+    assert re.findall(r"^- (\w+): [\d,]+ ms$", out, re.M) == ["sqlite", "postgres"], out  # 0011's build
     assert (tmp_path / "a.md").read_text() == out.rstrip("\n") + "\n"
 
 

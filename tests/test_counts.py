@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 from models import repository as repository_module
 from models.db import create_engine
 from models.migrate import upgrade
-from models.records import MessageQuery
+from models.records import MessageQuery, ThreadRecord
 from models.repository import Repository
 from models.tables import messages_table as M
 from models.tables import thread_resources_table as TR
@@ -194,6 +194,30 @@ async def test_sqlite_reads_run_inline_only_while_bounded(
     paths.take()
     fresh = await repository.read_page(query, descending=False, limit=20, offset=0)
     assert fresh.total == 301 and paths.take() == (1, 1)
+
+
+async def test_sqlite_listings_of_all_threads_run_inline_when_they_walk_the_index(
+    sqlite_services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repository = sqlite_services.repository
+    await repository.import_threads(
+        [ThreadRecord(f"t{n:04}", f"r{n % 7}", "", {"k": n % 2}, n, n) for n in range(3000)]
+    )
+    threads = sqlite_services.threads
+    paths = ReadPaths(repository, monkeypatch)
+    page = await threads.list(None, per_page=20, counted=False, principal=OPEN)
+    assert [t.id for t in page.threads][:2] == ["t2999", "t2998"] and page.has_more
+    assert paths.take() == (1, 0)  # the page along the time index, and one thread more
+    after = await threads.list(None, per_page=20, after=page.end_cursor, counted=False, principal=OPEN)
+    assert after.threads[0].id == "t2979" and paths.take() == (1, 0)
+    # Counting every thread, reading them all or filtering them is not bounded: a worker reads those.
+    assert (await threads.list(None, per_page=20, principal=OPEN)).total == 3000
+    assert paths.take() == (0, 1)
+    filtered = await threads.list(None, per_page=20, metadata={"k": 1}, counted=False, principal=OPEN)
+    assert filtered.threads[0].id == "t2999" and paths.take() == (0, 1)
+    deep = await threads.list(None, page=300, per_page=20, counted=False, principal=OPEN)
+    assert deep.threads == []
+    assert paths.take() == (0, 1)  # past _INLINE_ROWS entries
 
 
 async def test_string_filters_match_the_key_not_the_text(services: Services) -> None:

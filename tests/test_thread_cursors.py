@@ -324,6 +324,45 @@ async def test_cursor_pages_walk_the_resource_index(services: Services) -> None:
                 assert index in plan, plan
 
 
+async def test_pages_of_every_resources_threads_walk_an_index(services: Services) -> None:
+    """Listing all threads (no resource) reads a page's rows along the time index, not every thread
+    sorted: from the top, from a place, in either order, by either field."""
+    repo = services.repository
+    await repo.import_threads(
+        [ThreadRecord(f"t{n:05}", f"r{n % 50}", "", None, n, 40_000 - n) for n in range(20_000)]
+    )
+    if repo.is_postgres:
+        async with repo.engine.begin() as conn:
+            await conn.exec_driver_sql("ANALYZE")
+    middle = {"createdAt": 10_000, "updatedAt": 30_000}
+    flags = (True, False)
+    for field, descending, after in itertools.product(FIELDS, flags, flags):
+        values = {"offset": 0, "limit": 21, "after_at": middle[field], "after_id": "t"}
+        page, _ = repo.thread_statements(
+            field, descending, every_row=False, after=after, counted=False, scope="all"
+        )
+        plan = await repo.explain(page.params({p: values[p] for p in page.compile().params}))
+        index = "ix_threads_updated" if field == "updatedAt" else "ix_threads_created"
+        assert index in plan, (field, descending, after, plan)
+        assert "Seq Scan" not in plan and "SCAN threads\n" not in plan + "\n", plan
+        assert "USE TEMP B-TREE FOR ORDER BY" not in plan, plan  # SQLite: no sort of the rows read
+    # With a metadata filter the page reads every thread and sorts those that match: a walk along the
+    # index would look up every thread, one at a time, to find a value few (or none) of them hold.
+    values = {"offset": 0, "limit": 21}
+    for field in FIELDS:
+        page, _ = repo.thread_statements(
+            field, True, every_row=False, metadata={"k": 1}, counted=False, scope="all"
+        )
+        plan = await repo.explain(page.params({p: values[p] for p in page.compile().params if p in values}))
+        assert "ix_threads_created" not in plan and "ix_threads_updated" not in plan, plan
+        assert ("Sort" if repo.is_postgres else "USE TEMP B-TREE FOR ORDER BY") in plan, plan
+    # And the listing reads what it should: the newest by updatedAt are the oldest created.
+    listed = await services.threads.list(
+        None, per_page=3, order_field="updatedAt", counted=False, principal=OPEN
+    )
+    assert [t.id for t in listed.threads] == ["t00000", "t00001", "t00002"]
+
+
 # ------------------------------------------------------------------------------------- counting
 COUNTED = [
     '{ threads(resourceId: "r1", perPage: 2) { total hasMore threads { id } } }',
