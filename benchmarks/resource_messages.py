@@ -11,10 +11,13 @@ process, through the recall engine, pages of 40:
 - the page 100 pages deep (an offset of 4,000);
 - the oldest page of one topic (a metadata filter);
 - the oldest page without its total (a query that does not select it: one message more, no count);
-- the oldest page with three include windows of 5 messages a side, deep in the resource.
+- the oldest page with three include windows of 5 messages a side, deep in the resource;
+- the oldest page counted as before migration 0012, by walking the resource's messages (the same
+  database, through a repository that counts so).
 
 Every call but the one without its total counts the resource's matching messages (`total`), as
-Mastra's does: that cost grows with the resource. Writes a Markdown table to --out
+Mastra's does. Unfiltered, the count is the sum of the resource's per-thread counts (a row per
+thread); a filter's count walks every match, and grows with the resource. Writes a Markdown table to --out
 (benchmarks/results/resource-messages-<date>.md).
 """
 
@@ -24,12 +27,16 @@ import asyncio
 import contextlib
 import datetime as dt
 from collections.abc import AsyncIterator
+from typing import Any
 
 from scale_bench import TOPICS, Scenario, depth_main, depth_rows, machine, migrated, settle  # this folder
+from sqlalchemy import bindparam, func, select
 
-from models.records import MessageRecord, ThreadRecord
+from models.records import MessageQuery, MessageRecord, ThreadRecord
 from models.repository import Repository
+from models.tables import messages_table as M
 from resolvers.auth import OPEN
+from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import Services
 from resolvers.recall import IncludeItem
 
@@ -43,6 +50,7 @@ WAYS = (
     "metadata filter",
     "without total",
     "3 include windows",
+    "oldest page, counted as before 0012",
 )
 
 
@@ -65,6 +73,16 @@ async def load(repo: Repository, size: int) -> None:
             batch = []
     if batch:
         await repo.save_messages(batch, now=1)
+
+
+class WalkingCount(Repository):
+    """Counts an unfiltered page as before migration 0012: a walk of the resource's messages."""
+
+    def _resource_statements(self, shape: Any, descending: bool, *, every_row: bool) -> tuple[Any, Any]:
+        page, count = super()._resource_statements(shape, descending, every_row=every_row)
+        if shape == self._filter_params(MessageQuery(""))[0]:
+            count = select(func.count()).select_from(M).where(M.c.resource_id == bindparam("owner"))
+        return page, count
 
 
 def _reader(services: Services, **options: object) -> Scenario:
@@ -95,6 +113,9 @@ async def loaded(kind: str, size: int, _calls: int) -> AsyncIterator[dict[tuple[
             "r0", per_page=PAGE, include=windows, principal=OPEN
         )
         assert len(included.messages) == PAGE + 33
+        walking = Services.build(WalkingCount(repo.engine), memory_defaults=dict(BUILTIN_DEFAULTS))
+        before = await walking.recall.resource_messages("r0", per_page=PAGE, principal=OPEN)
+        assert (before.total, before.messages) == (first.total, first.messages)
         yield {
             (size, "oldest page"): _reader(services),
             (size, "newest page"): _reader(services, descending=True),
@@ -102,6 +123,7 @@ async def loaded(kind: str, size: int, _calls: int) -> AsyncIterator[dict[tuple[
             (size, "metadata filter"): _reader(services, metadata={"topic": TOPICS[1]}),
             (size, "without total"): _reader(services, counted=False),
             (size, "3 include windows"): _reader(services, include=windows),
+            (size, "oldest page, counted as before 0012"): _reader(walking),
         }
 
 

@@ -1582,24 +1582,46 @@ class Repository:
         params |= {"owner": resource_id, "offset": min(offset, _SQL_INT_MAX)}
         if limit is not None:
             params["limit"] = min(limit if counted else limit + 1, _SQL_INT_MAX)
-        page_key, count_key = ("resource-page", shape, descending, limit is None), ("resource-count", shape)
-        if page_key not in self._statements or count_key not in self._statements:
-            where = self._filter_conditions(shape, thread=M.c.resource_id == bindparam("owner"))
-            stmt = select(*_MESSAGE_COLUMNS).where(*where).order_by(*_page_order(descending))
-            stmt = stmt.offset(bindparam("offset"))
-            self._statements[page_key] = stmt.limit(bindparam("limit")) if limit is not None else stmt
-            self._statements[count_key] = select(func.count()).select_from(M).where(*where)
-        page, count = self._statements[page_key], self._statements[count_key]
+        page, count = self._resource_statements(shape, descending, every_row=limit is None)
 
         def read(conn: Connection) -> tuple[list[MessageRecord], int | None]:
             if not counted:
                 return [_message(row) for row in conn.execute(page, params)], None
-            total = conn.execute(count, params).scalar_one()
+            total = int(conn.execute(count, params).scalar_one())  # PostgreSQL sums bigints as numeric
             if (limit is None and max_rows is not None and total > max_rows) or limit == 0:
                 return [], total
             return [_message(row) for row in conn.execute(page, params)], total
 
-        return await self._read(read)
+        # Unfiltered, a page walks the resource's index and its count reads a row per thread.
+        plain = shape == self._filter_params(MessageQuery(""))[0]
+        return await self._read(read, bounded=plain and limit is not None and offset + limit <= _INLINE_ROWS)
+
+    def _resource_statements(
+        self, shape: _FilterShape, descending: bool, *, every_row: bool
+    ) -> tuple[_AnySelect, _AnySelect]:
+        """A resource's messages: the page statement and the count, of a filter shape (:owner)."""
+        page_key, count_key = ("resource-page", shape, descending, every_row), ("resource-count", shape)
+        if page_key not in self._statements or count_key not in self._statements:
+            where = self._filter_conditions(shape, thread=M.c.resource_id == bindparam("owner"))
+            stmt = select(*_MESSAGE_COLUMNS).where(*where).order_by(*_page_order(descending))
+            stmt = stmt.offset(bindparam("offset"))
+            self._statements[page_key] = stmt if every_row else stmt.limit(bindparam("limit"))
+            if shape == self._filter_params(MessageQuery(""))[0]:
+                # Unfiltered: the per-thread counts every write keeps (a row per thread the resource
+                # has messages in, on ix_thread_resources_resource), not a walk of every message.
+                total = func.coalesce(func.sum(TR.c.message_count), 0)
+                self._statements[count_key] = select(total).where(TR.c.resource_id == bindparam("owner"))
+            else:
+                self._statements[count_key] = select(func.count()).select_from(M).where(*where)
+        return self._statements[page_key], self._statements[count_key]
+
+    def resource_count_statement(
+        self, resource_id: str, *, date_range: DateRange | None = None, metadata: dict[str, Any] | None = None
+    ) -> _AnySelect:
+        """The count of a resource's messages, its values bound (for EXPLAIN in tests)."""
+        shape, params = self._filter_params(MessageQuery("", date_range=date_range, metadata=metadata or {}))
+        del params["thread_id"]
+        return self._resource_statements(shape, False, every_row=False)[1].params(**params, owner=resource_id)
 
     def page_statement(self, q: MessageQuery, *, descending: bool, limit: int, offset: int) -> _AnySelect:
         """The page query with its values bound (for EXPLAIN in tests)."""

@@ -118,6 +118,9 @@ class ThreadResource(SQLModel, table=True):
     """
 
     __tablename__ = "thread_resources"
+    # A resource's messages across its threads are counted from its rows here (migration 0012). Only
+    # the resource: the counts change with every write, and an index on them would move each time.
+    __table_args__ = (Index("ix_thread_resources_resource", "resource_id"),)
 
     thread_id: str = Field(sa_column=Column(String, primary_key=True))
     resource_id: str = Field(sa_column=Column(String, primary_key=True))

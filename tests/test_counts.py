@@ -49,7 +49,9 @@ async def test_counts_follow_every_kind_of_write(services: Services) -> None:
         await services.threads.create(resource_id=resources[n % 2], thread_id=thread_id, principal=OPEN)
     ids: list[str] = []
     for step in range(120):
-        action = rng.choice(["save", "save", "resave", "update", "delete", "delete_thread", "clone"])
+        action = rng.choice(
+            ["save", "save", "resave", "update", "delete", "delete_thread", "clone", "transfer"]
+        )
         if action == "save" or not ids:
             batch = [
                 msg(
@@ -78,6 +80,8 @@ async def test_counts_follow_every_kind_of_write(services: Services) -> None:
             gone = rng.sample(ids, min(len(ids), 2))
             await services.messages.delete([*gone, "never-existed"], principal=OPEN)
             ids = [i for i in ids if i not in gone]
+        elif action == "transfer":
+            await services.threads.transfer(rng.choice(threads), rng.choice(resources), principal=OPEN)
         elif action == "delete_thread":
             victim = rng.choice(threads)
             await services.threads.delete(victim, principal=OPEN)
@@ -91,6 +95,12 @@ async def test_counts_follow_every_kind_of_write(services: Services) -> None:
             ids += [m.id for m in result.messages]
         actual, kept = await counts(services)
         assert kept == actual, f"after step {step} ({action})"
+        # A resource's messages across its threads are counted from the same rows.
+        for resource_id in resources:
+            page = await services.recall.resource_messages(resource_id, per_page=1, principal=OPEN)
+            filed = sum(n for (_, r), n in actual.items() if r == resource_id)
+            assert page.total == filed, f"after step {step} ({action}): {resource_id}"
+            assert type(page.total) is int  # not PostgreSQL's numeric sum
 
     # Recall's total uses the maintained counts; it must equal a real COUNT, with and without filters.
     for thread_id in threads:
@@ -218,6 +228,25 @@ async def test_sqlite_listings_of_all_threads_run_inline_when_they_walk_the_inde
     deep = await threads.list(None, page=300, per_page=20, counted=False, principal=OPEN)
     assert deep.threads == []
     assert paths.take() == (0, 1)  # past _INLINE_ROWS entries
+
+
+async def test_sqlite_pages_of_a_resources_messages_run_inline_unless_filtered(
+    sqlite_services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    services = sqlite_services
+    for n in range(3):
+        await services.threads.create(resource_id="r1", thread_id=f"t{n}", principal=OPEN)
+    await services.messages.save(
+        [msg(f"m{n}", thread=f"t{n % 3}", at=n, metadata={"k": n % 2}) for n in range(6000)], principal=OPEN
+    )
+    paths = ReadPaths(services.repository, monkeypatch)
+    page = await services.recall.resource_messages("r1", per_page=40, principal=OPEN)
+    assert page.total == 6000 and [m.id for m in page.messages][:2] == ["m0", "m1"]
+    assert paths.take() == (1, 0)  # the resource's index and its per-thread counts
+    filtered = await services.recall.resource_messages("r1", per_page=40, metadata={"k": 1}, principal=OPEN)
+    assert filtered.total == 3000 and paths.take() == (0, 1)  # the count walks every match
+    deep = await services.recall.resource_messages("r1", page=130, per_page=40, principal=OPEN)
+    assert deep.messages[0].id == "m5200" and paths.take() == (0, 1)  # past _INLINE_ROWS entries
 
 
 async def test_string_filters_match_the_key_not_the_text(services: Services) -> None:

@@ -21,7 +21,7 @@ from sqlalchemy.engine import Connection
 
 from models.db import create_engine
 from models.migrate import alembic_config, include_object_for, schema_state, upgrade
-from models.records import DateRange, IncludeWindow, MessageQuery
+from models.records import DateRange, IncludeWindow, MessageQuery, ThreadRecord
 from models.repository import Repository
 from models.tables import metadata
 from resolvers.auth import OPEN
@@ -120,6 +120,31 @@ async def test_hot_queries_use_indexes(services: Services) -> None:
     else:
         plan = await repo.explain(repo.page_statement(filtered, descending=True, limit=20, offset=0))
         assert "ix_messages_thread_order" in plan, plan
+
+
+async def test_a_resources_messages_are_counted_from_the_per_thread_counts(services: Services) -> None:
+    """Resource.messages' total: unfiltered, the resource's rows of thread_resources (one per thread it
+    has messages in), never its messages; with a filter, a range of the resource's index."""
+    repo = services.repository
+    threads = [ThreadRecord(f"t{n}", f"r{n % 100}", "", None, n, n) for n in range(400)]
+    await repo.import_threads(threads)
+    for start in range(0, 400, 100):
+        batch = [
+            msg(f"m{n}-{k}", thread=f"t{n}", resource=f"r{n % 100}", at=10 * n + k)
+            for n in range(start, start + 100)
+            for k in range(5)
+        ]
+        await services.messages.save(batch, principal=OPEN)
+    if repo.is_postgres:  # autovacuum's work, done now; SQLite databases are never analyzed
+        async with repo.engine.begin() as conn:
+            await conn.exec_driver_sql("ANALYZE")
+    plain = await repo.explain(repo.resource_count_statement("r1"))
+    assert "ix_thread_resources_resource" in plain and "messages" not in plain, plain
+    dated = await repo.explain(repo.resource_count_statement("r1", date_range=DateRange(start=t(100))))
+    assert "ix_messages_resource_order" in dated, dated
+    async with repo.engine.connect() as conn:
+        assert (await conn.execute(repo.resource_count_statement("r1"))).scalar_one() == 20
+        assert (await conn.execute(repo.resource_count_statement("elsewhere"))).scalar_one() == 0
 
 
 async def test_reads_of_a_resource_in_a_thread_walk_the_thread(services: Services) -> None:
