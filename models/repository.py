@@ -1583,18 +1583,53 @@ class Repository:
         if limit is not None:
             params["limit"] = min(limit if counted else limit + 1, _SQL_INT_MAX)
         page, count = self._resource_statements(shape, descending, every_row=limit is None)
+        plain = shape == self._filter_params(MessageQuery(""))[0]
 
         def read(conn: Connection) -> tuple[list[MessageRecord], int | None]:
             if not counted:
                 return [_message(row) for row in conn.execute(page, params)], None
-            total = int(conn.execute(count, params).scalar_one())  # PostgreSQL sums bigints as numeric
+            if plain:
+                total = int(conn.execute(count, params).scalar_one())  # PostgreSQL sums bigints as numeric
+            else:
+                total = self._resource_rows(conn, resource_id, shape, params, count)
             if (limit is None and max_rows is not None and total > max_rows) or limit == 0:
                 return [], total
             return [_message(row) for row in conn.execute(page, params)], total
 
         # Unfiltered, a page walks the resource's index and its count reads a row per thread.
-        plain = shape == self._filter_params(MessageQuery(""))[0]
         return await self._read(read, bounded=plain and limit is not None and offset + limit <= _INLINE_ROWS)
+
+    def _resource_rows(
+        self,
+        conn: Connection,
+        resource_id: str,
+        shape: _FilterShape,
+        params: dict[str, Any],
+        count: _AnySelect,
+    ) -> int:
+        """A filtered count of a resource's messages, cached as a thread's are: under the sum of the
+        resource's per-thread change counters, which every write of one of its messages raises (rows
+        are never deleted, counters only grow), so a page after the first counts nothing until the
+        resource's messages change."""
+        versions = self._statements.get(("resource-version",))
+        if versions is None:
+            versions = select(func.coalesce(func.sum(TR.c.version), 0)).where(
+                TR.c.resource_id == bindparam("owner")
+            )
+            self._statements[("resource-version",)] = versions
+        version = int(conn.execute(versions, {"owner": resource_id}).scalar_one())
+        key = (
+            "resource-count",
+            shape,
+            tuple((k, v) for k, v in params.items() if k not in ("offset", "limit")),
+        )
+        with self._count_lock:
+            cached = self._count_cache.get(key)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        total = int(conn.execute(count, params).scalar_one())
+        self._cache_counts([(key, (version, total, 0))])
+        return total
 
     def _resource_statements(
         self, shape: _FilterShape, descending: bool, *, every_row: bool

@@ -22,7 +22,7 @@ from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import Services
 from resolvers.messages import MessagePatch
 from tests.factories import msg
-from tests.support import database
+from tests.support import database, statements
 
 
 async def counts(services: Services) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
@@ -39,6 +39,18 @@ async def counts(services: Services) -> tuple[dict[tuple[str, str], int], dict[t
             for t, r, n in await conn.execute(select(TR.c.thread_id, TR.c.resource_id, TR.c.message_count))
         }
     return actual, {k: n for k, n in kept.items() if n}
+
+
+async def metadata_matches(services: Services, metadata: dict[str, Any]) -> dict[str, int]:
+    """How many messages of each resource have this metadata, read from the rows."""
+    async with services.repository.engine.connect() as conn:
+        rows = (await conn.execute(select(M.c.resource_id, M.c.content))).all()
+    found: dict[str, int] = {}
+    for resource_id, content in rows:
+        held = content.get("metadata") or {}
+        if all(k in held and held[k] == v and type(held[k]) is type(v) for k, v in metadata.items()):
+            found[resource_id] = found.get(resource_id, 0) + 1
+    return found
 
 
 async def test_counts_follow_every_kind_of_write(services: Services) -> None:
@@ -59,6 +71,7 @@ async def test_counts_follow_every_kind_of_write(services: Services) -> None:
                     thread=rng.choice(threads),
                     at=step + k / 10,
                     resource=rng.choice(resources),
+                    metadata={"k": rng.randint(0, 2)},
                 )
                 for k in range(rng.randint(1, 4))
             ]
@@ -67,12 +80,25 @@ async def test_counts_follow_every_kind_of_write(services: Services) -> None:
         elif action == "resave":
             target = rng.choice(ids)
             await services.messages.save(
-                [msg(target, thread=rng.choice(threads), at=step, resource=rng.choice(resources))],
+                [
+                    msg(
+                        target,
+                        thread=rng.choice(threads),
+                        at=step,
+                        resource=rng.choice(resources),
+                        metadata={"k": rng.randint(0, 2)},
+                    )
+                ],
                 principal=OPEN,
             )
         elif action == "update":
             patches = [
-                MessagePatch(id=i, thread_id=rng.choice(threads), resource_id=rng.choice(resources))
+                MessagePatch(
+                    id=i,
+                    thread_id=rng.choice(threads),
+                    resource_id=rng.choice(resources),
+                    content={"metadata": {"k": rng.randint(0, 2)}} if rng.random() < 0.5 else None,
+                )
                 for i in rng.sample(ids, min(len(ids), 3))
             ]
             await services.messages.update(patches, principal=OPEN)
@@ -95,12 +121,19 @@ async def test_counts_follow_every_kind_of_write(services: Services) -> None:
             ids += [m.id for m in result.messages]
         actual, kept = await counts(services)
         assert kept == actual, f"after step {step} ({action})"
-        # A resource's messages across its threads are counted from the same rows.
+        # A resource's messages across its threads are counted from the same rows; a filtered count
+        # is cached under the resource's change counters, so it must follow every write too.
+        matching = await metadata_matches(services, {"k": 1})
         for resource_id in resources:
             page = await services.recall.resource_messages(resource_id, per_page=1, principal=OPEN)
             filed = sum(n for (_, r), n in actual.items() if r == resource_id)
             assert page.total == filed, f"after step {step} ({action}): {resource_id}"
             assert type(page.total) is int  # not PostgreSQL's numeric sum
+            for _ in range(2):  # counted, then from the cache
+                filtered = await services.recall.resource_messages(
+                    resource_id, per_page=1, metadata={"k": 1}, principal=OPEN
+                )
+                assert filtered.total == matching.get(resource_id, 0), f"after step {step} ({action})"
 
     # Recall's total uses the maintained counts; it must equal a real COUNT, with and without filters.
     for thread_id in threads:
@@ -271,3 +304,30 @@ async def test_string_filters_match_the_key_not_the_text(services: Services) -> 
             MessageQuery(thread_id="t1", metadata={"topic": value}), descending=False, limit=10, offset=0
         )
         assert ([m.id for m in page.rows], page.total) == (expected, len(expected)), value
+
+
+async def test_a_resources_filtered_pages_after_the_first_count_nothing(services: Services) -> None:
+    for n in range(3):
+        await services.threads.create(resource_id="r1", thread_id=f"t{n}", principal=OPEN)
+    await services.messages.save(
+        [msg(f"m{n}", thread=f"t{n % 3}", at=n, metadata={"k": n % 4}) for n in range(400)], principal=OPEN
+    )
+    pages = []
+    with statements(services) as seen:
+        for page in range(3):
+            pages.append(
+                await services.recall.resource_messages(
+                    "r1", page=page, per_page=10, metadata={"k": 1}, principal=OPEN
+                )
+            )
+    counts = [s for s in seen if "count(" in s.lower()]
+    assert len(counts) == 1, counts  # the first page's; the others read the cache
+    assert [p.total for p in pages] == [100, 100, 100]
+    assert [m.id for m in pages[2].messages][:2] == ["m81", "m85"]
+    # A change to one of the resource's messages (in any of its threads) is counted again.
+    await services.messages.update([MessagePatch(id="m2", content={"metadata": {"k": 1}})], principal=OPEN)
+    with statements(services) as seen:
+        again = await services.recall.resource_messages(
+            "r1", page=1, per_page=10, metadata={"k": 1}, principal=OPEN
+        )
+    assert again.total == 101 and sum("count(" in s.lower() for s in seen) == 1
