@@ -424,10 +424,12 @@ class Repository:
         column = T.c.updated_at if order_field == "updatedAt" else T.c.created_at
         tie = self._code_points(T.c.id)
         ordered: ColumnElement[int] = column
-        if scope == "all" and metadata:
-            # Not along the time index (migration 0011): a walk finds a rare value one table lookup per
-            # thread, up to 3x the cost of reading every thread and sorting the few that match; neither
-            # engine can tell which a JSON filter is. So such a page costs what it did before 0011.
+        if scope == "some" or (scope == "all" and metadata):
+            # Not along the time index of all threads (migration 0011): a walk finds a rare value one
+            # table lookup per thread, up to 3x the cost of reading every thread and sorting the few
+            # that match, and neither engine can tell how rare a JSON filter's value is, nor (from the
+            # statistics alone) whether some resources' threads are near the top. So such a page costs
+            # what it did before 0011: some resources' threads from their own index, then sorted.
             ordered = column + 0
         order = (ordered.desc(), tie.desc()) if descending else (ordered.asc(), tie.asc())
         # In a listing newest first, the threads after a place are the older ones.
@@ -628,7 +630,17 @@ class Repository:
             moving = update(T).where(T.c.id == thread_id)
             conn.execute(moving.values(resource_id=resource_id, updated_at=stamp))
             self._ensure_resource(conn, resource_id, now)
-            conn.execute(update(M).where(M.c.thread_id == thread_id).values(resource_id=resource_id))
+            moving_messages = update(M).where(M.c.thread_id == thread_id)
+            if self.is_postgres:
+                # Only the rows locked and checked above: an import (which takes no thread lock) may
+                # have committed a message into the thread since, and its UPDATE would see that row
+                # too, moving it unchecked and uncounted (its resource's total one too high for good).
+                # It stays filed under its own resource. SQLite's single writer lets nothing in.
+                locked = bindparam(
+                    "locked", value=[m.id for m in before], type_=postgresql.ARRAY(M.c.id.type)
+                )
+                moving_messages = moving_messages.where(M.c.id == func.any(locked))
+            conn.execute(moving_messages.values(resource_id=resource_id))
             after = [replace(m, resource_id=resource_id) for m in before]
             self._write_stats(
                 conn,

@@ -180,6 +180,33 @@ async def test_a_deleted_thread_takes_along_a_message_imported_into_it_meanwhile
     assert await thread_totals(a, t) == [0]
 
 
+async def test_a_thread_given_to_another_resource_leaves_a_message_imported_meanwhile_where_it_was_filed(
+    replicas: tuple[Replica, Replica],
+) -> None:
+    # A gives t to r2 and has read and locked t's messages (m1); B imports m2 into t, filed under r1,
+    # and commits (imports take no thread lock). A's UPDATE must move what it locked and counted, m1
+    # only: moving m2 too would leave r1's per-thread count (a resource's total) one too high for good.
+    a, b = replicas
+    r1, r2, t, m1, m2 = uid("r"), uid("r"), uid("t"), uid("m"), uid("m")
+    await a.services.threads.create(resource_id=r1, thread_id=t, principal=OPEN)
+    await a.save(t, r1, m1, "giraffe one")
+    hold = holding_locked_read(a)
+    moving = asyncio.create_task(a.services.threads.transfer(t, r2, principal=OPEN))
+    await hold.stopped(moving)
+    imported = MessageRecord(m2, t, r1, "user", "v2", 2_000_000_000_000, _text("giraffe two"))
+    assert await b.repository.import_messages([imported], now=1, track_vectors=True) == (1, 0)
+    hold.release.set()
+    await asyncio.wait_for(moving, 10)
+
+    rows = await a.repository.get_messages([m1, m2])
+    assert (rows[m1].resource_id, rows[m2].resource_id) == (r2, r1)
+    for resource, held in ((r1, [m2]), (r2, [m1])):
+        page = await a.services.recall.resource_messages(resource, per_page=10, principal=OPEN)
+        assert ([m.id for m in page.messages], page.total) == (held, 1), resource
+    assert await settled(a, b, r1, r2) == {r1: {m2}, r2: {m1}}
+    assert await thread_totals(a, t) == [2]
+
+
 async def two_threads(replica: Replica) -> tuple[str, str, str, str, str]:
     """r1, r2 and a thread in each, t1 and t2, and an id m not stored yet."""
     r1, r2, t1, t2, m = uid("r"), uid("r"), uid("t"), uid("t"), uid("m")

@@ -356,6 +356,14 @@ async def test_pages_of_every_resources_threads_walk_an_index(services: Services
         plan = await repo.explain(page.params({p: values[p] for p in page.compile().params if p in values}))
         assert "ix_threads_created" not in plan and "ix_threads_updated" not in plan, plan
         assert ("Sort" if repo.is_postgres else "USE TEMP B-TREE FOR ORDER BY") in plan, plan
+    # Some resources' threads (a restricted credential's listing) come from their own index, sorted:
+    # the walk of all threads would pass every other resource's newer threads first.
+    values = {"offset": 0, "limit": 21, "resource_ids": ["r1", "r2"]}
+    for field in FIELDS:
+        page, _ = repo.thread_statements(field, True, every_row=False, counted=False, scope="some")
+        plan = await repo.explain(page.params({p: values[p] for p in page.compile().params if p in values}))
+        assert "ix_threads_created" not in plan and "ix_threads_updated" not in plan, plan
+        assert "ix_threads_resource" in plan, plan
     # And the listing reads what it should: the newest by updatedAt are the oldest created.
     listed = await services.threads.list(
         None, per_page=3, order_field="updatedAt", counted=False, principal=OPEN
