@@ -17,14 +17,16 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from models.db import create_engine
 from models.migrate import alembic_config, include_object_for, schema_state, upgrade
-from models.records import DateRange, IncludeWindow, MessageQuery, ThreadRecord
+from models.records import DateRange, IncludeWindow, MessageQuery, MessageRecord, ThreadRecord
 from models.repository import Repository
 from models.tables import metadata
 from resolvers.auth import OPEN
+from resolvers.config import BUILTIN_DEFAULTS
 from resolvers.context import Services
 from tests.factories import msg, seed, t
 from tests.support import MODEL_DIR, PG_ADMIN_DSN, ServerProcess, postgres_available, require
@@ -326,6 +328,67 @@ async def test_the_state_names_only_what_is_missing_and_leaves_a_newer_schema_al
         assert "0099" in state.describe() and "newer" in state.describe()
     finally:
         await engine.dispose()
+
+
+async def test_0013_recounts_the_per_thread_counts_and_raises_only_the_wrong_ones(database_url: str) -> None:
+    """Counts an older version left wrong (one too high, one too low, one row missing) are set right
+    from the messages, their versions raised (a cached filtered count is not served again); right
+    ones are left alone."""
+    engine = create_engine(database_url)
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(_upgrade_to, "0012")
+        repo = Repository(engine)
+        services = Services.build(repo, memory_defaults=dict(BUILTIN_DEFAULTS))
+        for n in range(4):
+            await services.threads.create(resource_id="r1", thread_id=f"t{n}", principal=OPEN)
+        await services.messages.save(
+            [
+                msg(f"m{n}", thread=f"t{n % 4}", at=n, resource="r2" if n % 5 == 0 else "r1")
+                for n in range(40)
+            ],
+            principal=OPEN,
+        )
+        loose = MessageRecord("loose", "t3", None, "user", "v2", t(99), {"format": 2, "parts": []})
+        assert await repo.import_messages([loose], now=1) == (1, 0)
+        await _execute(
+            database_url,
+            "UPDATE thread_resources SET message_count = message_count + 1"
+            " WHERE thread_id = 't0' AND resource_id = 'r1'",
+            "UPDATE thread_resources SET message_count = 0 WHERE thread_id = 't1' AND resource_id = 'r1'",
+            "DELETE FROM thread_resources WHERE thread_id = 't2' AND resource_id = 'r2'",
+        )
+        before = await _thread_resources(engine)
+        await upgrade(engine)
+        after = await _thread_resources(engine)
+        async with engine.connect() as conn:
+            rows = await conn.execute(
+                text("SELECT thread_id, COALESCE(resource_id, ''), COUNT(*) FROM messages GROUP BY 1, 2")
+            )
+            actual = {(t, r): n for t, r, n in rows}
+        assert {key: n for key, (n, _) in after.items()} == actual
+        assert ("t3", "") in actual  # the message without a resource, under ""
+        wrong = {("t0", "r1"), ("t1", "r1")}
+        for key, (_, version) in after.items():
+            if key in wrong:
+                assert version == before[key][1] + 1, key
+            elif key == ("t2", "r2"):
+                assert version == 1
+            else:
+                assert version == before[key][1], key  # right: untouched
+        for resource, filed in (("r1", 32), ("r2", 8)):
+            page = await services.recall.resource_messages(resource, per_page=1, principal=OPEN)
+            assert page.total == filed
+    finally:
+        await engine.dispose()
+
+
+async def _thread_resources(engine: Any) -> dict[tuple[str, str], tuple[int, int]]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text("SELECT thread_id, resource_id, message_count, version FROM thread_resources")
+        )
+        return {(t, r): (n, v) for t, r, n, v in rows}
 
 
 def _upgrade_to(connection: Connection, revision: str) -> None:
