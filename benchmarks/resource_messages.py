@@ -34,8 +34,8 @@ from typing import Any
 from scale_bench import TOPICS, Scenario, depth_main, depth_rows, machine, migrated, settle  # this folder
 from sqlalchemy import bindparam, func, select
 
-from models.records import MessageQuery, MessageRecord, ThreadRecord
-from models.repository import Repository
+from models.records import MessageRecord, ThreadRecord
+from models.repository import Repository, _conditioned
 from models.tables import messages_table as M
 from resolvers.auth import OPEN
 from resolvers.config import BUILTIN_DEFAULTS
@@ -87,7 +87,7 @@ class WalkingCount(Repository):
 
     def _resource_statements(self, shape: Any, descending: bool, *, every_row: bool) -> tuple[Any, Any]:
         page, count = super()._resource_statements(shape, descending, every_row=every_row)
-        if shape == self._filter_params(MessageQuery(""))[0]:
+        if not _conditioned(shape):
             count = select(func.count()).select_from(M).where(M.c.resource_id == bindparam("owner"))
         return page, count
 

@@ -1545,10 +1545,8 @@ class Repository:
         if not _conditioned(shape):
             return maintained
         key = ("count", shape, tuple(params.items()))
-        with self._count_lock:
-            cached = self._count_cache.get(key)
-        if cached is not None and cached[0] == version:
-            return cached[1]
+        if (cached := self._cached_count(key, version)) is not None:
+            return cached
         if not scan:
             raise _NeedsWorker
         every = _every_part(shape)
@@ -1559,6 +1557,12 @@ class Repository:
             total = int(conn.execute(self._count_template(shape), params).scalar_one())
         self._cache_counts([(key, (version, total, maintained))])
         return total
+
+    def _cached_count(self, key: tuple[Any, ...], version: int) -> int | None:
+        """A filtered count remembered under this change counter, if it still is the current one."""
+        with self._count_lock:
+            cached = self._count_cache.get(key)
+        return cached[1] if cached is not None and cached[0] == version else None
 
     def _cache_counts(self, counts: Iterable[tuple[tuple[Any, ...], tuple[int, int, int]]]) -> None:
         """Remembers filtered counts: (key, (thread version, matching rows, the thread's rows))."""
@@ -1595,7 +1599,7 @@ class Repository:
         if limit is not None:
             params["limit"] = min(limit if counted else limit + 1, _SQL_INT_MAX)
         page, count = self._resource_statements(shape, descending, every_row=limit is None)
-        plain = shape == self._filter_params(MessageQuery(""))[0]
+        plain = not _conditioned(shape)
 
         def read(conn: Connection) -> tuple[list[MessageRecord], int | None]:
             if not counted:
@@ -1635,10 +1639,8 @@ class Repository:
             shape,
             tuple((k, v) for k, v in params.items() if k not in ("offset", "limit")),
         )
-        with self._count_lock:
-            cached = self._count_cache.get(key)
-        if cached is not None and cached[0] == version:
-            return cached[1]
+        if (cached := self._cached_count(key, version)) is not None:
+            return cached
         total = int(conn.execute(count, params).scalar_one())
         self._cache_counts([(key, (version, total, 0))])
         return total
@@ -1653,7 +1655,7 @@ class Repository:
             stmt = select(*_MESSAGE_COLUMNS).where(*where).order_by(*_page_order(descending))
             stmt = stmt.offset(bindparam("offset"))
             self._statements[page_key] = stmt if every_row else stmt.limit(bindparam("limit"))
-            if shape == self._filter_params(MessageQuery(""))[0]:
+            if not _conditioned(shape):
                 # Unfiltered: the per-thread counts every write keeps (a row per thread the resource
                 # has messages in, on ix_thread_resources_resource), not a walk of every message.
                 total = func.coalesce(func.sum(TR.c.message_count), 0)
