@@ -398,8 +398,9 @@ class ThreadService:
 
         The clone's metadata is the source's, merged with `metadata`, plus `clone` (Mastra's docs; its
         code drops the source's metadata). The title defaults to "Clone of <title>" ("" for an untitled
-        source). Working memory follows Mastra: thread scope travels with the metadata; resource scope
-        is copied to a different target resource (when enabled and set).
+        source). Working memory follows Mastra: thread scope travels with the metadata (the source's,
+        when it has one, over a workingMemory in `metadata`); resource scope is copied to a different
+        target resource (when enabled and set).
 
         A restricted principal needs the source's resource and the target resource granted; messages
         in the source of resources it was not granted are not copied."""
@@ -420,6 +421,7 @@ class ThreadService:
             raise BadUserInput("options.messageFilter.messageIds must be non-empty strings.")
         wm = working_memory_config(merge_memory_config(self.defaults, memory_config))
         copy_wm = wm.enabled and wm.scope == "resource" and resource_id is not None
+        carry_thread_wm = wm.enabled and wm.scope == "thread"
         new_id = new_thread_id or str(uuid.uuid4())
         now = now_ms()
         id_map: dict[str, str] = {}
@@ -437,11 +439,17 @@ class ThreadService:
             if selected:
                 clone_info["lastMessageId"] = selected[-1].id
             target = resource_id or source.resource_id
+            merged = {**(source.metadata or {}), **(metadata or {}), "clone": clone_info}
+            carried = (source.metadata or {}).get("workingMemory")
+            if carry_thread_wm and _truthy(carried):
+                # Mastra writes the source's thread-scope working memory into the clone after copying
+                # it, so the source's wins over a workingMemory the call's metadata gives.
+                merged["workingMemory"] = carried
             thread = ThreadRecord(
                 id=new_id,
                 resource_id=target,
                 title=title or (f"Clone of {source.title}" if source.title else ""),
-                metadata={**(source.metadata or {}), **(metadata or {}), "clone": clone_info},
+                metadata=merged,
                 created_at=now,
                 updated_at=now,
             )

@@ -557,6 +557,16 @@ def _thread_metadata_cases(on: dict, thread: dict) -> list[dict]:
         clone("clone-thread-scope-other", "t-a2", "t-cl6", thread, resourceId="res-cl6"),
         _case("clone-thread-scope-other-read", "thread", thread, threadId="t-cl6"),
         _case("clone-thread-scope-other-resource", "resource", on, resourceId="res-cl6"),
+        # The call's metadata.workingMemory: the source's, written in after the copy, wins over it in
+        # thread scope when the source has one (t-b1 has none); otherwise it stays, as other metadata
+        # does. (A source whose value is not a string carries it too, but a thread read answers a
+        # string or null, where Mastra's answers the value: not compared.)
+        clone("clone-thread-scope-call-wm", "t-a2", "t-cl7", thread, metadata={"workingMemory": "# Call"}),
+        _case("clone-thread-scope-call-wm-read", "thread", thread, threadId="t-cl7"),
+        clone("clone-no-source-wm", "t-b1", "t-cl9", thread, metadata={"workingMemory": "# Call"}),
+        _case("clone-no-source-wm-read", "thread", thread, threadId="t-cl9"),
+        clone("clone-resource-scope-call-wm", "t-a2", "t-cl10", on, metadata={"workingMemory": "# R"}),
+        _case("clone-resource-scope-call-wm-read", "thread", thread, threadId="t-cl10"),
     ]
 
 
@@ -699,7 +709,7 @@ async def run_working_memory_queries(base_url: str, queries: list[dict]) -> list
                 answer = {"thread": await read(session, CREATE_THREAD, variables, "createThread")}
             elif op == "cloneThread":
                 variables = {
-                    "input": _variables(args, "sourceThreadId", "newThreadId", "resourceId"),
+                    "input": _variables(args, "sourceThreadId", "newThreadId", "resourceId", "metadata"),
                     **_variables(args),
                 }
                 variables["input"].pop("memoryConfig", None)

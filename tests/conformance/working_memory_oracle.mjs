@@ -22,7 +22,7 @@
 //            upper case, as the GraphQL enum spells it);
 //   createThread {thread, createdAt, memoryConfig?}, updateThread {id, title?, metadata, memoryConfig?}
 //            -> {thread: {id, resourceId, metadata}}: Memory.saveThread, Memory.updateThread;
-//   cloneThread {sourceThreadId, newThreadId, resourceId?, memoryConfig?} -> {thread: {id, resourceId}}:
+//   cloneThread {sourceThreadId, newThreadId, resourceId?, metadata?, memoryConfig?} -> {thread: {id, resourceId}}:
 //            Memory.cloneThread (the clone's working memory is then read by the cases after it).
 import { load } from '../mastra_packages.mjs';
 import { clone, memoryStorage, oracleArgs, runCases, saveThreads, writeResults } from './listing_oracle.mjs';
@@ -83,8 +83,9 @@ async function updateThread({ id, title, metadata, memoryConfig }) {
 
 // Memory.cloneThread, which carries working memory over (thread scope: the source thread's to the clone;
 // resource scope, into another resource: the source resource's to that one): the clone's id and resource.
-async function cloneThread({ sourceThreadId, newThreadId, resourceId, memoryConfig }) {
-  const { thread } = await memory.cloneThread({ sourceThreadId, newThreadId, resourceId }, clone(memoryConfig));
+async function cloneThread({ sourceThreadId, newThreadId, resourceId, metadata, memoryConfig }) {
+  const args = { sourceThreadId, newThreadId, resourceId, metadata };
+  const { thread } = await memory.cloneThread(args, clone(memoryConfig));
   return { thread: { id: thread.id, resourceId: thread.resourceId } };
 }
 
