@@ -758,11 +758,12 @@ class Repository:
         """
         if not records:
             return {}, []
-        # One row per id (the last version wins, at its first position): a statement may not
-        # touch the same row twice.
+        # One row per id (the last version wins, at its first position, with the first one's
+        # createdAt, as a re-save keeps a stored row's): a statement may not touch the same row twice.
         last: dict[str, MessageRecord] = {}
         for rec in records:
-            last[rec.id] = rec
+            first = last.get(rec.id)
+            last[rec.id] = rec if first is None else replace(rec, created_at=first.created_at)
         rows = [_row(rec) for rec in last.values()]
         stmt = self._upsert_messages(
             # Plain comparisons: an expanding IN cannot be used in an executemany.
@@ -782,8 +783,10 @@ class Repository:
             replaced = self._claim_new(conn, rows, previous)
             for start in range(0, len(replaced), 500):
                 conn.execute(stmt, replaced[start : start + 500])
-            # A re-save that moves a message changes the thread it leaves too (as updateMessages does).
-            touched = thread_ids | {m.thread_id for m in previous.values()}
+            # A re-save that moves a message changes the thread it leaves too (as updateMessages does),
+            # and every thread the batch names is changed, even one only an earlier copy of an id named:
+            # Mastra's saveMessages changes its first message's thread, whatever a later copy says.
+            touched = {rec.thread_id for rec in records} | {m.thread_id for m in previous.values()}
             conn.execute(update(T).where(T.c.id.in_(touched)).values(updated_at=now))
             self._write_stats(
                 conn,
@@ -812,7 +815,8 @@ class Repository:
                         if found.get(thread_id) not in owned_by:
                             raise ThreadForbidden(thread_id)
                 for thread_id, resource_id in sorted((thread_owners or {}).items()):
-                    if found.get(thread_id) != resource_id:
+                    # A thread only an earlier copy of a repeated id named gets nothing, and is not locked.
+                    if thread_id in thread_ids and found.get(thread_id) != resource_id:
                         raise ThreadChanged(thread_id)
             return write(conn)
 

@@ -834,6 +834,47 @@ async def test_update_messages_moves_between_threads(api: Api) -> None:
     assert explicit["updateMessages"][0]["resourceId"] == "r-x"
 
 
+async def test_an_id_given_twice_in_one_save_is_saved_once_where_its_last_copy_says(api: Api) -> None:
+    first, _ = await new_thread(api)
+    second, second_resource = await new_thread(api)
+    third, _ = await new_thread(api)
+    stored = f"{first}-kept"
+    await api.execute(SAVE, m=[text_message(thread_id=first, id=stored, created_at=at(1))])
+    batch = []
+    # One new id first given in the third thread, one already stored in the first thread.
+    for mid, origin in ((f"{first}-new", third), (stored, first)):
+        batch += [
+            text_message(thread_id=origin, id=mid, text="first copy", created_at=at(2)),
+            text_message(thread_id=second, id=f"{mid}-between", created_at=at(3)),
+            text_message(thread_id=second, id=mid, text="last copy", created_at=at(4)),
+        ]
+    before = await thread_of(api, third)
+    assert before is not None
+    await asyncio.sleep(0.002)  # updatedAt has millisecond precision
+    saved = (await api.execute(SAVE, m=batch))["saveMessages"]["messages"]
+    # Each id once (its last version, with the first one's createdAt, as Mastra stores it): the first
+    # and third threads, which no message of the batch ends up in, are not ones the save checks (it
+    # used to: CONFLICT, "retry", every time), but are touched, as every thread the batch names is in
+    # Mastra.
+    assert sorted(m["id"] for m in saved) == sorted({m["id"] for m in batch})
+    in_second = {m["id"]: m for m in await recall(api, second)}
+    assert sorted(in_second) == sorted(m["id"] for m in saved)
+    assert {m["resourceId"] for m in in_second.values()} == {second_resource}
+    assert {in_second[i]["content"]["raw"]["parts"][0]["text"] for i in (f"{first}-new", stored)} == {
+        "last copy"
+    }
+    assert (in_second[f"{first}-new"]["createdAt"], in_second[stored]["createdAt"]) == (at(2), at(1))
+    assert await recall(api, first) == await recall(api, third) == []
+    after = await thread_of(api, third)
+    assert after is not None and after["updatedAt"] > before["updatedAt"]
+    totals = await api.execute(
+        "query($a: ID!, $b: ID!) { a: recall(threadId: $a) { total } b: recall(threadId: $b) { total } }",
+        a=first,
+        b=second,
+    )
+    assert (totals["a"]["total"], totals["b"]["total"]) == (0, 4)  # maintained counts, moved too
+
+
 @pytest.mark.parametrize(
     ("fields", "message"),
     [

@@ -18,7 +18,8 @@ each both give what the call returned and everything then stored. The pieces:
 Two deliberate differences are left out of the comparison (see the README), and one bug of Mastra's (the
 metadata its updateThreadResourceId answers: see compare_write_results):
 * Mastra's store moves the updatedAt of a save's first message's thread only; RecallQL moves every thread
-  a save writes to or takes a message from, so for a save only that first thread's `touched` is compared;
+  a save names, writes to or takes a message from, so for a save only that first thread's `touched` is
+  compared;
 * a re-saved message keeps its createdAt on both, but Mastra's answer lists it at the createdAt given,
   RecallQL's at the one kept: a re-save in a batch of several gives the stored createdAt (a re-save
   alone gives another, which must be ignored).
@@ -214,6 +215,17 @@ def write_queries(dataset: dict, seed: int, *, cases: int = 60) -> list[dict]:
                     new("msg-twice", times[3]),
                     new("msg-between", times[2]),
                     {**new("msg-twice", times[3]), "role": "assistant"},
+                ],
+            },
+        },
+        {
+            # The same id in two threads of one batch: the last copy is stored, in its thread.
+            "name": "save-twice-across-threads",
+            "args": {
+                "op": "save",
+                "messages": [
+                    {**new("msg-twice-across", times[3]), "threadId": live_threads[-1]},
+                    {**new("msg-twice-across", times[4]), "role": "assistant"},
                 ],
             },
         },
