@@ -6,6 +6,7 @@ import logging
 import math
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from traceback import extract_tb
 from typing import Any
 
 from graphql import (
@@ -55,7 +56,26 @@ def _is_internal(error: GraphQLError) -> bool:
     """A bug or an outage in a resolver, as opposed to bad input. Request-level errors (parsing,
     validation, variable coercion) have no path and are always the client's to see."""
     original = error.original_error
-    return original is not None and error.path is not None and not isinstance(original, RecallQLError)
+    return (
+        original is not None
+        and error.path is not None
+        and not isinstance(original, RecallQLError)
+        and not _argument_error(original)
+    )
+
+
+_ARGUMENT_COERCION = str(Path("graphql", "execution", "values.py"))
+
+
+def _argument_error(original: BaseException) -> bool:
+    """graphql-core's refusal of a field's argument value as the field runs: the client's input, with a
+    path all the same. A variable that is valid for the document but not for the argument (an explicit
+    null for `page: Int! = 0`) is only found there, as the GraphQL spec says (CoerceArgumentValues).
+    Known by where it was raised, not by its wording: an output value a scalar cannot represent is a
+    GraphQLError too, and a bug."""
+    if not isinstance(original, GraphQLError):
+        return False
+    return any(frame.filename.endswith(_ARGUMENT_COERCION) for frame in extract_tb(original.__traceback__))
 
 
 # The token limit's error (the parser's), by its wording; the depth and alias rules set their codes.

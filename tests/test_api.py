@@ -217,6 +217,42 @@ async def test_bad_input_is_bad_user_input(
     assert "Traceback" not in str(errors)
 
 
+@pytest.mark.parametrize(
+    ("document", "variables"),
+    [
+        ('query($p: Int) { threads(resourceId: "r", page: $p) { total } }', {"p": None}),
+        ('query($p: PerPage) { threads(resourceId: "r", perPage: $p) { total } }', {"p": None}),
+        (
+            "query($r: String!, $p: PerPage) { resource(id: $r) { messages(perPage: $p) { total } } }",
+            {"p": None},
+        ),
+        ("query($d: SortDirection) { threads(orderBy: {direction: $d}) { total } }", {"d": None}),
+        (
+            "mutation($t: ID!, $m: WorkingMemoryUpdateMode) { updateWorkingMemory(threadId: $t,"
+            ' workingMemory: "# Lost", mode: $m, memoryConfig: {workingMemory: {enabled: true,'
+            " scope: THREAD}}) { workingMemory } }",
+            {"m": None},
+        ),
+    ],
+)
+async def test_a_null_variable_where_an_argument_cannot_be_null_is_bad_user_input(
+    api: Api, document: str, variables: dict[str, Any]
+) -> None:
+    # The document is valid (the argument has a default, so a nullable variable may stand for it); an
+    # explicit null is refused only as the field runs, by graphql-core, which used to be masked as an
+    # internal error.
+    thread_id, resource_id = await new_thread(api)
+    errors = await api.errors(document, t=thread_id, r=resource_id, **variables)
+    assert errors[0]["extensions"]["code"] == "BAD_USER_INPUT", errors
+    assert "has invalid value" in errors[0]["message"] and "not to be None" in errors[0]["message"]
+    wm = await api.execute(
+        "query($t: ID!) { thread(id: $t) { workingMemory(memoryConfig: {workingMemory: {enabled: true,"
+        " scope: THREAD}}) } }",
+        t=thread_id,
+    )
+    assert wm["thread"]["workingMemory"] is None  # nothing written
+
+
 async def test_metadata_filters_take_up_to_64_keys(api: Api) -> None:
     # 300 keys used to overflow SQLite's expression depth (an internal error); now a bounded filter.
     wide = {f"k{n}": n for n in range(64)}
