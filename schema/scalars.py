@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any, NewType
 
 import strawberry
-from graphql import BooleanValueNode, FloatValueNode, IntValueNode, ValueNode
+from graphql import (
+    BooleanValueNode,
+    FloatValueNode,
+    IntValueNode,
+    Undefined,
+    ValueNode,
+    value_from_ast_untyped,
+)
 from strawberry.scalars import JSON
+from strawberry.schema.types.scalar import DEFAULT_SCALAR_REGISTRY
 from strawberry.types.scalar import ScalarDefinition
 
 from resolvers.clock import OutOfRange, parse_iso, to_iso
@@ -70,7 +79,26 @@ PER_PAGE = strawberry.scalar(
     parse_literal=_parse_per_page_literal,
 )
 
-SCALAR_MAP: dict[object, ScalarDefinition] = {DateTime: DATETIME, PerPage: PER_PAGE}
+
+def _defined(value: Any) -> Any:
+    """A JSON literal's value as JavaScript's JSON.stringify would keep it: a key whose variable was
+    not given is left out, and such an item of a list is null (graphql-core gives its Undefined)."""
+    if isinstance(value, dict):
+        return {k: _defined(v) for k, v in value.items() if v is not Undefined}
+    if isinstance(value, list):
+        return [None if v is Undefined else _defined(v) for v in value]
+    return value
+
+
+def _parse_json_literal(node: ValueNode, variables: Any = None) -> Any:
+    value = value_from_ast_untyped(node, variables)
+    return None if value is Undefined else _defined(value)
+
+
+# Strawberry's own JSON (its name, description and specifiedBy stay), reading literals as above.
+JSON_SCALAR = replace(DEFAULT_SCALAR_REGISTRY[JSON], parse_literal=_parse_json_literal)
+
+SCALAR_MAP: dict[object, ScalarDefinition] = {DateTime: DATETIME, PerPage: PER_PAGE, JSON: JSON_SCALAR}
 
 __all__ = ["JSON", "SCALAR_MAP", "DateTime", "PerPage"]
 

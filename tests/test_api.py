@@ -253,6 +253,35 @@ async def test_a_null_variable_where_an_argument_cannot_be_null_is_bad_user_inpu
     assert wm["thread"]["workingMemory"] is None  # nothing written
 
 
+async def test_a_variable_not_given_inside_a_json_literal_is_left_out(api: Api) -> None:
+    # As JavaScript's JSON.stringify reads graphql-js's undefined: a key is dropped, a list item is null
+    # (it used to be refused: "Type is not JSON serializable: UndefinedType").
+    thread_id = uid("t")
+    created = await api.execute(
+        "mutation($t: ID!, $x: String, $y: Int = 3) { createThread(input: {id: $t, resourceId: "
+        '"r-json", metadata: {a: $x, b: [1, $x, $y], c: {d: $x, e: $y}, f: "kept"}}) { metadata } }',
+        t=thread_id,
+    )
+    expected = {"b": [1, None, 3], "c": {"e": 3}, "f": "kept"}
+    assert created["createThread"]["metadata"] == expected
+    stored = await api.execute("query($t: ID!) { thread(id: $t) { metadata } }", t=thread_id)
+    assert stored["thread"]["metadata"] == expected
+    await api.execute(
+        "mutation($t: ID!, $x: String) { saveMessages(messages: [{id: $t, threadId: $t, role: "
+        '"user", content: {format: 2, parts: [{type: "text", text: "hi", extra: $x}], metadata: '
+        "{k: 1, gone: $x}}}]) { messages { id } } }",
+        t=thread_id,
+    )
+    found = await api.execute(
+        "query($t: ID!, $x: String) { recall(threadId: $t, filter: {metadata: {k: 1, gone: $x}}) "
+        "{ total messages { content { raw } } } }",
+        t=thread_id,
+    )
+    assert found["recall"]["total"] == 1
+    raw = found["recall"]["messages"][0]["content"]["raw"]
+    assert raw["metadata"] == {"k": 1} and raw["parts"] == [{"type": "text", "text": "hi"}]
+
+
 async def test_metadata_filters_take_up_to_64_keys(api: Api) -> None:
     # 300 keys used to overflow SQLite's expression depth (an internal error); now a bounded filter.
     wide = {f"k{n}": n for n in range(64)}
