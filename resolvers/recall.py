@@ -708,8 +708,8 @@ def validate_metadata_filter(metadata: Any) -> dict[str, Any] | None:
                 f'Invalid metadata filter value for key "{key}". '
                 "Values must be string, finite number, boolean, or null."
             )
-    # Filter values are JavaScript numbers in Mastra: integers beyond 2^53 are doubles there (and would
-    # not fit SQL's 64-bit integers here).
+    # Integers are matched exactly, as saves store them (Mastra's JavaScript numbers round both sides
+    # past 2^53 alike; RecallQL rounds neither). Beyond 64 bits, which SQL cannot bind, a double.
     return {k: float(v) if _huge_int(v) else v for k, v in metadata.items()} or None
 
 
@@ -744,7 +744,11 @@ def validate_thread_metadata_filter(metadata: Any) -> dict[str, Any] | None:
 
 
 def _huge_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**53
+    return (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and not -_SQL_INT_MAX - 1 <= value <= _SQL_INT_MAX
+    )
 
 
 def _is_scalar(value: Any) -> bool:

@@ -303,6 +303,26 @@ async def test_metadata_filters_take_up_to_64_keys(api: Api) -> None:
         assert "at most 64 keys, got 65" in errors[0]["message"]
 
 
+async def test_metadata_filters_match_integers_past_2_53_exactly_as_saved(api: Api) -> None:
+    # Saves keep such integers exact; the filter used to round them to doubles and so missed them.
+    values = [2**53 + 1, 2**63 - 1, -(2**63)]
+    thread_id, resource_id = await new_thread(api, metadata={"b": 2**53 + 1})
+    for n, value in enumerate(values):
+        await api.execute(
+            SAVE, m=[text_message(thread_id=thread_id, id=f"{thread_id}-{n}", metadata={"b": value})]
+        )
+    threads = "query($r: String!, $m: JSON) { threads(resourceId: $r, metadata: $m) { total } }"
+    for n, value in enumerate(values):
+        found = (await api.execute(RECALL, threadId=thread_id, filter={"metadata": {"b": value}}))["recall"]
+        assert [m["id"] for m in found["messages"]] == [f"{thread_id}-{n}"], value
+    # Neighbours of an integer past 2^53 round to it as doubles, and do not match it here.
+    for near in (2**53, 2**53 + 2, 2**63 - 2):
+        found = (await api.execute(RECALL, threadId=thread_id, filter={"metadata": {"b": near}}))["recall"]
+        assert found["total"] == 0, near
+    assert (await api.execute(threads, r=resource_id, m={"b": 2**53 + 1}))["threads"]["total"] == 1
+    assert (await api.execute(threads, r=resource_id, m={"b": 2**53}))["threads"]["total"] == 0
+
+
 async def test_missing_thread_is_not_found(api: Api) -> None:
     errors = await api.errors(RECALL, threadId=uid("ghost"), resourceId="r")
     assert errors[0]["extensions"]["code"] == "NOT_FOUND"
