@@ -231,8 +231,9 @@ class MessageService:
             where = f"messages[{n}]"
             if not m.thread_id or not m.thread_id.strip():
                 raise BadUserInput(f"{where}.threadId must be a non-empty string.")
-            if m.id is not None and not m.id.strip():
-                raise BadUserInput(f"{where}.id must be a non-empty string when given.")
+            # "" is generated, as Mastra's MessageList does (`id || newMessageId()`); blanks are refused.
+            if m.id and not m.id.strip():
+                raise BadUserInput(f"{where}.id must not be blank when given.")
             if not m.role or not m.role.strip():
                 raise BadUserInput(f"{where}.role must be a non-empty string.")
             # As on update: a blank resource would be one nobody can name in a recall ("" means none there).

@@ -162,8 +162,9 @@ class ThreadService:
         if not resource_id or not resource_id.strip():
             raise BadUserInput("resourceId must be a non-empty string.")
         principal.require(resource_id)
-        if thread_id is not None and not thread_id.strip():
-            raise BadUserInput("id must be a non-empty string when given.")
+        # "" is generated, as in Mastra's createThread (`threadId || generateId()`); blanks are refused.
+        if thread_id and not thread_id.strip():
+            raise BadUserInput("id must not be blank when given.")
         check_id_size(thread_id, "id")
         check_id_size(resource_id, "resourceId")
         _check_metadata(metadata)
@@ -407,8 +408,8 @@ class ThreadService:
         opts = options or CloneOptions()
         if not source_thread_id or not source_thread_id.strip():
             raise BadUserInput("sourceThreadId must be a non-empty string.")
-        if new_thread_id is not None and not new_thread_id.strip():
-            raise BadUserInput("newThreadId must be a non-empty string when given.")
+        if new_thread_id and not new_thread_id.strip():  # "" is generated, as in Mastra's cloneThread
+            raise BadUserInput("newThreadId must not be blank when given.")
         if resource_id is not None and not resource_id.strip():
             raise BadUserInput("resourceId must be a non-empty string when given.")
         check_id_size(new_thread_id, "newThreadId")

@@ -279,7 +279,9 @@ class ThreadOrderBy:
 @strawberry.input(description="A new thread.")
 class CreateThreadInput:
     resource_id: str = strawberry.field(description="The owning resource.")
-    id: strawberry.ID | None = strawberry.field(default=UNSET, description="The id (generated when omitted).")
+    id: strawberry.ID | None = strawberry.field(
+        default=UNSET, description='The id (generated when omitted or "", as in Mastra).'
+    )
     title: str | None = strawberry.field(default=UNSET, description="The title.")
     metadata: JSON | None = strawberry.field(default=UNSET, description="Metadata (a JSON object).")
     created_at: DateTime | None = strawberry.field(
@@ -299,7 +301,9 @@ class MessageInput:
     thread_id: strawberry.ID = strawberry.field(description="The thread.")
     role: str = strawberry.field(description="user, assistant, signal, tool or system.")
     content: JSON = strawberry.field(description="{format: 2, parts: [...], metadata?, content?}.")
-    id: strawberry.ID | None = strawberry.field(default=UNSET, description="The id (generated when omitted).")
+    id: strawberry.ID | None = strawberry.field(
+        default=UNSET, description='The id (generated when omitted or "", as in Mastra).'
+    )
     resource_id: str | None = strawberry.field(
         default=UNSET, description="The resource (default: the thread's)."
     )

@@ -385,7 +385,9 @@ class CloneThreadOptionsInput:
 class CloneThreadInput:
     source_thread_id: strawberry.ID = strawberry.field(description="The thread to copy.")
     new_thread_id: strawberry.ID | None = strawberry.field(
-        default=UNSET, description="The new thread's id (default: generated; a taken id is a CONFLICT)."
+        default=UNSET,
+        description='The new thread\'s id (default, and for "": generated, as in Mastra; a taken id is a '
+        "CONFLICT).",
     )
     resource_id: str | None = strawberry.field(
         default=UNSET, description="The new thread's resource (default: the source's)."

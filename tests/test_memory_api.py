@@ -875,11 +875,40 @@ async def test_an_id_given_twice_in_one_save_is_saved_once_where_its_last_copy_s
     assert (totals["a"]["total"], totals["b"]["total"]) == (0, 4)  # maintained counts, moved too
 
 
+async def test_an_empty_id_is_generated_as_in_mastra(api: Api) -> None:
+    # Mastra's createThread, cloneThread and saveMessages read "" as no id (`id || generate()`).
+    resource_id = uid("r")
+    created = (await api.execute(CREATE, i={"id": "", "resourceId": resource_id}))["createThread"]
+    assert len(created["id"]) == 36 and await thread_of(api, created["id"]) is not None
+    saved = await api.execute(
+        SAVE,
+        m=[
+            text_message(thread_id=created["id"], id="", text=t, created_at=at(n)) for n, t in enumerate("ab")
+        ],
+    )
+    ids = [m["id"] for m in saved["saveMessages"]["messages"]]
+    assert len(set(ids)) == 2 and all(len(i) == 36 for i in ids)  # each its own
+    assert [m["id"] for m in await recall(api, created["id"])] == ids
+    clone = await api.execute(CLONE, i={"sourceThreadId": created["id"], "newThreadId": ""})
+    clone_id = clone["cloneThread"]["thread"]["id"]
+    assert len(clone_id) == 36 and clone_id != created["id"]
+    assert len(await recall(api, clone_id)) == 2
+    # Blank ids are refused, and write nothing.
+    for document, variables, message in (
+        (CREATE, {"i": {"id": "  ", "resourceId": resource_id}}, "id must not be blank when given."),
+        (CLONE, {"i": {"sourceThreadId": created["id"], "newThreadId": " "}}, "newThreadId must not be"),
+    ):
+        errors = await api.errors(document, **variables)
+        assert errors[0]["extensions"]["code"] == "BAD_USER_INPUT" and message in errors[0]["message"]
+    listing = "query($r: String!) { threads(resourceId: $r) { total } }"
+    assert (await api.execute(listing, r=resource_id))["threads"]["total"] == 2
+
+
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
         ({"threadId": " "}, "messages[1].threadId must be a non-empty string."),
-        ({"id": ""}, "messages[1].id must be a non-empty string when given."),
+        ({"id": "  "}, "messages[1].id must not be blank when given."),
         ({"role": ""}, "messages[1].role must be a non-empty string."),
         ({"resourceId": ""}, "messages[1].resourceId must be a non-empty string when given."),
         ({"resourceId": "  "}, "messages[1].resourceId must be a non-empty string when given."),
