@@ -694,6 +694,49 @@ async def test_api_keys_over_http(auth_server: ServerProcess) -> None:
     assert body["data"]["threads"]["total"] == 1
 
 
+def persisted(text: str) -> str:
+    """The `extensions` GET parameter of a persisted query: its hash, no text."""
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    return json.dumps({"persistedQuery": {"version": 1, "sha256Hash": digest}})
+
+
+async def test_a_persisted_querys_hash_by_get_is_authenticated(auth_server: ServerProcess) -> None:
+    # A GET with only a hash carries no query parameter, and was let through as the GraphiQL page:
+    # run without a token, and with the token ignored (a key read nothing of its own by hashed GET).
+    url = auth_server.url
+    mine = uid("t")
+    await gql(url, CREATE, KEYS["alice"], i={"id": mine, "resourceId": ALICE})
+    extensions = persisted(THREADS)
+    variables = json.dumps({"r": ALICE})
+    async with httpx.AsyncClient(timeout=30) as client:
+        registered = await client.post(
+            f"{url}/graphql",
+            json={"query": THREADS, "variables": {"r": ALICE}, "extensions": json.loads(extensions)},
+            headers=bearer(KEYS["alice"]),
+        )
+        expected = registered.json()
+        assert expected["data"]["threads"]["total"] >= 1
+        for token in (None, "rql_not-a-key"):
+            refused = await client.get(
+                f"{url}/graphql",
+                params={"extensions": extensions, "variables": variables},
+                headers=bearer(token) if token else {},
+            )
+            assert refused.status_code == 401 and codes(refused.json()) == ["UNAUTHENTICATED"]
+        served = await client.get(
+            f"{url}/graphql",
+            params={"extensions": extensions, "variables": variables},
+            headers=bearer(KEYS["alice"]),
+        )
+        assert served.json() == expected  # as alice, not as nobody
+        bob = await client.get(
+            f"{url}/graphql",
+            params={"extensions": extensions, "variables": variables},
+            headers=bearer(KEYS["bob"]),
+        )
+        assert codes(bob.json()) == ["FORBIDDEN"]
+
+
 async def test_a_jwt_lifetime_bound_over_http(tmp_path: Path) -> None:
     env = {
         "RECALLQL_AUTH": "required",
@@ -1055,6 +1098,19 @@ async def test_without_authentication_only_this_machines_names_reach_the_server(
             for path in ("/", "/graphql"):  # pages run nothing
                 page = await client.get(f"{server.url}{path}", headers={"Host": evil, "Accept": "text/html"})
                 assert page.status_code == 200
+            # A persisted query's hash by GET runs a query without a query parameter: no page, refused
+            # (it used to be served: any thread read through a query a local client had registered).
+            text = "query($t: ID!) { thread(id: $t) { id } }"
+            extensions = persisted(text)
+            registered = await client.post(
+                f"{server.url}/graphql",
+                json={"query": text, "variables": {"t": "t"}, "extensions": json.loads(extensions)},
+            )
+            assert registered.json() == {"data": {"thread": None}}
+            params = {"extensions": extensions, "variables": '{"t": "t"}'}
+            hashed = await client.get(f"{server.url}/graphql", params=params, headers={"Host": evil})
+            assert hashed.status_code == 403 and codes(hashed.json()) == ["FORBIDDEN"]
+            assert (await client.get(f"{server.url}/graphql", params=params)).json() == registered.json()
 
         # The upgrade a rebound page sends: its own name as Host, and as Origin, so same-origin.
         def upgrade(host: str) -> bytes:

@@ -525,12 +525,17 @@ class BearerAuth:
         return None if scope["type"] == "http" and _is_ide_page(scope) else host
 
 
+# What a GET may carry of a GraphQL request. A persisted query's hash (extensions) runs an operation
+# without a query parameter: a GET with any of these is a request, authenticated and Host-checked.
+_REQUEST_PARAMETERS = ("query", "extensions", "variables", "operationName")
+
+
 def _is_ide_page(scope: Scope) -> bool:
-    """GET /graphql without a query: the GraphiQL page (or an error); no operation can run."""
+    """A GET that carries no GraphQL request: the GraphiQL page (or an error); no operation can run."""
     if scope.get("method") != "GET":
         return False
-    params = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-    return "query" not in params
+    params = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+    return not any(name in params for name in _REQUEST_PARAMETERS)
 
 
 async def _reject(send: Send, exc: Unauthenticated) -> None:
