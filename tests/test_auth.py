@@ -321,6 +321,8 @@ async def test_jwt_hs256() -> None:
         (hs256({k: v for k, v in claims(sub="alice").items() if k != "iss"}), "iss"),
         (hs256(claims(sub="alice"), secret="another-secret-" + "y" * 40), "Signature verification failed"),
         (hs256(claims(sub="alice", nbf=now + 3600)), "not yet valid"),
+        # PyJWT reads int(exp), so a string passed; a WebSocket it opened then never closed.
+        (hs256(claims(sub="alice", exp=str(now + 3600))), "exp claim must be a number"),
         (hs256(claims()), "'sub' claim"),  # no resource claim
         (hs256(claims(sub=""), secret=SECRET), "'sub' claim"),
         # RFC 7519's sub is one string (the README says: name another claim to grant several).

@@ -336,6 +336,11 @@ class JwtVerifier:
             )
         except jwt.PyJWTError as exc:
             raise Unauthenticated(f"Invalid token: {exc}") from None
+        exp = claims.get("exp")
+        if "exp" in claims and (isinstance(exp, bool) or not isinstance(exp, int | float)):
+            # PyJWT checks int(exp), so "1700000000" passes; a WebSocket's end is read from the claim
+            # itself, and RFC 7519 makes exp a number (NumericDate): refused, not honoured as text.
+            raise Unauthenticated("Invalid token: its exp claim must be a number (NumericDate).")
         principal = self._principal(claims)
         if self.max_lifetime is not None:
             # The leeway allows an issuer's clock that far ahead of ours, as it does on exp itself.
@@ -398,8 +403,8 @@ class JwtVerifier:
 
 
 def _expiry(exp: Any, leeway: float) -> float | None:
-    """When a token's `exp` (PyJWT has checked it is a number) ends it, leeway included; None without
-    one, or beyond what a double holds (10**400 is a valid JSON integer): never, in practice."""
+    """When a token's `exp` (checked to be a number) ends it, leeway included; None without one, or
+    beyond what a double holds (10**400 is a valid JSON integer): never, in practice."""
     if isinstance(exp, bool) or not isinstance(exp, int | float):
         return None
     try:
