@@ -26,7 +26,7 @@ from strawberry.extensions import (
     SchemaExtension,
 )
 from strawberry.schema.config import StrawberryConfig
-from strawberry.schema.exceptions import InvalidOperationTypeError
+from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
 from strawberry.types.execution import ExecutionContext
 
 from resolvers.errors import RecallQLError, outage, unstorable_text, value_fault
@@ -265,6 +265,11 @@ class RecallQLSchema(FederatedSchema):
                     "or graphql-transport-ws."
                 )
                 extensions = {"code": "BAD_REQUEST"}
+            elif isinstance(original, CannotGetOperationTypeError):
+                # Over a WebSocket (HTTP answers it before the schema runs, web/compiled.py): an
+                # operationName the document does not hold is the client's, as over HTTP.
+                error = errors[n] = GraphQLError(original.as_http_error_reason())
+                extensions = {"code": "OPERATION_RESOLUTION_FAILURE"}
             elif original is not None and not error.nodes and not isinstance(original, GraphQLError):
                 log.error("internal error (request %s)", request_id, exc_info=original)
                 error = errors[n] = GraphQLError(MASKED_MESSAGE)

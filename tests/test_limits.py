@@ -779,6 +779,28 @@ async def test_a_query_that_does_not_parse_is_an_error_over_websocket(
         await nothing_for(ws, 0.5)
 
 
+@pytest.mark.parametrize(
+    ("protocol", "subscribe"), [("graphql-transport-ws", "subscribe"), ("graphql-ws", "start")]
+)
+async def test_an_unknown_operation_name_is_resolution_failure_over_websocket(
+    limited: ServerProcess, protocol: str, subscribe: str
+) -> None:
+    # It was an internal error (Strawberry's CannotGetOperationTypeError, masked, with a traceback).
+    document = 'subscription A { messageSaved(threadId: "x") { kind } }'
+    async with ws_session(limited.url, protocol) as ws:
+        payload = {"query": document, "operationName": "B"}
+        await ws.send(json.dumps({"id": "1", "type": subscribe, "payload": payload}))
+        refused = await next_message(ws)
+        assert (refused["type"], refused["id"]) == ("error", "1"), refused
+        error = refused["payload"][0] if isinstance(refused["payload"], list) else refused["payload"]
+        assert error["extensions"]["code"] == "OPERATION_RESOLUTION_FAILURE", error
+        assert error["message"] == 'Unknown operation named "B".'
+        # The name it holds is served.
+        payload = {"query": document, "operationName": "A"}
+        await ws.send(json.dumps({"id": "2", "type": subscribe, "payload": payload}))
+        await nothing_for(ws, 0.5)
+
+
 THREAD_EVENTS = "subscription($r: String!) { threadUpdated(resourceId: $r) { kind threadId } }"
 
 
