@@ -727,11 +727,13 @@ async def import_jsonl(
             homeless[record.thread_id] += 1
         # A repeated id starts a new batch: the later record is then imported over the earlier one,
         # as by a second run (a message keeps its first createdAt), whatever the batch size.
-        if kind != pending_kind or len(pending) >= batch or record.id in pending_ids:
+        if kind != pending_kind or record.id in pending_ids:
             await flush()
             pending_kind = kind
         pending.append(record)
         pending_ids.add(record.id)
+        if len(pending) >= batch:  # written when full: a bad line after it does not hold it back
+            await flush()
     await flush()
     report.orphans = await _orphans(repository, homeless)
     return report

@@ -950,6 +950,34 @@ async def test_jsonl_errors_name_the_line(repository: Repository) -> None:
     assert thread is not None and thread.updated_at == thread.created_at == T0
 
 
+@pytest.mark.parametrize(("batch", "written"), [(1, 4), (2, 4), (3, 3), (4, 4)])
+async def test_jsonl_writes_every_full_batch_before_a_bad_line(
+    repository: Repository, batch: int, written: int
+) -> None:
+    # A full batch was written only when the next good line came, so a bad line right after it lost it.
+    prefix = f"full{batch}"
+    thread = {"kind": "thread", "id": f"{prefix}-t", "resourceId": "r", "createdAt": "2026-01-01T00:00:00Z"}
+    ids = [f"{prefix}-m{n}" for n in (1, 2, 3, 4, 9)]
+
+    def message(message_id: str) -> bytes:
+        line = {
+            "kind": "message",
+            "id": message_id,
+            "threadId": f"{prefix}-t",
+            "resourceId": "r",
+            "role": "user",
+            "createdAt": "2026-01-01T00:00:01Z",
+            "content": {"format": 2, "parts": []},
+        }
+        return orjson.dumps(line) + b"\n"
+
+    lines = [orjson.dumps(thread) + b"\n", *map(message, ids[:4]), b"garbage\n", message(ids[4])]
+    with pytest.raises(TransferError, match=re.escape("line 6: not valid JSON")):
+        await import_jsonl(repository, lines, batch=batch)
+    assert await repository.get_thread(f"{prefix}-t") is not None
+    assert sorted(await repository.get_messages(ids)) == ids[:written]
+
+
 def nested(levels: int) -> Any:
     """Arrays nested `levels` deep: [] is one level."""
     value: Any = []
