@@ -4,8 +4,9 @@ The generator reads schema/schema.graphql with graphql-core and writes random do
 or as variables, nested input objects, @oneOf inputs (one field, or deliberately none or two), the
 custom scalars with edge values (DateTime, JSON, PerPage), random selection sets over objects, unions
 and their fragments; a share of requests is broken on purpose (syntax, unknown fields and arguments,
-wrong literal and variable types, missing variables, alias and depth limits). Ids come mostly from a
-pool of threads, messages and resources that exist, so resolvers run deep, not only validation.
+wrong literal and variable types, missing variables, null for a non-null variable declared nullable,
+alias and depth limits). Ids come mostly from a pool of threads, messages and resources that exist, so
+resolvers run deep, not only validation.
 
 The bulk runs in process (`schema.build.build_schema().execute`) over a real database of each engine
 (PostgreSQL is stricter about types, ranges and text than SQLite: the same requests on both); a smaller
@@ -416,6 +417,7 @@ class Generator:
                 "unknown_argument",
                 "missing_variable",
                 "variable_type",
+                "nullable_variable",
                 "aliases",
                 "deep",
                 "leaf_selection",
@@ -451,6 +453,12 @@ class Generator:
             victim = rng.choice(defs)
             wrong = rng.choice(["String", "Int!", "[ID!]!", "Boolean", "JSON", "PerPage!", "Nope"])
             return query.replace(victim, victim.split(":")[0] + ": " + wrong, 1), variables, kind
+        if kind == "nullable_variable" and any(d.endswith("!") for d in defs):
+            # A non-null variable declared nullable and given null: refused by validation where the
+            # argument has no default, and only as the field runs where it has one (page: Int! = 0).
+            victim = rng.choice([d for d in defs if d.endswith("!")])
+            name = victim.split(":")[0].removeprefix("$")
+            return query.replace(victim, victim[:-1], 1), {**variables, name: None}, kind
         if kind == "aliases":
             return "{ " + " ".join(f"x{i}: __typename" for i in range(40)) + " }", {}, kind
         if kind == "deep":
