@@ -789,6 +789,13 @@ def _normalize_per_page(per_page: PerPage) -> int | None:
     return int(per_page)
 
 
+def check_semantic_config(sr: Any) -> None:
+    """What a recall with a vector search checks of a semanticRecall config (topK, messageRange):
+    BadUserInput when no search could run with it (the server's defaults are checked at start)."""
+    if _js_truthy(sr):
+        _semantic_options(sr)
+
+
 def _semantic_options(sr: Any) -> tuple[int, int, int]:
     options = sr if isinstance(sr, dict) else {}
     top_k = options.get("topK", DEFAULT_TOP_K)

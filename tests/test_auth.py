@@ -1001,6 +1001,24 @@ def test_auto_mode_on_loopback_is_open_and_warns(tmp_path: Path) -> None:
             {"RECALLQL_REDIS_URL": "user:s3cr3t@redis:6379"},
             ["RECALLQL_REDIS_URL: Value error, not a redis://, rediss:// or unix:// URL"],
         ),
+        # Memory defaults no request could run with were taken, and then every save, recall or
+        # working-memory call failed as BAD_USER_INPUT, the client blamed for the server's setting.
+        (
+            {"RECALLQL_GENERATE_TITLE": '{"enabled": true, "minMessages": "lots"}'},
+            ["RECALLQL_GENERATE_TITLE: generateTitle.minMessages must be a positive integer."],
+        ),
+        (
+            {"RECALLQL_SEMANTIC_RECALL": '{"topK": -1}'},
+            ["RECALLQL_SEMANTIC_RECALL: semanticRecall.topK must be a positive integer."],
+        ),
+        (
+            {"RECALLQL_SEMANTIC_RECALL": '{"messageRange": "x"}'},
+            ["RECALLQL_SEMANTIC_RECALL: semanticRecall.messageRange must be >= 0."],
+        ),
+        (
+            {"RECALLQL_WORKING_MEMORY": '{"enabled": true, "scope": "galaxy"}'},
+            ["RECALLQL_WORKING_MEMORY: workingMemory.scope must be 'resource' or 'thread'."],
+        ),
     ],
 )
 def test_a_bad_setting_is_named_without_a_traceback_or_its_value(

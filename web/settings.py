@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -190,6 +191,28 @@ class Settings(BaseSettings):
                         f"RECALLQL_EMBEDDING_MODEL_DIR: {self.embedding_model_dir} holds no onnx/{required} "
                         "(it must be the folder that contains onnx/, as in all-MiniLM-L6-v2's download)"
                     )
+        return self
+
+    @model_validator(mode="after")
+    def _memory_config(self) -> Settings:
+        # Checked as a request's config is: a default no request could run with was accepted, and then
+        # every save (a bad generateTitle), recall or working-memory call failed as the client's error.
+        from resolvers.errors import BadUserInput
+        from resolvers.recall import check_semantic_config
+        from resolvers.titles import title_options
+        from resolvers.working_memory import working_memory_config
+
+        merged = self.memory_defaults()
+        checks: tuple[tuple[str, Callable[[], object]], ...] = (
+            ("RECALLQL_SEMANTIC_RECALL", lambda: check_semantic_config(merged.get("semanticRecall"))),
+            ("RECALLQL_WORKING_MEMORY", lambda: working_memory_config(merged)),
+            ("RECALLQL_GENERATE_TITLE", lambda: title_options(merged)),
+        )
+        for setting, check in checks:
+            try:
+                check()
+            except BadUserInput as exc:
+                raise ValueError(f"{setting}: {exc.message}") from None
         return self
 
     @field_validator("embeddings_url", "chroma_url", "chat_url", "jwt_jwks_url", "otel_endpoint")
