@@ -887,6 +887,13 @@ async def test_export_reports_what_it_cannot_write(
     cli("export", "--out", str(fifo), url=database_url, data_dir=data_dir)
     drain.join(60)
     assert stat.S_ISFIFO(fifo.stat().st_mode) and received == [await export_bytes(repository)]
+    # An owner-only file it replaces stays owner-only (the file written aside took the umask's 0644).
+    private = tmp_path / "private.jsonl"
+    private.write_bytes(b"")
+    private.chmod(0o600)
+    cli("export", "--out", str(private), url=database_url, data_dir=data_dir)
+    assert stat.S_IMODE(private.stat().st_mode) == 0o600
+    assert private.read_bytes() == await export_bytes(repository)
     # A database that cannot be reached is said so, without a traceback.
     unreachable = f"postgresql+asyncpg://127.0.0.1:{free_port()}/none"
     refused(

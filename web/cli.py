@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import signal
+import stat
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -406,7 +407,7 @@ async def _export(settings: Settings, args: argparse.Namespace) -> dict[str, int
         out: BinaryIO
         try:
             if partial is not None:
-                out = partial.open("wb")
+                out = _aside(partial, target)
             elif target is not None:
                 out = target.open("wb")
             else:
@@ -432,6 +433,25 @@ async def _export(settings: Settings, args: argparse.Namespace) -> dict[str, int
             if partial is not None:
                 partial.unlink(missing_ok=True)
     return counts
+
+
+def _aside(partial: Path, target: Path | None) -> BinaryIO:
+    """The file an export is written to before it replaces `target`: with the mode (and, where this
+    user may set it, the group) of a `target` that exists, so that replacing an owner-only export
+    does not leave every conversation readable by everyone."""
+    existing = target.stat() if target is not None and target.exists() else None
+    # Owner-only until the mode is set, when it replaces a file; else as the umask says, like open().
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if existing else 0o666)
+    out = os.fdopen(fd, "wb")
+    try:
+        if existing is not None:
+            os.fchmod(fd, stat.S_IMODE(existing.st_mode))
+            with contextlib.suppress(PermissionError):  # a group this user is not in: the mode stays
+                os.fchown(fd, -1, existing.st_gid)
+    except BaseException:
+        out.close()
+        raise
+    return out
 
 
 def cmd_export(args: argparse.Namespace) -> int:
