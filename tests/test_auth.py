@@ -1040,6 +1040,30 @@ def test_a_bad_setting_is_named_without_a_traceback_or_its_value(
     assert "s3cr3t" not in done.stderr, done.stderr
 
 
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--port", "99999"], "RECALLQL_PORT: Input should be less than or equal to 65535"),
+        (["--port", "0"], "RECALLQL_PORT: Input should be greater than or equal to 1"),
+        (["--workers", "0"], "RECALLQL_WORKERS: Input should be greater than or equal to 1"),
+        (["--workers", "-1"], "RECALLQL_WORKERS: Input should be greater than or equal to 1"),
+    ],
+)
+def test_serve_checks_its_flags_as_the_settings_they_stand_for(
+    tmp_path: Path, flags: list[str], said: str
+) -> None:
+    # `--port 99999` listened on 34463 (modulo 65536) and said 99999; `--workers -1` started.
+    done = subprocess.run(
+        [sys.executable, "-m", "web.cli", "serve", "--data-dir", str(tmp_path), *flags],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and said in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_serve_on_a_public_host_requires_authentication(tmp_path: Path) -> None:
     """`recallql serve --host 0.0.0.0` passes the host to the workers: auto mode turns authentication on."""
     server = ServerProcess(

@@ -31,8 +31,14 @@ if TYPE_CHECKING:  # imported where used: `recallql serve` need not load them
 
 
 def _apply_overrides(args: argparse.Namespace) -> Settings:
-    """Command-line options become RECALLQL_* variables so that every worker process sees them."""
-    for option, env in (("data_dir", "RECALLQL_DATA_DIR"), ("database_url", "RECALLQL_DATABASE_URL")):
+    """Command-line options become RECALLQL_* variables so that every worker process sees them, and so
+    that they are checked as those are (`--port 99999` listened on 34463, `--workers -1` started)."""
+    for option, env in (
+        ("data_dir", "RECALLQL_DATA_DIR"),
+        ("database_url", "RECALLQL_DATABASE_URL"),
+        ("port", "RECALLQL_PORT"),
+        ("workers", "RECALLQL_WORKERS"),
+    ):
         value = getattr(args, option, None)
         if value is not None:
             os.environ[env] = str(value)
@@ -198,8 +204,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     os.environ["RECALLQL_HOST"] = host
     get_settings.cache_clear()
     settings = get_settings()
-    port = args.port if args.port is not None else settings.port
-    workers = args.workers or settings.workers
+    port, workers = settings.port, settings.workers
     from web.auth import Authenticator
     from web.wiring import has_embedder
 
