@@ -54,6 +54,22 @@ def unsupported_parameters(url: str) -> list[str]:
     return sorted(set(make_url(url).query) - _DSN_PARAMETERS - _KEYWORD_PARAMETERS)
 
 
+_SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+
+
+def postgres_url_problem(url: str) -> str | None:
+    """What asyncpg would refuse of a PostgreSQL URL on its first connection (as a traceback from each
+    command), said once: a port outside 1-65535, an sslmode it does not know. None when neither."""
+    parsed = make_url(url)
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        return f"the port {parsed.port} is not one from 1 to 65535"
+    modes = parsed.query.get("sslmode")
+    for mode in (modes,) if isinstance(modes, str) else modes or ():
+        if mode not in _SSL_MODES:
+            return f"sslmode {mode!r} is not one of {', '.join(_SSL_MODES)}"
+    return None
+
+
 def supported_parameters() -> list[str]:
     """The query parameters a PostgreSQL URL may carry (for the setting's error message)."""
     return sorted(_DSN_PARAMETERS | _KEYWORD_PARAMETERS)

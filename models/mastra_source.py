@@ -495,7 +495,9 @@ class _PostgresSource(_SqlSource):
         dsn = re.sub(r"^postgres(ql)?\+asyncpg:", "postgresql:", url)
         try:
             conn = await asyncpg.connect(dsn)
-        except (OSError, asyncpg.PostgresError) as exc:
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, ValueError, OverflowError) as exc:
+            # The last three: a URL asyncpg cannot use (a port out of range or not a number, an unknown
+            # sslmode), which was a traceback.
             raise MastraSourceError(f"cannot connect to the Mastra PostgreSQL database: {exc}") from exc
         try:
             transaction = conn.transaction(isolation="repeatable_read", readonly=True)

@@ -1001,6 +1001,19 @@ def test_auto_mode_on_loopback_is_open_and_warns(tmp_path: Path) -> None:
             {"RECALLQL_REDIS_URL": "user:s3cr3t@redis:6379"},
             ["RECALLQL_REDIS_URL: Value error, not a redis://, rediss:// or unix:// URL"],
         ),
+        # What asyncpg and redis-py refuse on first use was a traceback from every command and worker.
+        (
+            {"RECALLQL_DATABASE_URL": "postgresql+asyncpg://u:s3cr3t@127.0.0.1:99999/db"},
+            ["RECALLQL_DATABASE_URL: Value error, the port 99999 is not one from 1 to 65535"],
+        ),
+        (
+            {"RECALLQL_DATABASE_URL": "postgresql+asyncpg://u:s3cr3t@127.0.0.1:1/db?sslmode=bogus"},
+            ["RECALLQL_DATABASE_URL: Value error, sslmode 'bogus' is not one of disable, allow"],
+        ),
+        (
+            {"RECALLQL_REDIS_URL": "redis://:s3cr3t@127.0.0.1:abc"},
+            ["RECALLQL_REDIS_URL: Value error, its port is not a number from 0 to 65535"],
+        ),
         # Memory defaults no request could run with were taken, and then every save, recall or
         # working-memory call failed as BAD_USER_INPUT, the client blamed for the server's setting.
         (

@@ -1350,6 +1350,16 @@ async def test_source_errors(tmp_path: Path) -> None:
         await open_mastra_source("libsql://example.turso.io")
     with pytest.raises(MastraSourceError, match="--schema applies to PostgreSQL"):
         await open_mastra_source(str(tmp_path / "x.db"), schema="s")
+    # URLs asyncpg cannot use were a traceback (nothing is listening on port 1: never reached).
+    for url, said in (
+        ("postgresql://u@127.0.0.1:1/x?sslmode=bogus", "`sslmode` parameter must be one of"),
+        ("postgresql://u@127.0.0.1:99999/x", "connect(): port must be 0-65535"),
+        ("postgresql://u@127.0.0.1:abc/x", "invalid literal for int()"),
+    ):
+        with pytest.raises(
+            MastraSourceError, match=re.escape(f"cannot connect to the Mastra PostgreSQL database: {said}")
+        ):
+            await open_mastra_source(url)
     import sqlite3
 
     other = tmp_path / "other.db"

@@ -240,6 +240,11 @@ class Settings(BaseSettings):
         # Else every worker failed as it started, a traceback each (exit 3).
         if value is not None and urlsplit(value).scheme not in ("redis", "rediss", "unix"):
             raise ValueError("not a redis://, rediss:// or unix:// URL")
+        if value is not None:
+            try:
+                urlsplit(value).port  # noqa: B018 - raises for a port that is not a number in range
+            except ValueError:
+                raise ValueError("its port is not a number from 0 to 65535") from None
         return value
 
     @field_validator("database_url")
@@ -275,7 +280,11 @@ class Settings(BaseSettings):
                     "the URL's timeout (seconds a write waits for the lock) must be a number above 0"
                 )
         if driver == "postgresql+asyncpg":
-            from models.db import supported_parameters, unsupported_parameters
+            from models.db import postgres_url_problem, supported_parameters, unsupported_parameters
+
+            problem = postgres_url_problem(value)
+            if problem is not None:
+                raise ValueError(problem)
 
             # Else every connection failed with "connect() got an unexpected keyword argument", a
             # traceback from each command and worker.
