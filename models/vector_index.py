@@ -940,6 +940,10 @@ _DAMAGE_SIGNS = (
     "Failed to apply logs to the hnsw segment writer",
     "Error loading hnsw index",
     "Error creating hnsw segment writer",
+    # A collection whose HNSW folder is gone: Chroma rebuilds a graph from the part of its log not yet
+    # compacted, so a search quietly misses the rest, and a query that reaches a record only the
+    # metadata still names fails so (check-index's query of every stored vector does).
+    "Error finding id",
 )
 # Chroma cannot tell running out of open files from damaged files: loading an index it cannot open says
 # "Failed to apply logs to the hnsw segment writer" all the same (seen with 158 of 160 files open).

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import re
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -516,6 +517,31 @@ async def test_a_collection_chroma_cannot_load_is_damaged_until_dropped(tmp_path
         assert await index.drop(["r1"]) == 1
         await index.upsert([item("m1", E0)])
         assert ids(await index.query(E0, resource_ids=["r1"], thread_id=None, top_k=5)) == ["m1"]
+    finally:
+        await index.aclose()
+
+
+async def test_a_collection_whose_hnsw_folder_is_gone_is_damaged_when_a_query_meets_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "chroma"
+    first = ChromaIndex(path=path, model_name=MODEL, dimension=DIM)
+    await first.upsert([item("m1", E0), item("m2", E1), item("k1", E2, resource_id="r2")])
+    await first.aclose()
+    shutil.rmtree(vector_segment(path, "r1"))
+    index = ChromaIndex(path=path, model_name=MODEL, dimension=DIM)
+    try:
+        # Chroma answers searches from what it could rebuild, without m1; the query of every stored
+        # vector (check-index's) meets the hole, and used to stop check-index as a failing call.
+        assert await index.stored("r1") == {("m1", 0), ("m2", 0)}
+        with pytest.raises(VectorIndexDamaged, match="Error finding id") as damaged:
+            await index.unreachable("r1")
+        assert damaged.value.resource_id == "r1"
+        assert await index.unreachable("r2") == set()
+        assert await index.drop(["r1"]) == 1  # what a repair does, then refills it from SQL
+        await index.upsert([item("m1", E0), item("m2", E1)])
+        assert ids(await index.query(E0, resource_ids=["r1"], thread_id=None, top_k=2)) == ["m1", "m2"]
+        assert await index.unreachable("r1") == set()
     finally:
         await index.aclose()
 
