@@ -1014,6 +1014,14 @@ def test_auto_mode_on_loopback_is_open_and_warns(tmp_path: Path) -> None:
             {"RECALLQL_REDIS_URL": "redis://:s3cr3t@127.0.0.1:abc"},
             ["RECALLQL_REDIS_URL: Value error, its port is not a number from 0 to 65535"],
         ),
+        (
+            {"RECALLQL_DATABASE_URL": "sqlite+aiosqlite:///:memory:"},
+            ["RECALLQL_DATABASE_URL: Value error, an in-memory SQLite database keeps nothing"],
+        ),
+        (
+            {"RECALLQL_DATABASE_URL": "sqlite+aiosqlite://"},
+            ["RECALLQL_DATABASE_URL: Value error, an in-memory SQLite database keeps nothing"],
+        ),
         # Memory defaults no request could run with were taken, and then every save, recall or
         # working-memory call failed as BAD_USER_INPUT, the client blamed for the server's setting.
         (

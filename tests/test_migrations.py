@@ -552,3 +552,14 @@ def test_a_sqlite_file_that_cannot_be_opened_is_one_line(tmp_path: Path, command
         "recallql: 1 setting(s) not valid:\n"
         f"  RECALLQL_DATA_DIR: Value error, {other} is a file, not a folder\n",
     )
+    # Its chroma folder a file: serve's traceback, "the database cannot be reached" from the others.
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "chroma").write_text("not a folder\n")
+    done = run(RECALLQL_DATA_DIR=str(data), RECALLQL_EMBEDDER="auto")
+    assert (done.returncode, done.stderr) == (
+        2,
+        "recallql: 1 setting(s) not valid:\n"
+        f"  Value error, RECALLQL_DATA_DIR: {data / 'chroma'} is a file; the embedded Chroma index is that "
+        "folder\n",
+    )

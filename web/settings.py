@@ -182,6 +182,12 @@ class Settings(BaseSettings):
         for url, model in (("chat_url", "chat_model"), ("embeddings_url", "embeddings_model")):
             if getattr(self, url) and not getattr(self, model):
                 raise ValueError(f"RECALLQL_{model.upper()} is required with RECALLQL_{url.upper()}")
+        embedded_chroma = self.embedder != "off" and not self.chroma_url
+        if embedded_chroma and self.chroma_path.exists() and not self.chroma_path.is_dir():
+            # Else a traceback from serve, and "the database cannot be reached" from the other commands.
+            raise ValueError(
+                f"RECALLQL_DATA_DIR: {self.chroma_path} is a file; the embedded Chroma index is that folder"
+            )
         if self.embedder != "off" and not self.embeddings_url and self.embedding_model_dir is not None:
             # The folder the ONNX embedder will read (web/wiring.py): a wrong one was a traceback from
             # every worker as it started (exit 3), and from `reindex` and the imports.
@@ -270,6 +276,12 @@ class Settings(BaseSettings):
             raise ValueError(f"the driver {driver!r} is not supported; {_URL_FORMS}")
         if driver == "sqlite+aiosqlite":
             from models.db import sqlite_busy_timeout
+
+            database = parsed.database or ""
+            if database in ("", ":memory:") or "mode=memory" in database:
+                # Each connection would see its own empty database: migrations "applied" to one that
+                # vanished, and a server that found nothing migrated.
+                raise ValueError("an in-memory SQLite database keeps nothing; name a file")
 
             try:
                 busy = sqlite_busy_timeout(value)
