@@ -421,6 +421,35 @@ async def test_explorer_lists_every_resources_threads(tab: Tab, server: ServerPr
     )
 
 
+async def test_explorer_shows_all_of_a_thread_with_system_rows(tab: Tab, server: ServerProcess) -> None:
+    # total counts system-role rows, which recall never returns: "the newest 2 of 3" was shown under
+    # every limit, "all" included, and the third could never be shown.
+    page = tab.page
+    api = Api(server.url)
+    thread, resource = uid("t"), uid("r")
+    await api.execute(
+        "mutation($i: CreateThreadInput!) { createThread(input: $i) { id } }",
+        i={"id": thread, "resourceId": resource},
+    )
+    await api.execute(
+        "mutation($m: [MessageInput!]!) { saveMessages(messages: $m) { messages { id } } }",
+        m=[
+            text_message(
+                thread_id=thread, role=role, text=f"{role} {n}", created_at=f"2026-01-01T00:00:0{n}Z"
+            )
+            for n, role in enumerate(["user", "system", "assistant"])
+        ],
+    )
+    await page.goto(f"{server.url}/#resource={resource}&thread={thread}")
+    status = page.locator("#thread-status")
+    await status.filter(has_text="Showing").wait_for()
+    assert await status.text_content() == (
+        "Showing all 2 messages (and 1 system message, which recall never returns); 0 are signals or "
+        "system reminders (hidden)."
+    )
+    assert await page.locator("#thread-messages > li").count() == 2
+
+
 RESOURCE_MESSAGES = """
 query ($id: String!, $page: Int!, $direction: SortDirection!) {
   resource(id: $id) {

@@ -476,8 +476,12 @@
       $('#thread-messages').replaceChildren(...messages.map(renderMessage));
       const hidden = messages.filter((m) => m.signalType || m.isSystemReminder).length;
       $('#hidden-count').textContent = `(${hidden})`;
-      const shown = messages.length < data.recall.total ? `the newest ${messages.length} of ${data.recall.total}` : `all ${messages.length}`;
-      status.textContent = `Showing ${shown} messages; ${hidden} ${hidden === 1 ? 'is a signal or system reminder' : 'are signals or system reminders'}${$('#show-hidden').checked ? '' : ' (hidden)'}.`;
+      // total counts system-role rows too, which recall never returns: hasMore says whether more exist.
+      const { total, hasMore } = data.recall;
+      const system = hasMore ? 0 : total - messages.length;
+      const shown = hasMore ? `the newest ${messages.length} of ${total}` : `all ${messages.length}`;
+      const systemNote = system > 0 ? ` (and ${system} system ${system === 1 ? 'message' : 'messages'}, which recall never returns)` : '';
+      status.textContent = `Showing ${shown} messages${systemNote}; ${hidden} ${hidden === 1 ? 'is a signal or system reminder' : 'are signals or system reminders'}${$('#show-hidden').checked ? '' : ' (hidden)'}.`;
     } catch (err) {
       status.textContent = 'Could not load the messages.';
       showError(err);
