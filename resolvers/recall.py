@@ -277,7 +277,7 @@ class RecallEngine:
         history_enabled = max_messages is not None and max_messages != 0
         history_disabled = not history_enabled and args.per_page is None
         sr = config.get("semanticRecall")
-        search_requested = _js_truthy(sr) and bool(args.vector_search_string)
+        search_requested = js_truthy(sr) and bool(args.vector_search_string)
         search_runs = search_requested and self.semantic is not None
         if search_runs:
             # The limit bounds what embedding the text costs: a text that nothing embeds (semantic
@@ -631,8 +631,9 @@ def _page_result(args: RecallArgs, spec: _PageSpec, read: PageRead) -> RecallRes
     return result
 
 
-def _js_truthy(value: Any) -> bool:
-    """JavaScript truthiness, which Mastra's `if (semanticRecall)` uses: {} and [] are true."""
+def js_truthy(value: Any) -> bool:
+    """JavaScript truthiness, which Mastra's `if (...)` uses: {} and [] are true; 0, "", false and null
+    are not (NaN cannot be stored)."""
     return isinstance(value, dict | list) or bool(value)
 
 
@@ -792,7 +793,7 @@ def _normalize_per_page(per_page: PerPage) -> int | None:
 def check_semantic_config(sr: Any) -> None:
     """What a recall with a vector search checks of a semanticRecall config (topK, messageRange):
     BadUserInput when no search could run with it (the server's defaults are checked at start)."""
-    if _js_truthy(sr):
+    if js_truthy(sr):
         _semantic_options(sr)
 
 

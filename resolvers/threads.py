@@ -47,7 +47,7 @@ from resolvers.events import (
     too_long_a_replay,
 )
 from resolvers.messages import VectorSync, sync_vectors
-from resolvers.recall import PerPage, listed, validate_thread_metadata_filter
+from resolvers.recall import PerPage, js_truthy, listed, validate_thread_metadata_filter
 from resolvers.working_memory import merge_memory_config, working_memory_config, working_memory_from_metadata
 
 # JavaScript's Number.MAX_SAFE_INTEGER: Mastra's bound on perPage and on a page's offset.
@@ -442,7 +442,7 @@ class ThreadService:
             target = resource_id or source.resource_id
             merged = {**(source.metadata or {}), **(metadata or {}), "clone": clone_info}
             carried = (source.metadata or {}).get("workingMemory")
-            if carry_thread_wm and _truthy(carried):
+            if carry_thread_wm and js_truthy(carried):
                 # Mastra writes the source's thread-scope working memory into the clone after copying
                 # it, so the source's wins over a workingMemory the call's metadata gives.
                 merged["workingMemory"] = carried
@@ -601,7 +601,7 @@ def clone_metadata(thread: ThreadRecord) -> Any:
     """Mastra's getCloneMetadata: metadata.clone when it is set (truthy, as JavaScript reads it), else
     None."""
     value = (thread.metadata or {}).get("clone")
-    return value if _truthy(value) else None
+    return value if js_truthy(value) else None
 
 
 def clone_source(thread: ThreadRecord) -> str | None:
@@ -609,11 +609,6 @@ def clone_source(thread: ThreadRecord) -> str | None:
     info = clone_metadata(thread)
     source = info.get("sourceThreadId") if isinstance(info, dict) else None
     return source if isinstance(source, str) and source else None
-
-
-def _truthy(value: Any) -> bool:
-    # JavaScript's truthiness: {} and [] are true, 0, "", false and null are not (NaN cannot be stored).
-    return value is not None and value is not False and value != 0 and value != ""
 
 
 async def clone_history(

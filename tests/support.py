@@ -523,3 +523,8 @@ def oracle_node_modules(tmp: Path) -> Path:
         )
     assert (cache / ".complete").is_file(), f"oracle.sh did not install into {cache}"
     return cache
+
+
+def persisted(text: str, version: Any = 1) -> dict[str, Any]:
+    """A request's extensions for a persisted query (APQ) of this text: its hash, no text."""
+    return {"persistedQuery": {"version": version, "sha256Hash": hashlib.sha256(text.encode()).hexdigest()}}

@@ -33,7 +33,16 @@ from resolvers.auth import NOBODY, OPEN, Principal
 from resolvers.context import RequestContext, Services
 from schema import build_schema
 from tests.factories import msg, seed
-from tests.support import REPO, ServerProcess, free_port, require, running_server, text_message, uid
+from tests.support import (
+    REPO,
+    ServerProcess,
+    free_port,
+    persisted,
+    require,
+    running_server,
+    text_message,
+    uid,
+)
 from web.auth import (
     KEY_PREFIX,
     OFF_WARNING,
@@ -696,24 +705,18 @@ async def test_api_keys_over_http(auth_server: ServerProcess) -> None:
     assert body["data"]["threads"]["total"] == 1
 
 
-def persisted(text: str) -> str:
-    """The `extensions` GET parameter of a persisted query: its hash, no text."""
-    digest = hashlib.sha256(text.encode()).hexdigest()
-    return json.dumps({"persistedQuery": {"version": 1, "sha256Hash": digest}})
-
-
 async def test_a_persisted_querys_hash_by_get_is_authenticated(auth_server: ServerProcess) -> None:
     # A GET with only a hash carries no query parameter, and was let through as the GraphiQL page:
     # run without a token, and with the token ignored (a key read nothing of its own by hashed GET).
     url = auth_server.url
     mine = uid("t")
     await gql(url, CREATE, KEYS["alice"], i={"id": mine, "resourceId": ALICE})
-    extensions = persisted(THREADS)
+    extensions = json.dumps(persisted(THREADS))  # a GET parameter
     variables = json.dumps({"r": ALICE})
     async with httpx.AsyncClient(timeout=30) as client:
         registered = await client.post(
             f"{url}/graphql",
-            json={"query": THREADS, "variables": {"r": ALICE}, "extensions": json.loads(extensions)},
+            json={"query": THREADS, "variables": {"r": ALICE}, "extensions": persisted(THREADS)},
             headers=bearer(KEYS["alice"]),
         )
         expected = registered.json()
@@ -1166,13 +1169,12 @@ async def test_without_authentication_only_this_machines_names_reach_the_server(
             # A persisted query's hash by GET runs a query without a query parameter: no page, refused
             # (it used to be served: any thread read through a query a local client had registered).
             text = "query($t: ID!) { thread(id: $t) { id } }"
-            extensions = persisted(text)
             registered = await client.post(
                 f"{server.url}/graphql",
-                json={"query": text, "variables": {"t": "t"}, "extensions": json.loads(extensions)},
+                json={"query": text, "variables": {"t": "t"}, "extensions": persisted(text)},
             )
             assert registered.json() == {"data": {"thread": None}}
-            params = {"extensions": extensions, "variables": '{"t": "t"}'}
+            params = {"extensions": json.dumps(persisted(text)), "variables": '{"t": "t"}'}
             hashed = await client.get(f"{server.url}/graphql", params=params, headers={"Host": evil})
             assert hashed.status_code == 403 and codes(hashed.json()) == ["FORBIDDEN"]
             assert (await client.get(f"{server.url}/graphql", params=params)).json() == registered.json()

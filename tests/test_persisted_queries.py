@@ -23,7 +23,7 @@ import pytest
 from resolvers.context import Services
 from schema.fastpath import FastPath
 from tests.factories import msg, seed
-from tests.support import ServerProcess, free_port, metric_value, require, running_server, uid
+from tests.support import ServerProcess, free_port, metric_value, persisted, require, running_server, uid
 from tests.tcp_proxy import TcpProxy
 from tests.test_federation import FEDERATION_DIR, node_modules
 from tests.test_subscriptions import REDIS_URL, redis_available
@@ -42,10 +42,6 @@ QUIET = {"RECALLQL_EMBEDDER": "off", "RECALLQL_ACCESS_LOG": "false"}
 
 def sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def persisted(text: str, version: Any = 1) -> dict[str, Any]:
-    return {"persistedQuery": {"version": version, "sha256Hash": sha(text)}}
 
 
 def hashed_as(text: str) -> dict[str, Any]:

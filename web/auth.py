@@ -402,10 +402,10 @@ class JwtVerifier:
         )
 
 
-def _expiry(exp: Any, leeway: float) -> float | None:
-    """When a token's `exp` (checked to be a number) ends it, leeway included; None without one, or
-    beyond what a double holds (10**400 is a valid JSON integer): never, in practice."""
-    if isinstance(exp, bool) or not isinstance(exp, int | float):
+def _expiry(exp: float | None, leeway: float) -> float | None:
+    """When a token's `exp` (a number: JwtVerifier refuses any other) ends it, leeway included; None
+    without one, or beyond what a double holds (10**400 is a valid JSON integer): never, in practice."""
+    if exp is None:
         return None
     try:
         return float(exp) + leeway
