@@ -95,6 +95,10 @@ class VectorItem:
     vector: Vector
 
 
+# SQLite's messages for a file that is not (or no longer) a database.
+_SQLITE_DAMAGE = ("file is not a database", "database disk image is malformed")
+
+
 class VectorIndexError(Exception):
     """Chroma failed (unreachable server, rejected request...). The original error is ``__cause__``."""
 
@@ -515,7 +519,17 @@ class ChromaIndex:
         except VectorIndexError:
             raise
         except Exception as exc:
-            raise VectorIndexError(f"Chroma {operation} failed: {exc}") from exc
+            raise VectorIndexError(f"Chroma {operation} failed: {exc}{self._damaged_store(exc)}") from exc
+
+    def _damaged_store(self, exc: Exception) -> str:
+        """Advice for an embedded store whose SQLite file is not a database (or is corrupt): SQLite's own
+        words ("file is not a database") named neither the file nor a way out."""
+        if self._path is None or not any(sign in str(exc) for sign in _SQLITE_DAMAGE):
+            return ""
+        return (
+            f" ({self._path / 'chroma.sqlite3'} is damaged: stop RecallQL, move {self._path} aside, "
+            "and run `recallql reindex` to rebuild the vectors from SQL)"
+        )
 
     async def _write_alone(
         self, operation: str, resource_id: str | None, create: bool, action: Callable[[Collection], None]

@@ -313,6 +313,28 @@ def cli(data: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProc
     )
 
 
+@contextlib.asynccontextmanager
+async def one_thread_saved(
+    tmp_path: Path, texts: dict[str, str]
+) -> AsyncIterator[tuple[dict[str, str], str, str]]:
+    """tmp_path/data after a server saved `texts` (by message id, one a second) in one thread and
+    stopped. Yields the settings of the SQLite database and the embeddings server it used (both still
+    up), the thread's id and its resource's."""
+    thread_id, resource_id = uid("t"), uid("r")
+    messages = [
+        text_message(thread_id=thread_id, id=mid, text=text, created_at=at(n))
+        for n, (mid, text) in enumerate(texts.items())
+    ]
+    async with database("sqlite", tmp_path) as db_url:
+        with embed_server_process() as url:
+            env = {"RECALLQL_DATABASE_URL": db_url, **http_embedder_env(url)}
+            with running_server(tmp_path / "data", env) as srv:
+                api = Api(srv.url)
+                await api.execute(CREATE, input={"id": thread_id, "resourceId": resource_id})
+                await api.execute(SAVE, m=messages)
+            yield env, thread_id, resource_id
+
+
 def test_maintenance_commands_say_when_the_embedder_is_down(tmp_path: Path) -> None:
     data = tmp_path / "data"
     # Nothing listens on port 9: the endpoint's dimension probe fails before any message is read.
@@ -322,6 +344,29 @@ def test_maintenance_commands_say_when_the_embedder_is_down(tmp_path: Path) -> N
         assert done.returncode == 1, done.stderr
         assert f"{command}: embedding request to http://127.0.0.1:9/v1/embeddings failed" in done.stderr
         assert "Traceback" not in done.stderr, done.stderr
+
+
+async def test_a_damaged_chroma_file_is_named_with_the_way_out(tmp_path: Path) -> None:
+    """An embedded store whose chroma.sqlite3 is not a database any more: the commands said only
+    SQLite's "file is not a database", naming neither the file nor what to do. Following the advice
+    they give now brings every vector back."""
+    data = tmp_path / "data"
+    texts = dict(zip([f"m{n}" for n in range(6)], hash_texts(6, "msg"), strict=True))
+    async with one_thread_saved(tmp_path, texts) as (env, thread_id, resource_id):
+        store = data / "chroma" / "chroma.sqlite3"
+        store.write_bytes(b"\0" * 100 + store.read_bytes()[100:])  # the header gone
+        for command in ("check-index", "reindex"):
+            done = cli(data, env, command)
+            assert done.returncode == 1, done.stderr
+            assert f"({store} is damaged: stop RecallQL, move {data / 'chroma'} aside, and run " in (
+                done.stderr
+            ), done.stderr
+            assert "Traceback" not in done.stderr, done.stderr
+        (data / "chroma").rename(tmp_path / "chroma-aside")
+        assert cli(data, env, "reindex").returncode == 0
+        assert_exact_vectors(
+            stored_vectors(data / "chroma", resource_id), texts, dict.fromkeys(texts, thread_id)
+        )
 
 
 @pytest.mark.slow
@@ -410,60 +455,48 @@ def _unit(*xs: float) -> list[float]:
 @pytest.mark.slow
 async def test_check_index_finds_what_the_index_lacks_holds_wrongly_or_cannot_reach(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    resource_id, thread_id = uid("r"), uid("t")
     texts = dict(zip((f"m{n}" for n in range(30)), hash_texts(30, "check"), strict=True))
-    messages = [
-        text_message(thread_id=thread_id, id=mid, text=text, created_at=at(n))
-        for n, (mid, text) in enumerate(texts.items())
-    ]
-    async with database("sqlite", tmp_path) as db_url:
-        with embed_server_process() as url:
-            env = {"RECALLQL_DATABASE_URL": db_url, **http_embedder_env(url)}
-            with running_server(data, env) as srv:
-                api = Api(srv.url)
-                await api.execute(CREATE, input={"id": thread_id, "resourceId": resource_id})
-                await api.execute(SAVE, m=messages)
-            done = cli(data, env, "check-index")
-            assert done.returncode == 0, done.stdout + done.stderr
-            assert "checked 1 resource(s): 0 not in line with the database" in done.stdout
+    async with one_thread_saved(tmp_path, texts) as (env, thread_id, resource_id):
+        done = cli(data, env, "check-index")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "checked 1 resource(s): 0 not in line with the database" in done.stdout
 
-            # One message's vector gone, one that SQL does not have, and a resource SQL never had whose
-            # collection holds a record Chroma's query cannot reach (an outlier beside a tight cone of
-            # others, as in test_vector_index).
-            with chroma_client(data / "chroma") as client:
-                client.get_collection(collection_name(resource_id, MODEL, DIMENSION)).delete(ids=["m3:0"])
-            gone = uid("r")
-            planted = ChromaIndex(path=data / "chroma", model_name=MODEL, dimension=DIMENSION)
-            await planted.upsert([VectorItem("ghost", thread_id, resource_id, 0, REF.embed("a ghost"))])
-            await planted.upsert(
-                [
-                    VectorItem("far", "t-gone", gone, 0, _unit(1.0)),
-                    VectorItem("far", "t-gone", gone, 1, _unit(0, 1.0)),
-                ]
-            )
-            await planted.upsert(
-                VectorItem(f"cone{k}", "t-gone", gone, 0, _unit(1.0, k / 2500, (k % 7) / 7, 0.5))
-                for k in range(2500)
-            )
-            await planted.aclose()
+        # One message's vector gone, one that SQL does not have, and a resource SQL never had whose
+        # collection holds a record Chroma's query cannot reach (an outlier beside a tight cone of
+        # others, as in test_vector_index).
+        with chroma_client(data / "chroma") as client:
+            client.get_collection(collection_name(resource_id, MODEL, DIMENSION)).delete(ids=["m3:0"])
+        gone = uid("r")
+        planted = ChromaIndex(path=data / "chroma", model_name=MODEL, dimension=DIMENSION)
+        await planted.upsert([VectorItem("ghost", thread_id, resource_id, 0, REF.embed("a ghost"))])
+        await planted.upsert(
+            [
+                VectorItem("far", "t-gone", gone, 0, _unit(1.0)),
+                VectorItem("far", "t-gone", gone, 1, _unit(0, 1.0)),
+            ]
+        )
+        await planted.upsert(
+            VectorItem(f"cone{k}", "t-gone", gone, 0, _unit(1.0, k / 2500, (k % 7) / 7, 0.5))
+            for k in range(2500)
+        )
+        await planted.aclose()
 
-            done = cli(data, env, "check-index")
-            assert done.returncode == 1, done.stdout + done.stderr
-            assert (
-                f"resource {resource_id!r}: 30 vector(s); missing 1 (m3), stray 1 (ghost), unreachable 0"
-                in (done.stdout)
-            )
-            assert f"resource {gone!r}: 2502 vector(s); missing 0, stray 2501" in done.stdout
-            assert "unreachable 1 (far)" in done.stdout
-            assert "checked 2 resource(s): 2 not in line with the database" in done.stdout
+        done = cli(data, env, "check-index")
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert f"resource {resource_id!r}: 30 vector(s); missing 1 (m3), stray 1 (ghost), unreachable 0" in (
+            done.stdout
+        )
+        assert f"resource {gone!r}: 2502 vector(s); missing 0, stray 2501" in done.stdout
+        assert "unreachable 1 (far)" in done.stdout
+        assert "checked 2 resource(s): 2 not in line with the database" in done.stdout
 
-            done = cli(data, env, "check-index", "--repair")
-            assert done.returncode == 0, done.stdout + done.stderr
-            assert "rebuilt 2 resource(s) from the database; 0 still not in line with it" in done.stdout
-            thread_of = dict.fromkeys(texts, thread_id)
-            assert_exact_vectors(stored_vectors(data / "chroma", resource_id), texts, thread_of)
-            assert stored_vectors(data / "chroma", gone) == {}
-            assert cli(data, env, "check-index").returncode == 0
+        done = cli(data, env, "check-index", "--repair")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "rebuilt 2 resource(s) from the database; 0 still not in line with it" in done.stdout
+        thread_of = dict.fromkeys(texts, thread_id)
+        assert_exact_vectors(stored_vectors(data / "chroma", resource_id), texts, thread_of)
+        assert stored_vectors(data / "chroma", gone) == {}
+        assert cli(data, env, "check-index").returncode == 0
 
 
 # ------------------------------------------------------------------------------------------------ (c)
