@@ -67,9 +67,10 @@ class Embedding:
 class EmbeddingError(Exception):
     """The embedder could not produce vectors (bad endpoint answer, HTTP error, closed embedder...)."""
 
-    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+    def __init__(self, message: str, *, status_code: int | None = None, unreachable: bool = False) -> None:
         super().__init__(message)
         self.status_code = status_code
+        self.unreachable = unreachable  # no answer at all (connection refused, timed out...)
 
 
 class Embedder(Protocol):
@@ -711,7 +712,9 @@ class HttpEmbedder:
                     response = await self._client.post(self._url, json=payload, headers=self._headers)
             except httpx.TransportError as exc:
                 if attempt >= self._max_retries:
-                    raise EmbeddingError(f"embedding request to {self._url} failed: {exc!r}") from exc
+                    raise EmbeddingError(
+                        f"embedding request to {self._url} failed: {exc!r}", unreachable=True
+                    ) from exc
             else:
                 if response.status_code < 400:
                     return response

@@ -28,6 +28,7 @@ import contextlib
 import contextvars
 import hashlib
 import logging
+import math
 import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
@@ -220,8 +221,11 @@ class SemanticMemory:
         # when the drain may try them again. They stay queued, out of the drain's way until then.
         self._held: dict[int, float] = {}
         self._refusals: dict[str, int] = {}  # message id: refusals so far (the hold doubles each time)
-        # "cold" (never warmed: what a command line or a test builds), "warming", "ok" or "failed".
+        # "cold" (never warmed: what a command line or a test builds), "warming", then "ok" or "failed":
+        # after the warm-up, whether the embedder and the index last answered (searches and rechecks).
         self.warm_state = "cold"
+        self._recheck: asyncio.Task[None] | None = None
+        self._rechecked_at = -math.inf
 
     async def warm(self, index_timeout: float = 10.0) -> None:
         """Loads the embedding model and opens the vector index now rather than in the first request
@@ -247,6 +251,33 @@ class SemanticMemory:
 
     async def _open_index(self) -> None:
         await (await self.index()).ping()
+
+    def _answered(self, ok: bool) -> None:
+        if self.warm_state in ("ok", "failed"):
+            if ok and self.warm_state == "failed":
+                log.info("semantic recall is answering again")
+            self.warm_state = "ok" if ok else "failed"
+
+    def recheck(self, interval: float = 30.0) -> None:
+        """After a failure (at the warm-up or in a search), asks the embedder and the index again in the
+        background, at most every `interval` seconds: without it, a process that no search reached
+        reported "failed" for good however soon the embedder or the Chroma server came back."""
+        if self.warm_state != "failed" or (self._recheck is not None and not self._recheck.done()):
+            return
+        now = time.monotonic()
+        if now - self._rechecked_at < interval:
+            return
+        self._rechecked_at = now
+        self._recheck = asyncio.create_task(self._run_recheck())
+
+    async def _run_recheck(self, index_timeout: float = 10.0) -> None:
+        try:
+            await self.embedder.embed(["ready?"])
+            await asyncio.wait_for(self._open_index(), index_timeout)
+        except Exception as exc:  # still down: the state says so, the next recheck tries again
+            log.debug("semantic recall recheck failed: %s", summary(exc))
+            return
+        self._answered(True)
 
     async def index(self) -> VectorIndex:
         """The index for this embedder's identity (model name and dimension), created on first use:
@@ -280,8 +311,9 @@ class SemanticMemory:
             index = await self.index()
         except EmbeddingError as exc:
             log.warning("semantic search: the embedder failed: %s", exc)
+            self._answered(False)
             raise ServiceUnavailable(
-                "Semantic search is unavailable: the embedder cannot be reached.", service="embedder"
+                f"Semantic search is unavailable: {_embedder_failure(exc)}.", service="embedder"
             ) from exc
         resource_ids: Sequence[str | None]
         if resource_scope or own_resource_only:
@@ -304,10 +336,12 @@ class SemanticMemory:
                 found = await self._healing(query, wait=True)
             except VectorIndexError as exc:
                 log.warning("semantic search: the vector index failed: %s", exc)
+                self._answered(False)
                 raise ServiceUnavailable(
                     "Semantic search is unavailable: the vector index cannot be reached.", service="vectors"
                 ) from exc
             hits.extend(SemanticHit(h.message_id, h.thread_id, h.score) for h in found)
+        self._answered(True)
         usage = {"tokens": embedding.tokens} if embedding.tokens is not None else None
         return SemanticResult(hits=hits, usage=usage)
 
@@ -1064,6 +1098,10 @@ class SemanticMemory:
             await asyncio.gather(*rebuilding, return_exceptions=True)
 
     async def aclose(self, *, flush_timeout: float = 10.0) -> None:
+        if self._recheck is not None:
+            self._recheck.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._recheck
         await self._stop_rebuilds()
         if self._worker is not None:
             # Background saves were acknowledged before their vectors: write them before going, within
@@ -1091,6 +1129,16 @@ class SemanticMemory:
             with contextlib.suppress(Exception):
                 await self._index.aclose()
         await self.embedder.aclose()
+
+
+def _embedder_failure(exc: EmbeddingError) -> str:
+    """What a client is told: "cannot be reached" sent operators after a network fault when the
+    endpoint had answered, refusing the key or sending vectors of another model (the log has its words)."""
+    if exc.unreachable:
+        return "the embedder cannot be reached"
+    if exc.status_code is not None:
+        return f"the embedder answered HTTP {exc.status_code}"
+    return "the embedder's answer could not be used"
 
 
 async def _overlapped(

@@ -5,8 +5,12 @@ score = 1 - cosine distance = the dot product of embed() vectors."""
 
 from __future__ import annotations
 
+import http.server
 import itertools
+import json
 import socket
+import threading
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +33,7 @@ from tests.support import (
     embed_reference,
     embed_server_process,
     engines,
+    free_port,
     running_server,
     text_message,
     uid,
@@ -683,3 +688,114 @@ def test_readiness_waits_for_the_warm_up_however_it_ends(tmp_path: Path) -> None
             assert "semantic recall not warmed up at start" in server.log_path.read_text()
         finally:
             server.stop()
+
+
+async def test_readiness_follows_the_embedder_after_the_warm_up(tmp_path: Path) -> None:
+    """A "failed" said how the warm-up ended and never changed: an embedder that came back later, or
+    went away after a good start, left /readyz wrong for the life of the process. Now a search that
+    the embedder does not answer says "failed", one it answers says "ok", and the probe asks again in
+    the background, so a process no search reaches also sees the embedder come back."""
+    port = free_port()
+    env = {**http_embedder_env(f"http://127.0.0.1:{port}/v1"), "RECALLQL_EMBEDDINGS_TIMEOUT": "2"}
+    server = ServerProcess(tmp_path / "data", env)
+
+    def semantic_state() -> str:
+        ready = httpx.get(f"{server.url}/readyz", timeout=10)
+        assert ready.status_code == 200, ready.text  # the embedder never decides readiness
+        return str(ready.json()["semantic"])
+
+    def eventually(state: str) -> None:
+        deadline = time.monotonic() + 20
+        while (seen := semantic_state()) != state:
+            assert time.monotonic() < deadline, f"/readyz said {seen!r}, not {state!r}"
+            time.sleep(0.2)
+
+    try:
+        server.wait_ready(timeout=60)  # the warm-up ended: nothing listens on the embedder's port
+        assert "semantic recall not warmed up at start" in server.log_path.read_text()
+        api = Api(server.url)
+        thread_id, _ = await new_thread(api)
+        with embed_server_process(port):
+            eventually("ok")  # no search ran: the probe's recheck found the embedder
+            await save_texts(api, thread_id, FILLER)
+            found = await recall(
+                api, thread_id, perPage=0, threadConfig=semantic(), vectorSearchString="zebra"
+            )
+            assert found["messages"]
+        errors = await api.errors(
+            RECALL, threadId=thread_id, threadConfig=semantic(), vectorSearchString="lisbon"
+        )
+        assert errors[0]["extensions"]["code"] == "SERVICE_UNAVAILABLE"
+        assert semantic_state() == "failed"  # the search found it gone; rechecks are 30 s apart
+        with embed_server_process(port):
+            found = await recall(
+                api, thread_id, perPage=0, threadConfig=semantic(), vectorSearchString="lisbon"
+            )
+            assert found["messages"]
+            assert semantic_state() == "ok"
+    finally:
+        server.stop()
+
+
+class _SwitchableEmbedder(http.server.BaseHTTPRequestHandler):
+    """An OpenAI-style endpoint whose answer the test chooses: the reference's 64-dimensional vectors,
+    an HTTP status, or vectors of another size."""
+
+    answer: int | str = "ok"
+
+    def do_POST(self) -> None:
+        texts = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["input"]
+        if isinstance(self.answer, int):
+            self.send_response(self.answer)
+            self.end_headers()
+            return
+        size = DIMENSION if self.answer == "ok" else 32
+        data = [{"index": i, "embedding": REF.embed(text)[:size]} for i, text in enumerate(texts)]
+        body = json.dumps({"data": data}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+async def test_a_failed_search_says_how_the_embedder_failed(tmp_path: Path) -> None:
+    """Every embedder failure read "the embedder cannot be reached", sending an operator to the network
+    when the endpoint had answered: refusing the key, or with vectors of another model."""
+    endpoint = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SwitchableEmbedder)
+    threading.Thread(target=endpoint.serve_forever, daemon=True).start()
+    env = http_embedder_env(f"http://127.0.0.1:{endpoint.server_port}/v1")
+    try:
+        with running_server(tmp_path / "data", env) as server:
+            api = Api(server.url)
+            thread_id, _ = await new_thread(api)
+            await save_texts(api, thread_id, FILLER[:2])
+
+            async def failure(query: str) -> str:
+                errors = await api.errors(
+                    RECALL, threadId=thread_id, threadConfig=semantic(), vectorSearchString=query
+                )
+                assert [e["extensions"]["code"] for e in errors] == ["SERVICE_UNAVAILABLE"], errors
+                assert errors[0]["extensions"]["service"] == "embedder"
+                return str(errors[0]["message"])
+
+            _SwitchableEmbedder.answer = 401
+            assert (
+                await failure("budget") == "Semantic search is unavailable: the embedder answered HTTP 401."
+            )
+            _SwitchableEmbedder.answer = "short"
+            assert await failure("zebra") == (
+                "Semantic search is unavailable: the embedder's answer could not be used."
+            )
+            assert "returned a 32-dimensional vector, expected 64" in server.log_path.read_text()
+            endpoint.shutdown()
+            endpoint.server_close()
+            assert (
+                await failure("lisbon") == "Semantic search is unavailable: the embedder cannot be reached."
+            )
+    finally:
+        endpoint.shutdown()
+        endpoint.server_close()

@@ -8,7 +8,8 @@ replicas of the older version keep serving during a rolling upgrade. The Chroma 
 recall uses one, is reported but does not make the process unready: while it is down only vector
 searches fail (SERVICE_UNAVAILABLE); saves keep their vector work in the outbox and reads without a
 search go on. At start, semantic recall's warm-up (the model loading, the index opening: seconds)
-makes it unready until it ends, however it ends.
+makes it unready until it ends, however it ends; "semantic" then says whether the embedder and the
+vector index answer ("failed" after a failed warm-up or search, "ok" again once they answer).
 """
 
 from __future__ import annotations
@@ -95,7 +96,10 @@ async def readiness(
     ready = results["database"] == "ok" and results["schema"] in ("ok", "newer")
     if services.semantic is not None and services.semantic.warm_state != "cold":
         # Not ready while the model loads: a balancer's first requests would wait for it (seconds).
-        # A failed warm-up is logged and leaves readiness to the database, as a Chroma outage does.
+        # A failed warm-up is logged and leaves readiness to the database, as a Chroma outage does;
+        # "failed" also follows a search the embedder or the index did not answer, and lasts until one
+        # answers (the recheck asks them again in the background, so no search is needed to see it).
+        services.semantic.recheck()
         results["semantic"] = services.semantic.warm_state
         ready = ready and results["semantic"] != "warming"
     return (200 if ready else 503), {"ready": ready, **results}
