@@ -1088,6 +1088,39 @@ def test_serve_checks_its_flags_as_the_settings_they_stand_for(
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["serve", "--data-dir", ""],
+        ["serve", "--host", ""],
+        ["migrate", "--database-url", ""],
+        ["migrate", "--data-dir", " "],
+        ["reindex", "--resource", ""],
+        ["check-index", "--database-url", ""],
+        ["import", "jsonl", "--from", ""],
+        ["import", "mastra", "--from", "", "--data-dir", ""],
+        ["export", "--out", ""],
+        ["export", "--resource", ""],
+        ["keys", "new", "--name", "", "--admin"],
+        ["keys", "new", "--name", "k", "--resource", ""],
+    ],
+)
+def test_an_empty_option_is_refused(tmp_path: Path, args: list[str]) -> None:
+    """`--database-url "$URL"` with $URL unset silently used the local SQLite file (an empty variable is
+    as good as unset), and `--data-dir ""` made the current folder the data folder."""
+    done = subprocess.run(
+        [sys.executable, "-m", "web.cli", *args],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.rstrip().endswith(": must not be empty"), done.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing created in the current folder
+
+
 def test_serve_on_a_public_host_requires_authentication(tmp_path: Path) -> None:
     """`recallql serve --host 0.0.0.0` passes the host to the workers: auto mode turns authentication on."""
     server = ServerProcess(

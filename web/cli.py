@@ -30,6 +30,18 @@ if TYPE_CHECKING:  # imported where used: `recallql serve` need not load them
     from resolvers.semantic import SemanticMemory
 
 
+def _given(value: str) -> str:
+    """An option's value, refused when empty: `--database-url "$URL"` with $URL unset silently used the
+    local SQLite file, and `--data-dir ""` the current folder."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return value
+
+
+def _folder(value: str) -> Path:
+    return Path(_given(value))
+
+
 def _apply_overrides(args: argparse.Namespace) -> Settings:
     """Command-line options become RECALLQL_* variables so that every worker process sees them, and so
     that they are checked as those are (`--port 99999` listened on 34463, `--workers -1` started)."""
@@ -518,70 +530,80 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the GraphQL server")
-    serve.add_argument("--host", help="bind address (default 127.0.0.1)")
+    serve.add_argument("--host", type=_given, help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default 8000)")
-    serve.add_argument("--data-dir", type=Path, help="folder for the SQLite file and the Chroma index")
-    serve.add_argument("--database-url", help="SQLAlchemy async URL (overrides the data-dir SQLite file)")
+    serve.add_argument("--data-dir", type=_folder, help="folder for the SQLite file and the Chroma index")
+    serve.add_argument(
+        "--database-url", type=_given, help="SQLAlchemy async URL (overrides the data-dir SQLite file)"
+    )
     serve.add_argument("--workers", type=int, help="worker processes (default 1)")
     serve.add_argument("--no-migrate", action="store_true", help="do not apply pending migrations on start")
     serve.set_defaults(func=cmd_serve)
 
     migrate = sub.add_parser("migrate", help="apply pending database migrations")
-    migrate.add_argument("--data-dir", type=Path)
-    migrate.add_argument("--database-url")
+    migrate.add_argument("--data-dir", type=_folder)
+    migrate.add_argument("--database-url", type=_given)
     migrate.set_defaults(func=cmd_migrate)
 
     reindex = sub.add_parser("reindex", help="rebuild the vector index from the database")
-    reindex.add_argument("--resource", help="only this resource's messages")
+    reindex.add_argument("--resource", type=_given, help="only this resource's messages")
     reindex.add_argument(
         "--rebuild",
         action="store_true",
         help="drop the collection(s) first: the index then holds exactly what the database holds",
     )
-    reindex.add_argument("--data-dir", type=Path)
-    reindex.add_argument("--database-url")
+    reindex.add_argument("--data-dir", type=_folder)
+    reindex.add_argument("--database-url", type=_given)
     reindex.set_defaults(func=cmd_reindex)
 
     check = sub.add_parser(
         "check-index",
         help="compare the vector index with the database (missing, stray and unreachable vectors)",
     )
-    check.add_argument("--resource", help="only this resource")
+    check.add_argument("--resource", type=_given, help="only this resource")
     check.add_argument(
         "--repair", action="store_true", help="rebuild the collections of the resources found wrong"
     )
-    check.add_argument("--data-dir", type=Path)
-    check.add_argument("--database-url")
+    check.add_argument("--data-dir", type=_folder)
+    check.add_argument("--database-url", type=_given)
     check.set_defaults(func=cmd_check_index)
 
     imp = sub.add_parser("import", help="load memory from a Mastra store or a RecallQL export")
     imp_sub = imp.add_subparsers(dest="format", required=True)
     mastra = imp_sub.add_parser("mastra", help="copy a Mastra store (LibSQL file or PostgreSQL), read only")
-    mastra.add_argument("--from", dest="source", required=True, help="file:PATH, a path, or postgresql://…")
-    mastra.add_argument("--schema", help="the PostgreSQL schema of Mastra's tables (default public)")
+    mastra.add_argument(
+        "--from", dest="source", required=True, type=_given, help="file:PATH, a path, or postgresql://…"
+    )
+    mastra.add_argument(
+        "--schema", type=_given, help="the PostgreSQL schema of Mastra's tables (default public)"
+    )
     jsonl = imp_sub.add_parser("jsonl", help="load a `recallql export` JSON Lines file")
-    jsonl.add_argument("--from", dest="source", required=True, help="the file, or - for stdin")
+    jsonl.add_argument("--from", dest="source", required=True, type=_given, help="the file, or - for stdin")
     for p in (mastra, jsonl):
         p.add_argument("--batch-size", type=int, default=1000, help="rows per transaction (default 1000)")
         p.add_argument("--no-embed", action="store_true", help="do not embed the imported messages")
-        p.add_argument("--data-dir", type=Path)
-        p.add_argument("--database-url")
+        p.add_argument("--data-dir", type=_folder)
+        p.add_argument("--database-url", type=_given)
         p.set_defaults(func=cmd_import)
 
     export = sub.add_parser("export", help="write memory as JSON Lines (resources, threads, messages)")
-    export.add_argument("--resource", help="only this resource, its threads and their messages")
-    export.add_argument("--out", help="the file to write (default -, stdout)")
-    export.add_argument("--data-dir", type=Path)
-    export.add_argument("--database-url")
+    export.add_argument("--resource", type=_given, help="only this resource, its threads and their messages")
+    export.add_argument("--out", type=_given, help="the file to write (default -, stdout)")
+    export.add_argument("--data-dir", type=_folder)
+    export.add_argument("--database-url", type=_given)
     export.set_defaults(func=cmd_export)
 
     keys = sub.add_parser("keys", help="API keys for RECALLQL_API_KEYS")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
     new = keys_sub.add_parser("new", help="print a new random API key and its RECALLQL_API_KEYS entry")
-    new.add_argument("--name", required=True, help="a name for the key (logs, error messages)")
+    new.add_argument("--name", required=True, type=_given, help="a name for the key (logs, error messages)")
     grant = new.add_mutually_exclusive_group(required=True)
     grant.add_argument(
-        "--resource", action="append", dest="resources", help="a resource it may access (repeatable)"
+        "--resource",
+        action="append",
+        dest="resources",
+        type=_given,
+        help="a resource it may access (repeatable)",
     )
     grant.add_argument("--admin", action="store_true", help="it may access every resource")
     new.set_defaults(func=cmd_keys_new)
