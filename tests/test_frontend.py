@@ -102,6 +102,19 @@ def test_graphiql_served_locally(client: TestClient) -> None:
         assert any(name.startswith(worker) for name in built), worker
 
 
+@pytest.mark.parametrize("params", ["variables=%7B%7D", "operationName=Q", "extensions=%7B%7D"])
+@pytest.mark.parametrize("accept", ["text/html", "*/*"])
+def test_a_get_with_part_of_a_request_is_a_request_not_the_page(
+    server: ServerProcess, params: str, accept: str
+) -> None:
+    """Strawberry served the page to any browser GET without `query`, so `?variables={}` got HTML where
+    the README (and the auth layer, which lets the page through unauthenticated) says it is a request."""
+    response = httpx.get(f"{server.url}/graphql?{params}", headers={"Accept": accept}, timeout=10)
+    assert response.status_code == 400, response.text
+    assert response.headers["content-type"] == "application/json"
+    assert response.json()["errors"][0]["message"] == "No GraphQL query found in the request"
+
+
 def test_graphiql_falls_back_to_the_cdn_page_with_a_warning(
     client: TestClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

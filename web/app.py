@@ -31,6 +31,7 @@ from web.auth import (
     Authenticator,
     BearerAuth,
     Unauthenticated,
+    carries_request,
     on_connect,
     websocket_principal,
 )
@@ -107,6 +108,12 @@ class RecallQLGraphQL(GraphQL[RequestContext, None]):
         except Unauthenticated as exc:
             raise ConnectionRejectionError({"message": exc.message, "code": exc.code}) from None
         return UNSET
+
+    def should_render_graphql_ide(self, request: Any) -> bool:
+        # What the auth layer lets through as the page (web/auth.py): a GET with none of a request's
+        # parameters. Strawberry looked for `query` alone, so `?variables={}` got the page (200, HTML)
+        # with authentication off, and a 401 with it on.
+        return bool(super().should_render_graphql_ide(request)) and not carries_request(request.query_params)
 
     async def render_graphql_ide(self, request: Any) -> Response:
         return graphiql_response(self.graphql_ide_html)

@@ -32,7 +32,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -535,12 +535,18 @@ class BearerAuth:
 _REQUEST_PARAMETERS = ("query", "extensions", "variables", "operationName")
 
 
+def carries_request(params: Container[str]) -> bool:
+    """Whether a GET's query parameters hold any part of a GraphQL request."""
+    return any(name in params for name in _REQUEST_PARAMETERS)
+
+
 def _is_ide_page(scope: Scope) -> bool:
     """A GET that carries no GraphQL request: the GraphiQL page (or an error); no operation can run."""
     if scope.get("method") != "GET":
         return False
-    params = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
-    return not any(name in params for name in _REQUEST_PARAMETERS)
+    return not carries_request(
+        parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+    )
 
 
 async def _reject(send: Send, exc: Unauthenticated) -> None:
