@@ -7,12 +7,13 @@ import asyncio
 import importlib.util
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 
 from tests.support import REPO, Api, ServerProcess, at, require, text_message, uid
@@ -331,10 +332,16 @@ async def check_recall(page: Any, expected: dict[str, Any]) -> None:
     assert await page.locator("#recall-next").is_disabled() == (not expected["hasMore"])
 
 
-async def test_graphiql_loads_the_schema_once_a_token_is_given(tab: Tab, tmp_path: Path) -> None:
-    """With authentication on, GraphiQL's first schema request has no token (401), and GraphiQL fetched
-    it again only on Ctrl+Shift+R: the docs said "Error fetching schema" after the token was typed in.
-    A change of the headers now fetches it again."""
+@dataclass
+class Locked:
+    """A server that requires authentication, and an admin key for it."""
+
+    server: ServerProcess
+    key: str
+
+
+@pytest.fixture
+def locked(tmp_path: Path) -> Iterator[Locked]:
     from web.auth import key_entry, new_key
 
     key = new_key()
@@ -346,16 +353,66 @@ async def test_graphiql_loads_the_schema_once_a_token_is_given(tab: Tab, tmp_pat
     server = ServerProcess(tmp_path / "data", env)
     try:
         server.wait_ready()
-        page = tab.page
-        await page.goto(f"{server.url}/graphql")
-        docs = page.locator(".graphiql-doc-explorer")
-        await docs.get_by_text("Error fetching schema").wait_for()
-        await page.get_by_role("button", name="Headers").click()
-        headers = page.locator(".graphiql-editor-tool .graphiql-editor:visible")
-        await replace_text(headers, json.dumps({"Authorization": f"Bearer {key}"}))
-        await docs.get_by_role("link", name="Query").first.wait_for()
+        yield Locked(server, key)
     finally:
         server.stop()
+
+
+async def test_graphiql_loads_the_schema_once_a_token_is_given(tab: Tab, locked: Locked) -> None:
+    """With authentication on, GraphiQL's first schema request has no token (401), and GraphiQL fetched
+    it again only on Ctrl+Shift+R: the docs said "Error fetching schema" after the token was typed in.
+    A change of the headers now fetches it again."""
+    server, key = locked.server, locked.key
+    page = tab.page
+    await page.goto(f"{server.url}/graphql")
+    docs = page.locator(".graphiql-doc-explorer")
+    await docs.get_by_text("Error fetching schema").wait_for()
+    await page.get_by_role("button", name="Headers").click()
+    headers = page.locator(".graphiql-editor-tool .graphiql-editor:visible")
+    await replace_text(headers, json.dumps({"Authorization": f"Bearer {key}"}))
+    await docs.get_by_role("link", name="Query").first.wait_for()
+
+
+async def test_explorer_shows_stored_working_memory_once_a_token_is_given(tab: Tab, locked: Locked) -> None:
+    """Three faults, one path. A token prompt dismissed left the working-memory section saying "This
+    server does not offer working memory yet" for good (the failed introspection was remembered); a
+    token pasted as "Bearer …" was refused; and with working memory off in the server's defaults a
+    resource's stored working memory read "None"."""
+    server, key = locked.server, locked.key
+    resource, thread = uid("res"), uid("thread")
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30) as client:
+        for query, variables in [
+            (
+                "mutation ($i: CreateThreadInput!) { createThread(input: $i) { id } }",
+                {"i": {"id": thread, "resourceId": resource}},
+            ),
+            (
+                "mutation ($t: ID!, $r: String, $w: String!, $c: MemoryConfigInput) {"
+                " updateWorkingMemory(threadId: $t, resourceId: $r, workingMemory: $w, memoryConfig: $c)"
+                " { __typename } }",
+                {
+                    "t": thread,
+                    "r": resource,
+                    "w": "# Notes\nlikes tea",
+                    "c": {"workingMemory": {"enabled": True, "scope": "RESOURCE"}},
+                },
+            ),
+        ]:
+            done = await client.post(f"{server.url}/graphql", json={"query": query, "variables": variables})
+            assert "errors" not in done.json(), done.text
+    page = tab.page
+    answers = ["", f"  Bearer {key} "]  # left empty, then pasted from a header
+    page.on("dialog", lambda dialog: asyncio.ensure_future(dialog.accept(answers.pop(0))))
+    await page.goto(f"{server.url}/")
+    status = page.locator("#wm-status")
+    await page.get_by_label("Resource id").fill(resource)
+    await page.get_by_label("Resource id").press("Enter")
+    await status.filter(has_text="Could not load the working memory").wait_for()
+    await page.get_by_label("Resource id").press("Enter")
+    content = page.locator("#wm-content")
+    await content.wait_for()
+    assert await content.text_content() == "# Notes\nlikes tea"
+    assert answers == []
 
 
 async def test_explorer_loads_more_threads_by_cursor(tab: Tab, server: ServerProcess) -> None:

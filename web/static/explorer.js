@@ -59,7 +59,9 @@
       // Ask once (concurrent requests that failed meanwhile retry with the token just typed).
       if (sessionStorage.getItem(TOKEN_KEY) === token) {
         const typed = window.prompt('This server requires a token (an API key or a JWT):', '');
-        if (typed && typed.trim()) sessionStorage.setItem(TOKEN_KEY, typed.trim());
+        // "Bearer rql_…" as copied from an Authorization header: the header adds its own prefix.
+        const bare = (typed || '').trim().replace(/^Bearer\s+/i, '').trim();
+        if (bare) sessionStorage.setItem(TOKEN_KEY, bare);
       }
       if (sessionStorage.getItem(TOKEN_KEY) !== token) return gql(query, variables, true);
     }
@@ -557,30 +559,40 @@
 
   const TYPE_REF = 'kind name ofType { kind name ofType { kind name ofType { kind name } } }';
 
-  /** Introspects once whether Query.resource(id) { workingMemory } exists, and how to select it. */
+  /** Introspects once whether Query.resource(id) { workingMemory } exists, and how to select it. A
+   * failed introspection (no token yet, the server down) is asked again next time: remembered, it said
+   * "does not offer working memory" for the life of the page. */
   async function planWorkingMemory() {
     if (workingMemoryPlan !== undefined) return workingMemoryPlan;
-    workingMemoryPlan = null;
+    workingMemoryPlan = await introspectWorkingMemory();
+    return workingMemoryPlan;
+  }
+
+  async function introspectWorkingMemory() {
     const data = await gql(`{ __type(name: "Query") { fields { name args { name type { ${TYPE_REF} } } type { ${TYPE_REF} } } } }`);
     const resource = (data.__type?.fields || []).find((f) => f.name === 'resource');
     const idArg = resource && resource.args.find((a) => a.name === 'id');
-    if (!resource || !idArg) return workingMemoryPlan;
+    if (!resource || !idArg) return null;
     const resourceType = unwrap(resource.type).name;
-    const rt = await gql(`query ($name: String!) { __type(name: $name) { fields { name type { ${TYPE_REF} } } } }`, { name: resourceType });
+    const rt = await gql(`query ($name: String!) { __type(name: $name) { fields { name args { name } type { ${TYPE_REF} } } } }`, { name: resourceType });
     const field = (rt.__type?.fields || []).find((f) => f.name === 'workingMemory');
-    if (!field) return workingMemoryPlan;
-    let selection = 'workingMemory';
+    if (!field) return null;
+    // What is stored, whatever the server's defaults: they may leave working memory off (it read "None"
+    // beside a resource that has some), and the explorer shows data rather than a configuration.
+    const stored = field.args.some((a) => a.name === 'memoryConfig')
+      ? '(memoryConfig: { workingMemory: { enabled: true, scope: RESOURCE } })'
+      : '';
+    let selection = `workingMemory${stored}`;
     const inner = unwrap(field.type);
     if (inner.kind === 'OBJECT') {
       const wm = await gql(`query ($name: String!) { __type(name: $name) { fields { name args { name } type { ${TYPE_REF} } } } }`, { name: inner.name });
       const scalars = (wm.__type?.fields || [])
         .filter((f) => !f.args.length && ['SCALAR', 'ENUM'].includes(unwrap(f.type).kind))
         .map((f) => f.name);
-      if (!scalars.length) return workingMemoryPlan;
-      selection = `workingMemory { ${scalars.join(' ')} }`;
+      if (!scalars.length) return null;
+      selection = `${selection} { ${scalars.join(' ')} }`;
     }
-    workingMemoryPlan = { query: `query ExplorerWorkingMemory($id: ${typeRef(idArg.type)}) { resource(id: $id) { ${selection} } }` };
-    return workingMemoryPlan;
+    return { query: `query ExplorerWorkingMemory($id: ${typeRef(idArg.type)}) { resource(id: $id) { ${selection} } }` };
   }
 
   async function loadWorkingMemory(resourceId) {
@@ -599,7 +611,7 @@
       const wm = data.resource ? data.resource.workingMemory : null;
       if (wm === null || wm === undefined || wm === '') {
         status.textContent = data.resource
-          ? 'None: working memory is off in the server defaults, thread-scoped, or empty.'
+          ? 'None stored for this resource (thread-scoped working memory is kept on each thread).'
           : 'None: the server has no row for this resource yet.';
         return;
       }
