@@ -47,6 +47,7 @@ machinery (`_service`, `_entities`, `_Any`, `_Entity`, `@link`, `@key`, `@tag`, 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any, Final
 
@@ -142,12 +143,16 @@ class FederatedSchema(strawberry.federation.Schema):
             typename = data.get("__typename")
             entity = entities.get(typename) if isinstance(typename, str) else None
             if entity is None:
-                results.append(
-                    BadUserInput(
-                        f"representations[{index}]: __typename {typename!r} is not an entity of this "
-                        f"subgraph (one of {', '.join(sorted(entities))})."
-                    )
-                )
+                known = ", ".join(sorted(entities))
+                if not isinstance(representation, dict):
+                    problem = f"is not an object with a __typename (one of {known})"
+                elif typename is None:
+                    problem = f"has no __typename (one of {known})"
+                else:
+                    # json.dumps: JSON's words (Python's repr said None, True), whatever the value.
+                    problem = f"__typename {json.dumps(typename)} is not an entity of this subgraph"
+                    problem += f" (one of {known})"
+                results.append(BadUserInput(f"representations[{index}] {problem}."))
                 continue
             # Only the key (every entity here is @key(fields: "id")): other fields of a representation
             # are not needed, and one named like a parameter (info, cls) failed the whole call.

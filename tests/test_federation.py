@@ -323,13 +323,24 @@ async def test_bad_representations_are_bad_user_input(services: Services) -> Non
             {"__typename": "Message", "id": {"nested": True}},
             # Fields besides the key are not used, whatever their names (info and cls failed the call).
             {"__typename": "Message", "id": "m1", "info": 1, "cls": 2, "representation": 3},
+            "m1",
+            {"__typename": True, "id": "m1"},
         ],
     )
-    assert data["_entities"] == [{"id": "m1"}, None, None, None, None, None, {"id": "m1"}]
-    assert sorted(e.path[1] for e in errors) == [1, 2, 3, 4, 5]
+    assert data["_entities"] == [{"id": "m1"}, None, None, None, None, None, {"id": "m1"}, None, None]
+    assert sorted(e.path[1] for e in errors) == [1, 2, 3, 4, 5, 7, 8]
     for error in errors:
         assert error.extensions["code"] == "BAD_USER_INPUT", error
         assert error.message != "Internal server error."
+    # In JSON's words: Python's (None, True, 'Nope') leaked into them.
+    known = "(one of Message, Resource, Thread)."
+    assert {e.path[1]: e.message for e in errors if e.path[1] in (1, 2, 3, 7, 8)} == {
+        1: f'representations[1] __typename "TextPart" is not an entity of this subgraph {known}',
+        2: f'representations[2] __typename "Nope" is not an entity of this subgraph {known}',
+        3: f"representations[3] has no __typename {known}",
+        7: f"representations[7] is not an object with a __typename {known}",
+        8: f"representations[8] __typename true is not an entity of this subgraph {known}",
+    }
 
 
 # ============================================================================================== directives
