@@ -200,6 +200,22 @@ def test_graphiql_examples_are_valid_queries() -> None:
         (operation,) = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
         coerced = get_variable_values(schema, operation.variable_definitions, json.loads(tab["variables"]))
         assert not isinstance(coerced, list), (coerced, tab["query"])  # a list: the errors
+        assert misindented(tab["query"]) == [], tab["query"]
+
+
+def misindented(query: str) -> list[str]:
+    """The lines of a query not indented two spaces per open brace or parenthesis (an example built
+    from a fragment of text indented for another depth read crookedly)."""
+    wrong, depth = [], 0
+    for line in query.splitlines():
+        code = line.split("#", 1)[0]
+        if not code.strip():
+            continue
+        closing = len(code.strip()) - len(code.strip().lstrip("})"))
+        if len(code) - len(code.lstrip(" ")) != 2 * (depth - closing):
+            wrong.append(line)
+        depth += code.count("{") + code.count("(") - code.count("}") - code.count(")")
+    return wrong
 
 
 def test_graphiql_examples_run_on_a_fresh_server(tmp_path: Path) -> None:

@@ -1,17 +1,22 @@
 // The tabs GraphiQL opens with (when the browser has no saved tabs of its own): recall examples
 // with variables. Replace the ids in the variables with a thread of yours.
 
-const MESSAGE_FIELDS = `id
-      role
-      createdAt
-      signalType
-      isSystemReminder
-      content {
-        parts {
-          __typename
-          ... on TextPart { text }
-        }
-      }`;
+// A message's fields, each line after the first indented to `indent` spaces (the first takes the
+// indentation of the line it is put in).
+const messageFields = (indent) =>
+  [
+    'id',
+    'role',
+    'createdAt',
+    'signalType',
+    'isSystemReminder',
+    'content {',
+    '  parts {',
+    '    __typename',
+    '    ... on TextPart { text }',
+    '  }',
+    '}',
+  ].join(`\n${' '.repeat(indent)}`);
 
 export const DEFAULT_TABS = [
   {
@@ -26,7 +31,7 @@ query NewestPage($threadId: ID!, $perPage: PerPage) {
     perPage
     hasMore
     messages {
-      ${MESSAGE_FIELDS}
+      ${messageFields(6)}
     }
   }
 }
@@ -88,7 +93,7 @@ query FilteredWindow(
     total
     hasMore
     messages {
-      ${MESSAGE_FIELDS}
+      ${messageFields(6)}
     }
   }
 }
@@ -128,7 +133,7 @@ query ScrollBack($threadId: ID!, $before: String) {
     endCursor
     messages {
       cursor
-      ${MESSAGE_FIELDS}
+      ${messageFields(6)}
     }
   }
 }
@@ -193,7 +198,7 @@ query ResourceMessages($resourceId: String!, $page: Int!, $filter: RecallFilter)
       hasMore
       messages {
         threadId
-        ${MESSAGE_FIELDS}
+        ${messageFields(8)}
       }
     }
   }
