@@ -123,6 +123,8 @@ class RequestContext:
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     # graphql-transport-ws connection_init payload (set by Strawberry; web.auth reads the token in it).
     connection_params: dict[str, Any] | None = None
+    # Why a WebSocket's connection_init was refused, for its close frame's reason (web/limits.py).
+    connection_refusal: str | None = None
     # The HTTP front (web.compiled) found nothing unstorable in the request's variables: the schema
     # need not walk them again.
     variables_checked: bool = False

@@ -155,11 +155,16 @@ async def ws_session(
 
 async def ws_refused(base_url: str, **kwargs: Any) -> int:
     """The close code of a connection the server refuses at connection_init."""
+    return (await ws_refusal(base_url, **kwargs))[0]
+
+
+async def ws_refusal(base_url: str, **kwargs: Any) -> tuple[int, str]:
+    """The close code and reason of a connection the server refuses at connection_init."""
     with pytest.raises(websockets.ConnectionClosed) as closed:
         async with ws_session(base_url, **kwargs):
             pass
     assert closed.value.rcvd is not None
-    return closed.value.rcvd.code
+    return closed.value.rcvd.code, closed.value.rcvd.reason
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -785,12 +790,20 @@ async def test_websocket_authentication_for_subscriptions(auth_server: ServerPro
     mine, theirs = uid("t"), uid("t")
     await gql(url, CREATE, KEYS["alice"], i={"id": mine, "resourceId": ALICE})
     await gql(url, CREATE, KEYS["bob"], i={"id": theirs, "resourceId": BOB})
-    # No token, a bad token, a bad upgrade header: refused at connection_init (4403).
-    assert await ws_refused(url) == 4403
-    assert await ws_refused(url, init_payload={"Authorization": "Bearer rql_wrong"}) == 4403
+    # No token, a bad token, a bad upgrade header: refused at connection_init (4403), saying why (the
+    # reason was "Forbidden" alone, all GraphiQL showed to a tab without the token).
+    assert await ws_refusal(url) == (
+        4403,
+        'Forbidden: Authentication required: send {"Authorization": "Bearer <token>"} in connection_init.',
+    )
+    assert await ws_refusal(url, init_payload={"Authorization": "Bearer rql_wrong"}) == (
+        4403,
+        "Forbidden: Invalid token.",
+    )
     assert await ws_refused(url, headers={"Authorization": "Bearer rql_wrong"}) == 4403
     expired = hs256(claims(resources=ALICE, exp=int(time.time()) - 30))
-    assert await ws_refused(url, init_payload={"Authorization": f"Bearer {expired}"}) == 4403
+    code, reason = await ws_refusal(url, init_payload={"Authorization": f"Bearer {expired}"})
+    assert code == 4403 and reason.startswith("Forbidden: Invalid token: "), reason
 
     async def receives_own_events(session: WsSession) -> None:
         op = await session.subscribe(MESSAGE_EVENTS, t=mine)

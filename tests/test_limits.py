@@ -1183,3 +1183,19 @@ async def test_a_compiled_answer_orjson_cannot_write_is_answered_by_the_normal_p
     assert compiled_answer.status_code == normal.status_code == 200, compiled_answer.text
     assert compiled_answer.json() == normal.json()
     assert normal.json()["data"]["recall"]["messages"][0]["content"]["parts"][0]["data"] == _nested(1, 248)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Forbidden: Invalid token.", "Forbidden: Invalid token."),
+        ("x" * 123, "x" * 123),
+        ("x" * 124, "x" * 120 + "..."),
+        ("é" * 70, "é" * 60 + "..."),  # 140 bytes: cut at a character's edge, not inside one
+    ],
+)
+def test_a_close_reason_fits_its_frame(text: str, expected: str) -> None:
+    from web.limits import close_reason
+
+    assert close_reason(text) == expected
+    assert len(close_reason(text).encode()) <= 123

@@ -106,6 +106,7 @@ class RecallQLGraphQL(GraphQL[RequestContext, None]):
         try:
             await on_connect(self.authenticator, context)
         except Unauthenticated as exc:
+            context.connection_refusal = exc.message
             raise ConnectionRejectionError({"message": exc.message, "code": exc.code}) from None
         return UNSET
 

@@ -154,7 +154,38 @@ class _CredentialExpiry:
                 await self._expiry_task
 
 
+REFUSED_CLOSE_CODE = 4403
+MAX_CLOSE_REASON = 123  # bytes of UTF-8 a close frame's reason may hold (RFC 6455, 5.5)
+
+
+def close_reason(text: str) -> str:
+    """`text` cut to what a close frame holds, whole characters only."""
+    data = text.encode()
+    if len(data) <= MAX_CLOSE_REASON:
+        return text
+    return data[: MAX_CLOSE_REASON - 3].decode(errors="ignore") + "..."
+
+
 class TransportWSHandler(_CredentialExpiry, BaseGraphQLTransportWSHandler[Any, Any]):
+    async def handle_connection_init(self, message: Any) -> None:
+        # Strawberry closes a refused connection_init with the bare reason "Forbidden": GraphiQL showed
+        # that alone, after retrying for most of a minute, to someone whose tab had no token. The close
+        # says why, as the refusal's error says it over HTTP.
+        websocket = self.websocket
+        close = websocket.close
+
+        async def close_saying_why(code: int, reason: str) -> None:
+            refusal = getattr(self.context, "connection_refusal", None)
+            if code == REFUSED_CLOSE_CODE and refusal:
+                reason = close_reason(f"Forbidden: {refusal}")
+            await close(code=code, reason=reason)
+
+        websocket.close = close_saying_why
+        try:
+            await super().handle_connection_init(message)
+        finally:
+            del websocket.close  # the class's again
+
     async def handle_subscribe(self, message: Any) -> None:
         if not await self._refused_as_expired():
             await super().handle_subscribe(message)
