@@ -253,6 +253,17 @@ _SQLITE_BUSY = Refusal(
 )
 
 
+# A table or column this code needs and the database lacks: its migrations have not run (a replica
+# started with RECALLQL_AUTO_MIGRATE=false before `recallql migrate`, where /readyz says "pending").
+# PostgreSQL's undefined_table and undefined_column; SQLite says so in words only.
+_SCHEMA_PENDING = Refusal(
+    "schemaPending",
+    "The database does not have this version's tables yet (migrations pending); try again later.",
+)
+_UNDEFINED_STATES = ("42P01", "42703")
+_SQLITE_UNDEFINED = ("no such table: ", "no such column: ")
+
+
 class DatabaseUnavailable(Exception):
     """The database cannot do the work now: connection refused or timed out, or lost mid-operation; out
     of resources; the statement cancelled. The driver's error is the __cause__; `refusal` says which.
@@ -307,12 +318,16 @@ def unavailability(exc: BaseException) -> Refusal | None:
                 return _STATEMENT_TIMEOUT if "statement timeout" in str(current) else _CANCELLED
             if state == "55P03":
                 return _LOCK_TIMEOUT
+            if state in _UNDEFINED_STATES:
+                return _SCHEMA_PENDING
         sqlite_error = getattr(current, "sqlite_errorname", None)
         if isinstance(sqlite_error, str):
             if sqlite_error.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
                 return _SQLITE_BUSY
             if sqlite_error == "SQLITE_FULL":
                 return _RESOURCES
+            if sqlite_error == "SQLITE_ERROR" and str(current).startswith(_SQLITE_UNDEFINED):
+                return _SCHEMA_PENDING
         if type(current).__name__ == "ConnectionDoesNotExistError" or any(
             marker in str(current) for marker in _LOST_MARKERS
         ):
