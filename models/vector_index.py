@@ -948,6 +948,8 @@ def _write(collection: Collection, items: Sequence[VectorItem]) -> None:
 # limit: 128 unreadable). A write rebuilds the index from Chroma's own log, where the records still are;
 # deleting an id that cannot exist is a write that changes nothing.
 _EVICTED_UNPERSISTED = "Nothing found on disk"
+# What Chroma says of a query that names an id it does not hold (the HNSW graph's, or the caller's).
+_MISSING_ID = "Error finding id"
 # What Chroma 1.5 says of a collection whose saved HNSW files it cannot use (a save cut off half-way,
 # files lost): every later call on the collection fails the same way, reads and writes alike.
 _DAMAGE_SIGNS = (
@@ -957,7 +959,7 @@ _DAMAGE_SIGNS = (
     # A collection whose HNSW folder is gone: Chroma rebuilds a graph from the part of its log not yet
     # compacted, so a search quietly misses the rest, and a query that reaches a record only the
     # metadata still names fails so (check-index's query of every stored vector does).
-    "Error finding id",
+    _MISSING_ID,
 )
 # Chroma cannot tell running out of open files from damaged files: loading an index it cannot open says
 # "Failed to apply logs to the hnsw segment writer" all the same (seen with 158 of 160 files open).
@@ -1009,24 +1011,55 @@ def _reload(collection: Collection) -> None:
 
 def _reconnect(collection: Collection, items: Sequence[VectorItem], attempts: int = 3) -> None:
     """Writes again, one record per call (a lone upsert repairs the record's links and races with
-    nothing), each record of ``items`` that a query restricted to their ids does not return."""
+    nothing), each record of ``items`` that a query restricted to their ids does not return.
+
+    Records deleted meanwhile (another replica deleted or moved their message: writes of a resource are
+    serialised within a process only) are neither written back nor taken for damage, though Chroma
+    fails a query naming a missing id with "Error finding id", one of its signs of a damaged index: that
+    race, under writes from two replicas, dropped and rebuilt healthy collections. A record still out of
+    reach after ``attempts`` writes is left as it is, logged: HNSW can leave one so by its place in the
+    data, and failing the write held every resource's vector work back behind it (the outbox retried it
+    for good); check-index reports such records."""
     by_id = {_vector_id(i.message_id, i.chunk): i for i in items}
     lost: list[str] = []
     for _ in range(attempts):
-        found = collection.query(
-            query_embeddings=np.asarray([items[0].vector], dtype=np.float32),
-            ids=list(by_id),
-            n_results=len(by_id),
-            include=[],
-        )
+        if not by_id:
+            return
+        try:
+            found = collection.query(
+                query_embeddings=np.asarray([next(iter(by_id.values())).vector], dtype=np.float32),
+                ids=list(by_id),
+                n_results=len(by_id),
+                include=[],
+            )
+        except Exception as exc:
+            if _MISSING_ID not in str(exc):
+                raise
+            stored = _stored_ids(collection, list(by_id))
+            if stored == set(by_id):
+                raise  # every id is there: the index itself lost track of one
+            by_id = {vid: item for vid, item in by_id.items() if vid in stored}
+            continue
         returned = set(found["ids"][0])
         lost = [vid for vid in by_id if vid not in returned]
+        if lost:
+            stored = _stored_ids(collection, lost)
+            lost = [vid for vid in lost if vid in stored]
         if not lost:
             return
         log.warning("Chroma query cannot reach %d record(s) it stores; writing them again", len(lost))
         for vid in lost:
             _write(collection, [by_id[vid]])
-    raise RuntimeError(f"Chroma query still cannot reach {len(lost)} record(s) after writing them again")
+    log.warning(
+        "Chroma query still cannot reach %d record(s) after writing them again (%s); left as they are: "
+        "`recallql check-index` reports them",
+        len(lost),
+        ", ".join(lost[:5]) + (", ..." if len(lost) > 5 else ""),
+    )
+
+
+def _stored_ids(collection: Collection, ids: list[str]) -> set[str]:
+    return set(collection.get(ids=ids, include=[])["ids"])
 
 
 def _parse_vector_id(vector_id: str) -> tuple[str, int]:

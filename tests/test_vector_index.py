@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import re
 import shutil
 import sqlite3
@@ -664,22 +665,28 @@ async def test_reads_between_writes_do_not_make_chroma_replay_its_log(tmp_path: 
 
 
 class _LosingCollection:
-    """A collection whose query leaves out the given ids for the first `times` queries."""
+    """A collection whose query leaves out the given ids for the first `times` queries, and that holds
+    every id but the `gone` ones (Chroma's query fails on those as on a damaged index's)."""
 
-    def __init__(self, lost: set[str], times: int) -> None:
-        self.lost, self.times = lost, times
+    def __init__(self, lost: set[str], times: int, gone: frozenset[str] = frozenset()) -> None:
+        self.lost, self.times, self.gone = lost, times, gone
         self.writes: list[list[str]] = []
 
     def query(self, *, ids: list[str], n_results: int, **_: object) -> dict[str, list[list[str]]]:
+        if self.gone & set(ids):
+            raise RuntimeError("Error executing plan: Internal error: Error finding id")
         hidden = self.lost if self.times > 0 else set()
         self.times -= 1
         return {"ids": [[i for i in ids if i not in hidden][:n_results]]}
+
+    def get(self, *, ids: list[str], **_: object) -> dict[str, list[str]]:
+        return {"ids": [i for i in ids if i not in self.gone]}
 
     def upsert(self, *, ids: list[str], **_: object) -> None:
         self.writes.append(ids)
 
 
-def test_records_a_query_cannot_reach_are_written_again_one_by_one() -> None:
+def test_records_a_query_cannot_reach_are_written_again_one_by_one(caplog: pytest.LogCaptureFixture) -> None:
     from models.vector_index import _reconnect
 
     batch = [item(f"m{k}", E0) for k in range(4)]
@@ -690,10 +697,49 @@ def test_records_a_query_cannot_reach_are_written_again_one_by_one() -> None:
     _reconnect(collection, batch)  # type: ignore[arg-type]
     assert collection.writes == [["m1:0"], ["m3:0"]]  # all reachable: nothing written
 
+    # Out of reach for good: left as it is, said in the log. Raising held every resource's vector work
+    # back behind this one (the outbox retried it for good).
     stubborn = _LosingCollection({"m2:0"}, times=99)
-    with pytest.raises(RuntimeError, match="still cannot reach 1 record"):
+    with caplog.at_level(logging.WARNING, logger="recallql"):
         _reconnect(stubborn, batch)  # type: ignore[arg-type]
     assert stubborn.writes == [["m2:0"]] * 3
+    assert "still cannot reach 1 record(s) after writing them again (m2:0)" in caplog.text
+
+
+def test_records_deleted_meanwhile_are_neither_damage_nor_written_back() -> None:
+    """Another replica deleted m1 (and m3, which the query also misses) between this one's write and its
+    check: Chroma's "Error finding id" for m1 was taken for a damaged index, and the healthy collection
+    dropped and rebuilt; nor may the check write a deleted message's vector back."""
+    from models.vector_index import _reconnect
+
+    batch = [item(f"m{k}", E0) for k in range(4)]
+    collection = _LosingCollection({"m2:0", "m3:0"}, times=1, gone=frozenset({"m1:0", "m3:0"}))
+    _reconnect(collection, batch)  # type: ignore[arg-type]
+    assert collection.writes == [["m2:0"]]
+
+    # Every id stored, and still the error: the index itself lost track of one (damage, as before).
+    damaged = _LosingCollection(set(), times=0, gone=frozenset({"m1:0"}))
+    damaged.get = lambda *, ids, **_: {"ids": ids}  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="Error finding id"):
+        _reconnect(damaged, batch)  # type: ignore[arg-type]
+
+
+def test_a_query_naming_a_deleted_id_fails_in_chroma_as_the_check_expects(tmp_path: Path) -> None:
+    """What the stub above stands for, in the real Chroma: a query restricted to ids, one of them deleted,
+    fails with "Error finding id", and get() leaves the deleted one out. The check passes on it."""
+    import chromadb
+
+    from models.vector_index import _MISSING_ID, _reconnect, _write
+
+    client = chromadb.PersistentClient(path=str(tmp_path / "chroma"))
+    collection = client.create_collection("deleted-ids", configuration={"hnsw": {"space": "cosine"}})
+    batch = [item(f"m{k}", unit(1.0, k, 0.5, 0.1)) for k in range(4)]
+    _write(collection, batch)
+    collection.delete(ids=["m1:0"])
+    with pytest.raises(Exception, match=_MISSING_ID):
+        collection.query(query_embeddings=[E0], ids=["m0:0", "m1:0"], n_results=2, include=[])
+    _reconnect(collection, batch)
+    assert sorted(collection.get(include=[])["ids"]) == ["m0:0", "m2:0", "m3:0"]
 
 
 async def test_resaving_checks_that_the_batch_stays_reachable(
