@@ -1073,10 +1073,14 @@ class SemanticMemory:
             if after is None:
                 return total
 
-    async def run_drainer(self, interval: float = 1.0, *, grace: float = 15.0) -> None:
-        """Background loop: drains the outbox, backing off while the embedder or the index is down.
-        The first pass takes everything (what a crashed process left); later ones leave the entries of
-        the last `grace` seconds to their requests."""
+    async def run_drainer(
+        self, interval: float = 1.0, *, grace: float = 15.0, longest_wait: float = 15.0
+    ) -> None:
+        """Background loop: drains the outbox, backing off while the embedder or the index is down, to
+        at most `longest_wait` between tries (at 60 s, what was saved during an outage of a minute or
+        more stayed out of searches for up to a minute after Chroma was back). The first pass takes
+        everything (what a crashed process left); later ones leave the entries of the last `grace`
+        seconds to their requests."""
         delay = interval
         first = True
         while True:
@@ -1088,7 +1092,7 @@ class SemanticMemory:
                 raise
             except Exception as exc:  # an outage must not kill the loop; the outbox keeps the work
                 log.warning("vector outbox drain failed, retrying in %.0fs: %s", delay, summary(exc))
-                delay = min(delay * 2, 60.0)
+                delay = min(delay * 2, longest_wait)
             await asyncio.sleep(delay)
 
     async def _stop_rebuilds(self) -> None:

@@ -1473,3 +1473,31 @@ async def test_a_transfer_moves_its_messages_vectors_without_embedding_them(
     assert sum(setup.embedder.calls) > embedded
     assert sorted(await _vectors_of(setup, carol, saved)) == sorted(saved)
     assert await _vectors_of(setup, bob, saved) == {}
+
+
+async def test_the_drainer_tries_again_at_least_every_15_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The drain's back-off doubled up to 60 s: what was saved during an outage of a minute or more stayed
+    out of searches for up to a minute after Chroma was back. It stops doubling at 15 s, and a drain that
+    succeeds starts it over."""
+    semantic = SemanticMemory(None, None, lambda _m, _d: None)  # type: ignore[arg-type]
+    outcomes = iter([False] * 6 + [True] + [False] * 2)
+
+    async def drain(**_: Any) -> int:
+        if not next(outcomes):
+            raise VectorIndexError("Chroma is down")
+        return 0
+
+    waits: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == 9:
+            raise asyncio.CancelledError
+        await real_sleep(0)
+
+    monkeypatch.setattr(semantic, "drain", drain)
+    monkeypatch.setattr(asyncio, "sleep", sleep)
+    with pytest.raises(asyncio.CancelledError):
+        await semantic.run_drainer(interval=1.0)
+    assert waits == [2.0, 4.0, 8.0, 15.0, 15.0, 15.0, 1.0, 2.0, 4.0]
