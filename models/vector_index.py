@@ -363,9 +363,12 @@ class ChromaIndex:
         tune_sqlite: bool = True,
         cached_indexes: int | None = None,
         timeout: float = 30.0,
+        database: str | None = None,
     ) -> None:
         if (path is None) == (url is None):
             raise ValueError("give exactly one of path (embedded Chroma) or url (Chroma server)")
+        if database is not None and url is None:
+            raise ValueError("a database is a Chroma server's (url): an embedded directory is its own")
         if dimension < 1:
             raise ValueError("dimension must be positive")
         if not model_name:
@@ -390,6 +393,10 @@ class ChromaIndex:
         # and hold the write pipeline and its worker threads. Failed in time, a request is an ordinary
         # failure: searches say SERVICE_UNAVAILABLE, writes stay in the outbox for the drain.
         self.timeout = timeout
+        # A Chroma server's database (created when missing), so that deployments sharing one server
+        # keep apart: collections are named by resource, so two deployments holding a resource of one
+        # name wrote into one collection, and each one's check-index --repair deleted the other's vectors.
+        self.database = database
         self._lock_timeout = lock_timeout
         self._lock_refused = False  # once refused, later calls fail at once until the holder lets go
         self._directory_lock: FileLock | None = None
@@ -424,6 +431,8 @@ class ChromaIndex:
 
     def __repr__(self) -> str:
         where = f"url={self._url!r}" if self._url else f"path={str(self._path)!r}"
+        if self.database is not None:
+            where += f", database={self.database!r}"
         return f"ChromaIndex({where}, model_name={self.model_name!r}, dimension={self.dimension})"
 
     # -- plumbing ------------------------------------------------------------------------------------
@@ -467,6 +476,7 @@ class ChromaIndex:
     def _http_client(self, settings: Any) -> ClientAPI:
         import chromadb
         import httpx
+        from chromadb.config import DEFAULT_DATABASE
 
         assert self._url is not None
         limit = httpx.Timeout(self.timeout, connect=min(self.timeout, 5.0))
@@ -474,12 +484,13 @@ class ChromaIndex:
         httpx.get(heartbeat_url(self._url), timeout=limit).raise_for_status()
         parts = urlsplit(self._url)
         ssl = parts.scheme == "https"
-        client = chromadb.HttpClient(
-            host=parts.hostname or "localhost",
-            port=parts.port or (443 if ssl else 80),
-            ssl=ssl,
-            settings=settings,
-        )
+        host, port = parts.hostname or "localhost", parts.port or (443 if ssl else 80)
+        database = DEFAULT_DATABASE
+        if self.database is not None:
+            admin = chromadb.AdminClient(_server_settings(settings, host=host, port=port, ssl=ssl))
+            _ensure_database(admin, self.database)
+            database = self.database
+        client = chromadb.HttpClient(host=host, port=port, ssl=ssl, settings=settings, database=database)
         for owner in (client, getattr(client, "_admin_client", None)):
             session = getattr(getattr(owner, "_server", None), "_session", None)
             if session is not None:
@@ -1060,6 +1071,29 @@ def _reconnect(collection: Collection, items: Sequence[VectorItem], attempts: in
 
 def _stored_ids(collection: Collection, ids: list[str]) -> set[str]:
     return set(collection.get(ids=ids, include=[])["ids"])
+
+
+def _server_settings(settings: Any, *, host: str, port: int, ssl: bool) -> Any:
+    """chromadb's Settings of an HTTP client of this server (AdminClient takes them, not an address)."""
+    return settings.model_copy(
+        update={
+            "chroma_api_impl": "chromadb.api.fastapi.FastAPI",
+            "chroma_server_host": host,
+            "chroma_server_http_port": port,
+            "chroma_server_ssl_enabled": ssl,
+        }
+    )
+
+
+def _ensure_database(admin: Any, name: str) -> None:
+    from chromadb.errors import NotFoundError
+
+    try:
+        admin.get_database(name)
+    except NotFoundError:
+        with contextlib.suppress(Exception):  # another replica made it meanwhile: checked again below
+            admin.create_database(name)
+        admin.get_database(name)
 
 
 def _parse_vector_id(vector_id: str) -> tuple[str, int]:

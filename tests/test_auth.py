@@ -1014,6 +1014,14 @@ def test_auto_mode_on_loopback_is_open_and_warns(tmp_path: Path) -> None:
         ({"RECALLQL_JWT_JWKS_URL": "jwks.json"}, ["RECALLQL_JWT_JWKS_URL"]),
         ({"RECALLQL_OTEL_ENDPOINT": "collector:4318"}, ["RECALLQL_OTEL_ENDPOINT"]),
         (
+            {"RECALLQL_CHROMA_DATABASE": "prod"},
+            ["RECALLQL_CHROMA_DATABASE names a database of the Chroma server (RECALLQL_CHROMA_URL)"],
+        ),
+        (
+            {"RECALLQL_CHROMA_URL": "http://127.0.0.1:1", "RECALLQL_CHROMA_DATABASE": "a b"},
+            ["RECALLQL_CHROMA_DATABASE: String should match pattern"],
+        ),
+        (
             {"RECALLQL_REDIS_URL": "user:s3cr3t@redis:6379"},
             ["RECALLQL_REDIS_URL: Value error, not a redis://, rediss:// or unix:// URL"],
         ),

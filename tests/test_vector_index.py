@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -609,6 +610,30 @@ async def test_against_chroma_server(chroma_server: str) -> None:
         assert (await index.count("r1"), await index.count(None)) == (1, 0)
     finally:
         await index.aclose()
+
+
+async def test_deployments_sharing_a_chroma_server_keep_apart_by_database(chroma_server: str) -> None:
+    """Collections are named by resource: two deployments on one Chroma server holding a resource of one
+    name wrote into one collection (each one's searches filled with the other's vectors, and its
+    check-index --repair deleted them). RECALLQL_CHROMA_DATABASE gives each its own database."""
+    a, b = f"deploy-{uuid.uuid4().hex[:8]}", f"deploy-{uuid.uuid4().hex[:8]}"
+    first = ChromaIndex(url=chroma_server, model_name=MODEL, dimension=DIM, database=a)
+    second = ChromaIndex(url=chroma_server, model_name=MODEL, dimension=DIM, database=b)
+    again = ChromaIndex(url=chroma_server, model_name=MODEL, dimension=DIM, database=a)  # a replica
+    try:
+        await first.upsert([item("m1", E0, resource_id="alice")])
+        await second.upsert([item("m2", E1, resource_id="alice")])
+        assert await first.stored("alice") == await again.stored("alice") == {("m1", 0)}
+        assert await second.stored("alice") == {("m2", 0)}
+        assert ids(await second.query(E0, resource_ids=["alice"], thread_id=None, top_k=5)) == ["m2"]
+        await second.drop()  # `reindex --rebuild` of the second deployment: the first keeps its vectors
+        assert await first.stored("alice") == {("m1", 0)}
+        assert await second.resources() == []
+    finally:
+        for index in (first, second, again):
+            await index.aclose()
+    with pytest.raises(ValueError, match="Chroma server"):
+        ChromaIndex(path="/tmp/unused", model_name=MODEL, dimension=DIM, database=a)
 
 
 async def test_unreachable_server_raises() -> None:

@@ -84,6 +84,11 @@ class Settings(BaseSettings):
     # runs N batches at once on one core each (more throughput for bulk ingest, slower lone queries).
     embedding_workers: int = Field(default=1, ge=1, le=64)
     chroma_url: str | None = None
+    # The Chroma server's database RecallQL keeps its collections in (created when missing): one per
+    # deployment sharing a server. Unset: the server's default database.
+    chroma_database: str | None = Field(
+        default=None, pattern=r"^[a-zA-Z0-9][a-zA-Z0-9._-]{1,510}[a-zA-Z0-9]$"
+    )
     # Seconds a request to the Chroma server may take (connecting: at most 5) before it counts as failed;
     # with embedded Chroma's child process, a search or a write (models/chroma_process.py).
     chroma_timeout: float = Field(default=30.0, gt=0)
@@ -182,6 +187,10 @@ class Settings(BaseSettings):
         for url, model in (("chat_url", "chat_model"), ("embeddings_url", "embeddings_model")):
             if getattr(self, url) and not getattr(self, model):
                 raise ValueError(f"RECALLQL_{model.upper()} is required with RECALLQL_{url.upper()}")
+        if self.chroma_database is not None and not self.chroma_url:
+            raise ValueError(
+                "RECALLQL_CHROMA_DATABASE names a database of the Chroma server (RECALLQL_CHROMA_URL)"
+            )
         embedded_chroma = self.embedder != "off" and not self.chroma_url
         if embedded_chroma and self.chroma_path.exists() and not self.chroma_path.is_dir():
             # Else a traceback from serve, and "the database cannot be reached" from the other commands.

@@ -61,10 +61,12 @@ def build_semantic(settings: Settings, repository: Repository) -> SemanticMemory
         return None
     timeout = settings.chroma_timeout
     if settings.chroma_url:
-        url = settings.chroma_url
+        url, database = settings.chroma_url, settings.chroma_database
 
         def factory(model: str, dimension: int) -> VectorIndex:
-            return ChromaIndex(url=url, model_name=model, dimension=dimension, timeout=timeout)
+            return ChromaIndex(
+                url=url, model_name=model, dimension=dimension, timeout=timeout, database=database
+            )
 
     else:
         path = settings.chroma_path
