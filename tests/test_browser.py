@@ -7,7 +7,7 @@ import asyncio
 import importlib.util
 import json
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -478,10 +478,10 @@ async def test_explorer_lists_every_resources_threads(tab: Tab, server: ServerPr
     )
 
 
-async def test_explorer_shows_all_of_a_thread_with_system_rows(tab: Tab, server: ServerProcess) -> None:
-    # total counts system-role rows, which recall never returns: "the newest 2 of 3" was shown under
-    # every limit, "all" included, and the third could never be shown.
-    page = tab.page
+async def thread_of(
+    server: ServerProcess, messages: Callable[[str], list[dict[str, Any]]]
+) -> tuple[str, str]:
+    """A new thread of a new resource holding `messages(thread id)`: (resource, thread)."""
     api = Api(server.url)
     thread, resource = uid("t"), uid("r")
     await api.execute(
@@ -490,7 +490,18 @@ async def test_explorer_shows_all_of_a_thread_with_system_rows(tab: Tab, server:
     )
     await api.execute(
         "mutation($m: [MessageInput!]!) { saveMessages(messages: $m) { messages { id } } }",
-        m=[
+        m=messages(thread),
+    )
+    return resource, thread
+
+
+async def test_explorer_shows_all_of_a_thread_with_system_rows(tab: Tab, server: ServerProcess) -> None:
+    # total counts system-role rows, which recall never returns: "the newest 2 of 3" was shown under
+    # every limit, "all" included, and the third could never be shown.
+    page = tab.page
+    resource, thread = await thread_of(
+        server,
+        lambda thread: [
             text_message(
                 thread_id=thread, role=role, text=f"{role} {n}", created_at=f"2026-01-01T00:00:0{n}Z"
             )
@@ -505,6 +516,25 @@ async def test_explorer_shows_all_of_a_thread_with_system_rows(tab: Tab, server:
         "system reminders (hidden)."
     )
     assert await page.locator("#thread-messages > li").count() == 2
+
+
+async def test_explorer_shows_the_content_string_of_a_message_whose_text_is_empty(
+    tab: Tab, server: ServerProcess
+) -> None:
+    # An empty text part hid the legacy content string: the message showed a blank body.
+    page = tab.page
+
+    def legacy(thread: str) -> list[dict[str, Any]]:
+        message = text_message(thread_id=thread, text="")
+        message["content"]["content"] = "legacy content string"
+        return [message]
+
+    resource, thread = await thread_of(server, legacy)
+    await page.goto(f"{server.url}/#resource={resource}&thread={thread}")
+    await page.locator("#thread-status").filter(has_text="Showing").wait_for()
+    assert await page.locator("#thread-messages > li .part.text").all_text_contents() == [
+        "legacy content string"
+    ]
 
 
 RESOURCE_MESSAGES = """

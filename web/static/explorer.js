@@ -243,7 +243,8 @@
   function renderPart(part) {
     switch (part.__typename) {
       case 'TextPart':
-        return el('div', { class: 'part text', text: part.text });
+        // An empty one shows nothing, and leaves room for the legacy content string (see renderMessage).
+        return part.text ? el('div', { class: 'part text', text: part.text }) : null;
       case 'ReasoningPart':
         return el('div', { class: 'part reasoning' }, el('span', { class: 'tag', text: 'reasoning' }), ' ', part.reasoning ?? '');
       case 'ToolInvocationPart': {
