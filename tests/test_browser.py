@@ -537,6 +537,43 @@ async def test_explorer_shows_the_content_string_of_a_message_whose_text_is_empt
     ]
 
 
+async def test_explorer_back_and_an_edited_hash_follow_the_views(tab: Tab, server: ServerProcess) -> None:
+    """Every view replaced the URL's hash in place, so Back left the explorer, and a hash edited by hand
+    changed nothing until a reload. Each view is now a history entry, and the hash leads."""
+    page = tab.page
+    api = Api(server.url)
+    resource = uid("res")
+    threads = {uid("thread"): title for title in ("Alpha", "Beta", "Gamma")}
+    for thread_id, title in threads.items():
+        await api.execute(
+            "mutation ($input: CreateThreadInput!) { createThread(input: $input) { id } }",
+            input={"id": thread_id, "resourceId": resource, "title": title},
+        )
+    alpha, beta, gamma = threads
+    current = page.locator("#threads button[aria-current='true']")
+
+    async def showing(thread_id: str) -> None:
+        await page.locator("#thread-title", has_text=threads[thread_id]).wait_for()
+        await current.and_(page.locator(f'[data-thread-id="{thread_id}"]')).wait_for()
+        assert page.url.endswith(f"#resource={resource}&thread={thread_id}")
+
+    await page.goto(f"{server.url}/")
+    await page.get_by_label("Resource id").fill(resource)
+    await page.get_by_label("Resource id").press("Enter")
+    for thread_id in (alpha, beta):
+        await page.locator(f'#threads button[data-thread-id="{thread_id}"]').click()
+        await showing(thread_id)
+    await page.go_back()
+    await showing(alpha)
+    await page.go_back()
+    await page.wait_for_url(f"**/#resource={resource}")
+    await current.wait_for(state="detached")
+    await page.go_forward()
+    await showing(alpha)
+    await page.evaluate(f"location.hash = '#resource={resource}&thread={gamma}'")
+    await showing(gamma)
+
+
 RESOURCE_MESSAGES = """
 query ($id: String!, $page: Int!, $direction: SortDirection!) {
   resource(id: $id) {

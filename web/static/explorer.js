@@ -180,16 +180,58 @@
     lastRecall: null,
     view: '', // 'messages': the resource's messages across its threads instead of a thread
     resourceMessagesPage: 0,
+    listing: 0, // which listing of threads is shown: a load for an earlier one is dropped
   };
 
-  function saveHash() {
+  function currentHash() {
     const params = new URLSearchParams();
     if (state.allThreads) params.set('all', '1');
     else if (state.resourceId) params.set('resource', state.resourceId);
     if (state.threadId) params.set('thread', state.threadId);
     else if (state.view === 'messages') params.set('view', 'messages');
     const hash = params.toString();
-    history.replaceState(null, '', hash ? `#${hash}` : window.location.pathname + window.location.search);
+    return hash ? `#${hash}` : '';
+  }
+
+  // While the view follows the URL (the start, Back, a hash edited by hand), it makes no history entry.
+  let followingUrl = false;
+
+  /** Each view its own history entry, so that Back returns to the one before (it left the explorer). */
+  function saveHash() {
+    const hash = currentHash();
+    if (hash === window.location.hash) return;
+    const url = hash || window.location.pathname + window.location.search;
+    if (followingUrl) history.replaceState(null, '', url);
+    else history.pushState(null, '', url);
+  }
+
+  /** Shows what the URL's hash names: at the start, after Back or Forward, and after a hand edit. */
+  function followHash() {
+    if (window.location.hash === currentHash()) return; // popstate and hashchange both come for one Back
+    const params = new URLSearchParams(window.location.hash.slice(1));
+    const resource = params.get('resource');
+    const thread = params.get('thread');
+    if (!params.get('all') && !resource && !thread) {
+      window.location.reload(); // back to the page as first opened
+      return;
+    }
+    followingUrl = true;
+    try {
+      // The listing is loaded again only when it lists something else.
+      if (params.get('all')) {
+        if (!state.allThreads) loadAllThreads({ keepThread: Boolean(thread) });
+      } else if (resource && (state.allThreads || resource !== state.resourceId)) {
+        loadResource(resource, { keepThread: Boolean(thread) });
+      } else if (!thread) {
+        state.threadId = '';
+        showThread(null);
+        markCurrentThread();
+      }
+      if (thread) selectThread(thread);
+      else if (resource && params.get('view') === 'messages') openResourceMessages(0);
+    } finally {
+      followingUrl = false;
+    }
   }
 
   function recentResources() {
@@ -315,6 +357,7 @@
 
   // ------------------------------------------------------------------------------------ threads
   async function loadResource(resourceId, { keepThread = false } = {}) {
+    state.listing += 1;
     state.allThreads = false;
     state.resourceId = resourceId;
     state.threadsAfter = null;
@@ -332,6 +375,7 @@
   }
 
   async function loadAllThreads({ keepThread = false } = {}) {
+    state.listing += 1;
     state.allThreads = true;
     state.resourceId = '';
     state.threadsAfter = null;
@@ -353,12 +397,15 @@
     const status = $('#threads-status');
     status.textContent = 'Loading threads…';
     $('#threads-more').hidden = true;
+    const listing = state.listing;
     try {
       const data = await gql(THREADS_QUERY, {
         resourceId: state.allThreads ? null : state.resourceId,
         after: state.threadsAfter,
         perPage: THREADS_PER_PAGE,
       });
+      // Another listing began meanwhile (a resource opened twice quickly, Back): its own load shows it.
+      if (listing !== state.listing) return;
       clearError();
       const page = data.threads;
       if (page.threads.length && !state.allThreads) rememberResource(state.resourceId);
@@ -907,13 +954,9 @@
     $('#recall-next').addEventListener('click', () => turnPage(1));
     syncFormControls();
 
-    const params = new URLSearchParams(window.location.hash.slice(1));
-    const resource = params.get('resource');
-    const thread = params.get('thread');
-    if (params.get('all')) loadAllThreads({ keepThread: Boolean(thread) });
-    else if (resource) loadResource(resource, { keepThread: Boolean(thread) });
-    if (thread) selectThread(thread);
-    else if (resource && params.get('view') === 'messages') openResourceMessages(0);
+    window.addEventListener('popstate', followHash);
+    window.addEventListener('hashchange', followHash);
+    if (window.location.hash) followHash();
   }
 
   start();
