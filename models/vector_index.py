@@ -476,7 +476,6 @@ class ChromaIndex:
     def _http_client(self, settings: Any) -> ClientAPI:
         import chromadb
         import httpx
-        from chromadb.config import DEFAULT_DATABASE
 
         assert self._url is not None
         limit = httpx.Timeout(self.timeout, connect=min(self.timeout, 5.0))
@@ -484,17 +483,21 @@ class ChromaIndex:
         httpx.get(heartbeat_url(self._url), timeout=limit).raise_for_status()
         parts = urlsplit(self._url)
         ssl = parts.scheme == "https"
-        host, port = parts.hostname or "localhost", parts.port or (443 if ssl else 80)
-        database = DEFAULT_DATABASE
-        if self.database is not None:
-            admin = chromadb.AdminClient(_server_settings(settings, host=host, port=port, ssl=ssl))
-            _ensure_database(admin, self.database)
-            database = self.database
-        client = chromadb.HttpClient(host=host, port=port, ssl=ssl, settings=settings, database=database)
+        client = chromadb.HttpClient(
+            host=parts.hostname or "localhost",
+            port=parts.port or (443 if ssl else 80),
+            ssl=ssl,
+            settings=settings,
+        )
         for owner in (client, getattr(client, "_admin_client", None)):
             session = getattr(getattr(owner, "_server", None), "_session", None)
             if session is not None:
                 session.timeout = limit
+        if self.database is not None:
+            # Made in the default database, then moved: a client made in a missing database is refused,
+            # and a separate AdminClient would be a second connection to close (it was left open).
+            _ensure_database(client._admin_client, self.database)  # type: ignore[attr-defined]
+            client.set_database(self.database)
         return client
 
     def _lock_directory(self) -> None:
@@ -1071,18 +1074,6 @@ def _reconnect(collection: Collection, items: Sequence[VectorItem], attempts: in
 
 def _stored_ids(collection: Collection, ids: list[str]) -> set[str]:
     return set(collection.get(ids=ids, include=[])["ids"])
-
-
-def _server_settings(settings: Any, *, host: str, port: int, ssl: bool) -> Any:
-    """chromadb's Settings of an HTTP client of this server (AdminClient takes them, not an address)."""
-    return settings.model_copy(
-        update={
-            "chroma_api_impl": "chromadb.api.fastapi.FastAPI",
-            "chroma_server_host": host,
-            "chroma_server_http_port": port,
-            "chroma_server_ssl_enabled": ssl,
-        }
-    )
 
 
 def _ensure_database(admin: Any, name: str) -> None:

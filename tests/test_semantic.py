@@ -765,6 +765,7 @@ class _SwitchableEmbedder(http.server.BaseHTTPRequestHandler):
 async def test_a_failed_search_says_how_the_embedder_failed(tmp_path: Path) -> None:
     """Every embedder failure read "the embedder cannot be reached", sending an operator to the network
     when the endpoint had answered: refusing the key, or with vectors of another model."""
+    _SwitchableEmbedder.answer = "ok"  # the server's warm-up asks it the model's dimension
     endpoint = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SwitchableEmbedder)
     threading.Thread(target=endpoint.serve_forever, daemon=True).start()
     env = http_embedder_env(f"http://127.0.0.1:{endpoint.server_port}/v1")

@@ -96,7 +96,8 @@ def _parse_error(query: str, view: Any) -> dict[str, Any] | None:
     return None
 
 
-EXPIRED_CLOSE_CODE = 4403  # graphql-transport-ws's Forbidden, as for a refused connection_init
+# graphql-transport-ws's Forbidden: a refused connection_init, and a connection whose token expired.
+REFUSED_CLOSE_CODE = EXPIRED_CLOSE_CODE = 4403
 EXPIRED_REASON = "Token expired"
 
 
@@ -154,7 +155,6 @@ class _CredentialExpiry:
                 await self._expiry_task
 
 
-REFUSED_CLOSE_CODE = 4403
 MAX_CLOSE_REASON = 123  # bytes of UTF-8 a close frame's reason may hold (RFC 6455, 5.5)
 
 

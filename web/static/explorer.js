@@ -590,7 +590,9 @@
   }
 
   // ------------------------------------------------------------------------------------ working memory
-  let workingMemoryPlan; // undefined: not introspected yet; null: the schema has no working memory
+  // The introspection's promise, shared by the loads that ask meanwhile; null within it: the schema has
+  // no working memory.
+  let workingMemoryPlan;
 
   function unwrap(type) {
     let t = type;
@@ -610,9 +612,11 @@
   /** Introspects once whether Query.resource(id) { workingMemory } exists, and how to select it. A
    * failed introspection (no token yet, the server down) is asked again next time: remembered, it said
    * "does not offer working memory" for the life of the page. */
-  async function planWorkingMemory() {
-    if (workingMemoryPlan !== undefined) return workingMemoryPlan;
-    workingMemoryPlan = await introspectWorkingMemory();
+  function planWorkingMemory() {
+    workingMemoryPlan ??= introspectWorkingMemory().catch((err) => {
+      workingMemoryPlan = undefined;
+      throw err;
+    });
     return workingMemoryPlan;
   }
 
