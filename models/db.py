@@ -6,7 +6,8 @@ import contextlib
 import functools
 import json
 import sqlite3
-from collections.abc import Iterator
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
 
 # libpq's connection parameters that asyncpg reads from a DSN's query, as providers write them in the
 # URLs they hand out (`?sslmode=require` above all). SQLAlchemy passes a URL's query to asyncpg.connect as
@@ -110,6 +112,7 @@ def create_engine(
     connect_timeout: float | None = None,
     transaction_pooler: bool = False,
     lock_timeout: float | None = None,
+    command_timeout: float | None = None,
 ) -> AsyncEngine:
     """`connect_timeout` (PostgreSQL): seconds a new connection may take, so that requests fail fast
     while the database is unreachable (asyncpg's own default is 60).
@@ -120,6 +123,12 @@ def create_engine(
     each with a pooled connection, until the pool was exhausted and reads failed too. Behind a
     transaction pooler, whose server connections are shared, a session setting would leak to other
     clients: there it bounds each write transaction alone (`transaction_lock_timeout`).
+
+    `command_timeout` (PostgreSQL): seconds a statement may take, round trip. A connection whose network
+    path went silent (a partition, a NAT or firewall dropping the flow, a failed-over host that never
+    sends a reset) otherwise held its request, and its pooled connection, for as long as TCP took to give
+    up: hours. Past it asyncpg raises TimeoutError and SQLAlchemy discards the connection. Migrations
+    run on a twin without it (`unbounded`): a rewrite of a large table may take longer.
 
     `transaction_pooler` (PostgreSQL): the URL is a pooler in transaction mode (PgBouncer, Supavisor,
     RDS Proxy), which hands each transaction to whichever server connection is free. A statement
@@ -161,6 +170,17 @@ def create_engine(
     execution_options: dict[str, Any] = {}
     if lock_wait and transaction_pooler:
         execution_options[_TRANSACTION_LOCK_TIMEOUT] = lock_wait
+    unbounded = functools.partial(
+        create_async_engine,
+        parsed,
+        echo=echo,
+        isolation_level="READ COMMITTED",
+        poolclass=NullPool,
+        connect_args=dict(connect_args),
+        **json_options,
+    )
+    if command_timeout:
+        connect_args["command_timeout"] = command_timeout
     engine = create_async_engine(
         parsed,
         echo=echo,
@@ -178,7 +198,28 @@ def create_engine(
     event.listen(engine.sync_engine, "handle_error", _read_only_is_a_disconnect)
     if lock_wait and not transaction_pooler:
         event.listen(engine.sync_engine, "connect", functools.partial(_default_lock_timeout, lock_wait))
+    if command_timeout:
+        _UNBOUNDED[engine.sync_engine] = unbounded
     return engine
+
+
+# Engines whose statements are time-bounded, and how to make a twin that is not.
+_UNBOUNDED: weakref.WeakKeyDictionary[Engine, Callable[[], AsyncEngine]] = weakref.WeakKeyDictionary()
+
+
+@contextlib.asynccontextmanager
+async def unbounded(engine: AsyncEngine) -> AsyncIterator[AsyncEngine]:
+    """The engine itself, or, where its statements are time-bounded (`command_timeout`), a twin of one
+    connection at a time whose statements are not: for migrations, which may rightly take long."""
+    make = _UNBOUNDED.get(engine.sync_engine)
+    if make is None:
+        yield engine
+        return
+    twin = make()
+    try:
+        yield twin
+    finally:
+        await twin.dispose()
 
 
 _TRANSACTION_LOCK_TIMEOUT = "recallql_transaction_lock_timeout"

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
+from models.db import unbounded
 from models.tables import PG_ONLY_INDEXES
 
 log = logging.getLogger("recallql")
@@ -138,7 +139,7 @@ async def upgrade(engine: AsyncEngine) -> SchemaState:
     it found: `pending` is what was applied. A database migrated by a newer RecallQL is left as it is
     (`unknown` says so): replicas of the older version keep running beside it in a rolling upgrade."""
     if engine.dialect.name != "sqlite":
-        async with engine.begin() as conn:
+        async with unbounded(engine) as migration, migration.begin() as conn:
             return await conn.run_sync(_upgrade)
     # Read first: the write lock is taken only when there is something to apply (it waited for any
     # writer, a long import say, on every start).

@@ -7,6 +7,8 @@ Modes:
     up but the database is not) and every open connection is cut.
   * ``blackhole``: new connections are accepted and never answered (a database behind a dead network path);
     open connections are cut.
+  * ``freeze``: as ``blackhole``, but open connections stay open and carry nothing more (a silent network
+    partition: no reset reaches either end); what they sent meanwhile arrives once forwarding resumes.
 
 It runs its own event loop in a daemon thread, so synchronous and asynchronous tests can drive it alike.
 
@@ -59,6 +61,10 @@ class TcpProxy:
         """Accept new connections but never answer them; cut every open connection."""
         self._run(self._set_mode("blackhole"))
 
+    def freeze(self) -> None:
+        """Accept new connections but never answer them; open connections carry nothing, and stay open."""
+        self._run(self._set_mode("freeze"))
+
     def cut(self) -> int:
         """Cut every open connection (the mode stays); returns how many were cut."""
         return self._run(self._cut())
@@ -105,7 +111,7 @@ class TcpProxy:
             await self._unlisten()
         else:
             await self._listen()
-        if mode != "forward":
+        if mode in ("refuse", "blackhole"):
             await self._cut()
         else:  # connections held by the black hole never reached the target: drop them too
             for writer in list(self._held):
@@ -129,7 +135,7 @@ class TcpProxy:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
-        if self.mode == "blackhole":
+        if self.mode in ("blackhole", "freeze"):
             self._held.add(writer)
             return
         if self.mode != "forward":
@@ -154,6 +160,8 @@ class TcpProxy:
     ) -> None:
         try:
             while data := await source.read(65536):
+                while self.mode == "freeze":
+                    await asyncio.sleep(0.05)
                 sink.write(data)
                 await sink.drain()
         except (OSError, asyncio.CancelledError):

@@ -1013,6 +1013,12 @@ def test_auto_mode_on_loopback_is_open_and_warns(tmp_path: Path) -> None:
         ),
         ({"RECALLQL_JWT_JWKS_URL": "jwks.json"}, ["RECALLQL_JWT_JWKS_URL"]),
         ({"RECALLQL_OTEL_ENDPOINT": "collector:4318"}, ["RECALLQL_OTEL_ENDPOINT"]),
+        # A statement cut by the command timeout while it still waited for a lock reported the database
+        # unreachable, where the lock timeout's own error says what happened.
+        (
+            {"RECALLQL_DB_LOCK_TIMEOUT": "120"},
+            ["RECALLQL_DB_COMMAND_TIMEOUT (60 s) must be longer than RECALLQL_DB_LOCK_TIMEOUT (120 s)"],
+        ),
         (
             {"RECALLQL_CHROMA_DATABASE": "prod"},
             ["RECALLQL_CHROMA_DATABASE names a database of the Chroma server (RECALLQL_CHROMA_URL)"],

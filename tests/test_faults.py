@@ -328,6 +328,58 @@ async def test_database_outage_fails_fast_and_service_resumes(tmp_path: Path) ->
             assert "service unavailable" in log
 
 
+async def test_a_silent_network_path_fails_requests_after_the_command_timeout(tmp_path: Path) -> None:
+    """A pooled connection whose network path goes silent (a partition, a NAT or firewall dropping the
+    flow: no reset reaches either end) held each request that used it for as long as TCP took to give
+    up, hours; the readiness check hung with them. Now a statement gets RECALLQL_DB_COMMAND_TIMEOUT,
+    then the request is SERVICE_UNAVAILABLE, the connection is dropped, and service resumes by itself."""
+    async with database("postgres", tmp_path) as url:
+        parts = urlsplit(url)
+        with TcpProxy(parts.hostname or "127.0.0.1", parts.port or 5432) as proxy:
+            env = {
+                "RECALLQL_DATABASE_URL": through_proxy(url, proxy.port),
+                "RECALLQL_EMBEDDER": "off",
+                "RECALLQL_DB_CONNECT_TIMEOUT": "2",
+                "RECALLQL_DB_LOCK_TIMEOUT": "1",
+                "RECALLQL_DB_COMMAND_TIMEOUT": "2",
+            }
+            with running_server(tmp_path / "data", env) as srv:
+                async with httpx.AsyncClient(timeout=60) as client:
+                    thread = uid("t")
+                    body, _ = await gql(client, srv.url, CREATE, input={"id": thread, "resourceId": "r"})
+                    assert codes(body) == [], body
+                    saved = [
+                        text_message(thread_id=thread, id=f"{thread}-m{n}", created_at=at(n))
+                        for n in range(3)
+                    ]
+                    body, _ = await gql(client, srv.url, SAVE, m=saved)
+                    assert codes(body) == [], body
+                    assert proxy.open_connections() > 0  # pooled, idle: what the partition strands
+
+                    proxy.freeze()
+                    for query, variables in ((RECALL_PAGE, {"t": thread}), (THREAD, {"t": thread})):
+                        body, took = await gql(client, srv.url, query, **variables)
+                        assert codes(body) == ["SERVICE_UNAVAILABLE"], body
+                        assert body["errors"][0]["extensions"]["reason"] == "unreachable", body
+                        # The command timeout on the stranded connection, then the connect timeout on
+                        # a new one: 2 s each, with room for a loaded machine.
+                        assert took < 12, f"{query[:30]} took {took:.1f}s"
+                    started = time.monotonic()
+                    ready = await client.get(f"{srv.url}/readyz")
+                    assert (ready.status_code, ready.json()["database"]) == (503, "unreachable")
+                    assert time.monotonic() - started < 12
+
+                    proxy.forward()
+
+                    async def answers() -> bool:
+                        body, _ = await gql(client, srv.url, RECALL_PAGE, t=thread)
+                        return codes(body) == [] and body["data"]["recall"]["total"] == 3
+
+                    await eventually(answers, timeout=20, what="recall to answer again")
+            log = srv.log_path.read_text()
+            assert "internal error" not in log, log[-3000:]
+
+
 # ---------------------------------------------------------------------------------------- 3. Chroma outage
 class ChromaProcess:
     """`chroma run` on a fixed port and path, which the test stops and starts again."""
@@ -1151,7 +1203,8 @@ async def test_a_lock_held_elsewhere_fails_requests_after_the_lock_timeout(tmp_p
     needs (here the messages table; a DBA's long transaction, a table rewrite, a stuck client) held every
     request on it, each with a pooled connection, past any client's patience. Now a statement waits
     RECALLQL_DB_LOCK_TIMEOUT, then the request is SERVICE_UNAVAILABLE and its connection is free. A
-    database's own lock_timeout is left as it is, and a migration waits as long as it must."""
+    database's own lock_timeout is left as it is, and a migration waits as long as it must, past
+    RECALLQL_DB_COMMAND_TIMEOUT too."""
     import asyncpg
 
     from models.migrate import _PG_LOCK_KEY
@@ -1164,6 +1217,7 @@ async def test_a_lock_held_elsewhere_fails_requests_after_the_lock_timeout(tmp_p
             "RECALLQL_DB_POOL_SIZE": "1",
             "RECALLQL_DB_MAX_OVERFLOW": "0",
             "RECALLQL_DB_LOCK_TIMEOUT": "0.5",
+            "RECALLQL_DB_COMMAND_TIMEOUT": "1",
         }
         with running_server(tmp_path / "data", env) as server:
             async with httpx.AsyncClient(timeout=10) as client:
@@ -1187,7 +1241,8 @@ async def test_a_lock_held_elsewhere_fails_requests_after_the_lock_timeout(tmp_p
         admin = await asyncpg.connect(PG_ADMIN_DSN)
         try:
             await admin.execute(f'ALTER DATABASE "{name}" SET lock_timeout = 250')
-            with running_server(tmp_path / "data", {**env, "RECALLQL_DB_LOCK_TIMEOUT": "3600"}) as server:
+            longer = {"RECALLQL_DB_LOCK_TIMEOUT": "3600", "RECALLQL_DB_COMMAND_TIMEOUT": "0"}
+            with running_server(tmp_path / "data", {**env, **longer}) as server:
                 async with httpx.AsyncClient(timeout=10) as client, messages_held(url):
                     read, _ = await gql(client, server.url, RECALL_PAGE, t=thread)
                 assert codes(read) == ["SERVICE_UNAVAILABLE"], read
@@ -1195,7 +1250,8 @@ async def test_a_lock_held_elsewhere_fails_requests_after_the_lock_timeout(tmp_p
             await admin.execute(f'ALTER DATABASE "{name}" RESET lock_timeout')
             await admin.close()
 
-    # A migration waits for another's (its advisory lock held here for longer than the timeout).
+    # A migration waits for another's (its advisory lock held here for longer than either timeout: the
+    # command timeout bounds requests, not migrations).
     async with database("postgres", tmp_path / "new") as new:
         holder = await asyncpg.connect(new.replace("postgresql+asyncpg://", "postgresql://"))
         try:
@@ -1294,7 +1350,12 @@ async def test_behind_a_transaction_pooler_the_lock_timeout_bounds_each_write_al
             await admin.execute(f'ALTER DATABASE "{name}" SET lock_timeout = 250')
             with pgbouncer() as port:
                 pooled = through_proxy(url, port)
-                settings = {**env, "RECALLQL_DATABASE_URL": pooled, "RECALLQL_DB_LOCK_TIMEOUT": "3600"}
+                settings = {
+                    **env,
+                    "RECALLQL_DATABASE_URL": pooled,
+                    "RECALLQL_DB_LOCK_TIMEOUT": "3600",
+                    "RECALLQL_DB_COMMAND_TIMEOUT": "0",
+                }
                 with running_server(tmp_path / "data", settings) as server:
                     holder = await asyncpg.connect(direct)
                     try:

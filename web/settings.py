@@ -38,6 +38,9 @@ class Settings(BaseSettings):
     # PostgreSQL: seconds a statement may wait for a lock before the request fails with
     # SERVICE_UNAVAILABLE, where the role and database set no lock_timeout; 0 waits as they say.
     db_lock_timeout: float = Field(default=30.0, ge=0, le=2_147_483)  # PostgreSQL's bound, in seconds
+    # PostgreSQL: seconds a statement may take, round trip, before the request fails with
+    # SERVICE_UNAVAILABLE and its connection is dropped; 0 waits for ever. Migrations are not bounded.
+    db_command_timeout: float = Field(default=60.0, ge=0)
     auto_migrate: bool = True
 
     host: str = "127.0.0.1"
@@ -187,6 +190,12 @@ class Settings(BaseSettings):
         for url, model in (("chat_url", "chat_model"), ("embeddings_url", "embeddings_model")):
             if getattr(self, url) and not getattr(self, model):
                 raise ValueError(f"RECALLQL_{model.upper()} is required with RECALLQL_{url.upper()}")
+        if 0 < self.db_command_timeout <= self.db_lock_timeout:
+            # The statement would be cut as "unreachable" before its lock wait ended with its own error.
+            raise ValueError(
+                f"RECALLQL_DB_COMMAND_TIMEOUT ({self.db_command_timeout:g} s) must be longer than "
+                f"RECALLQL_DB_LOCK_TIMEOUT ({self.db_lock_timeout:g} s)"
+            )
         if self.chroma_database is not None and not self.chroma_url:
             raise ValueError(
                 "RECALLQL_CHROMA_DATABASE names a database of the Chroma server (RECALLQL_CHROMA_URL)"
@@ -351,6 +360,7 @@ class Settings(BaseSettings):
             "connect_timeout": self.db_connect_timeout,
             "transaction_pooler": self.db_transaction_pooler,
             "lock_timeout": self.db_lock_timeout,
+            "command_timeout": self.db_command_timeout,
         }
 
     @property
