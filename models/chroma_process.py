@@ -254,6 +254,10 @@ class IsolatedChromaIndex:
         lost: set[str] = await self._call("unreachable", resource_id, k=k)
         return lost
 
+    async def relink(self, resource_id: str | None) -> set[str]:
+        lost: set[str] = await self._call("relink", resource_id)
+        return lost
+
     async def ping(self) -> None:
         await self._timed([], "ping")
 

@@ -546,15 +546,20 @@ class ChromaIndex:
         )
 
     async def _write_alone(
-        self, operation: str, resource_id: str | None, create: bool, action: Callable[[Collection], None]
-    ) -> None:
+        self,
+        operation: str,
+        resource_id: str | None,
+        create: bool,
+        action: Callable[[Collection], T],
+        default: T = None,  # type: ignore[assignment]
+    ) -> T:
         """Runs one write of a resource's collection, alone among this index's writes of it."""
         async with self._write_lock(resource_id):
             call = asyncio.ensure_future(
-                self._call(operation, self._writing_collection, resource_id, create, action, None)
+                self._call(operation, self._writing_collection, resource_id, create, action, default)
             )
             try:
-                await asyncio.shield(call)
+                return await asyncio.shield(call)
             except asyncio.CancelledError:
                 # The caller is cancelled (a shutdown, a rebuild that failed on its next page), but not
                 # Chroma's thread: the collection stays locked until that write has ended, so that no
@@ -889,20 +894,42 @@ class ChromaIndex:
         counts as reached."""
 
         def action(collection: Collection) -> set[str]:
-            total = collection.count()
-            if not total:
-                return set()
-            n = min(k, total)
             lost: set[str] = set()
             for ids, embeddings in _pages(collection, ["embeddings"], size=256):
-                result = collection.query(query_embeddings=embeddings, n_results=n, include=["distances"])
-                distances = result.get("distances") or []
-                for vector_id, found, dist in zip(ids, result["ids"], distances, strict=True):
-                    if vector_id not in found and not (len(found) == n and dist[-1] <= 1e-6):
-                        lost.add(_parse_vector_id(vector_id)[0])
+                lost.update(_parse_vector_id(v)[0] for v in _out_of_reach(collection, ids, embeddings, k))
             return lost
 
         return await self._call("query", self._with_collection, resource_id, False, action, set())
+
+    async def relink(self, resource_id: str | None) -> set[str]:
+        """Writes again, one record per call, every record of this resource's collection that Chroma's
+        query cannot reach (see :meth:`unreachable`): a lone upsert of the same vector links it into
+        the graph again, where rebuilding the collection from the same vectors builds the same graph
+        and leaves the same records out (HNSW does so to about 1 in 2,000 of near-alike texts). Returns
+        the messages still out of reach."""
+
+        def action(collection: Collection) -> set[str]:
+            lost: list[str] = []
+            for ids, embeddings in _pages(collection, ["embeddings"], size=256):
+                lost.extend(_out_of_reach(collection, ids, embeddings))
+            still: set[str] = set()
+            for batch in _chunks(lost):
+                got = collection.get(ids=list(batch), include=["embeddings", "metadatas"])
+                vectors = got["embeddings"] if got["embeddings"] is not None else []  # an array, else
+                items = [
+                    VectorItem(
+                        message_id=_parse_vector_id(vid)[0],
+                        chunk=_parse_vector_id(vid)[1],
+                        vector=[float(x) for x in vector],
+                        resource_id=resource_id,
+                        thread_id=str((metadata or {}).get("thread_id", "")),
+                    )
+                    for vid, vector, metadata in zip(got["ids"], vectors, got["metadatas"] or [], strict=True)
+                ]
+                still.update(_reconnect(collection, items))
+            return {_parse_vector_id(v)[0] for v in still}
+
+        return await self._write_alone("upsert", resource_id, False, action, set())
 
     async def ping(self) -> None:
         """Raise :class:`VectorIndexError` unless Chroma answers."""
@@ -1023,53 +1050,74 @@ def _reload(collection: Collection) -> None:
     collection.delete(ids=[_RELOAD_ID])
 
 
-def _reconnect(collection: Collection, items: Sequence[VectorItem], attempts: int = 3) -> None:
+def _reconnect(collection: Collection, items: Sequence[VectorItem], attempts: int = 3) -> list[str]:
     """Writes again, one record per call (a lone upsert repairs the record's links and races with
-    nothing), each record of ``items`` that a query restricted to their ids does not return.
+    nothing), each record of ``items`` that Chroma's query for its own vector does not return (see
+    :func:`_out_of_reach`). Returns the vector ids still out of reach.
+
+    The query is not restricted to the batch's ids: Chroma answers such a query by comparing the few
+    ids given one by one, never walking the graph, so it returned every record it was asked about
+    (a plain `recallql reindex` over an existing index left 3 of 2,000 records unreachable, unseen).
 
     Records deleted meanwhile (another replica deleted or moved their message: writes of a resource are
     serialised within a process only) are neither written back nor taken for damage, though Chroma
-    fails a query naming a missing id with "Error finding id", one of its signs of a damaged index: that
-    race, under writes from two replicas, dropped and rebuilt healthy collections. A record still out of
-    reach after ``attempts`` writes is left as it is, logged: HNSW can leave one so by its place in the
-    data, and failing the write held every resource's vector work back behind it (the outbox retried it
-    for good); check-index reports such records."""
+    fails a query that meets a missing id with "Error finding id", one of its signs of a damaged index:
+    that race, under writes from two replicas, dropped and rebuilt healthy collections. A record still
+    out of reach after ``attempts`` writes is left as it is, logged: failing the write held every
+    resource's vector work back behind it (the outbox retried it for good); check-index reports such
+    records."""
     by_id = {_vector_id(i.message_id, i.chunk): i for i in items}
     lost: list[str] = []
     for _ in range(attempts):
         if not by_id:
-            return
+            return []
+        ids = list(by_id)
         try:
-            found = collection.query(
-                query_embeddings=np.asarray([next(iter(by_id.values())).vector], dtype=np.float32),
-                ids=list(by_id),
-                n_results=len(by_id),
-                include=[],
+            lost = _out_of_reach(
+                collection, ids, np.asarray([by_id[vid].vector for vid in ids], dtype=np.float32)
             )
         except Exception as exc:
             if _MISSING_ID not in str(exc):
                 raise
-            stored = _stored_ids(collection, list(by_id))
+            stored = _stored_ids(collection, ids)
             if stored == set(by_id):
                 raise  # every id is there: the index itself lost track of one
             by_id = {vid: item for vid, item in by_id.items() if vid in stored}
             continue
-        returned = set(found["ids"][0])
-        lost = [vid for vid in by_id if vid not in returned]
         if lost:
             stored = _stored_ids(collection, lost)
             lost = [vid for vid in lost if vid in stored]
         if not lost:
-            return
+            return []
         log.warning("Chroma query cannot reach %d record(s) it stores; writing them again", len(lost))
         for vid in lost:
             _write(collection, [by_id[vid]])
+        by_id = {vid: by_id[vid] for vid in lost}
     log.warning(
         "Chroma query still cannot reach %d record(s) after writing them again (%s); left as they are: "
         "`recallql check-index` reports them",
         len(lost),
         ", ".join(lost[:5]) + (", ..." if len(lost) > 5 else ""),
     )
+    return lost
+
+
+def _out_of_reach(collection: Collection, ids: Sequence[str], embeddings: Any, k: int = 10) -> list[str]:
+    """Which of these records (``embeddings``: their stored vectors, in order) Chroma's unrestricted
+    query for their own vector, top ``k``, does not return: records its HNSW graph cannot reach
+    (chroma-core/chroma#7758), which no search finds. Exact duplicates tie at distance 0, so a vector
+    outranked only by ``k`` of them counts as reached."""
+    total = collection.count()
+    if not total or not len(ids):
+        return []
+    n = min(k, total)
+    result = collection.query(query_embeddings=embeddings, n_results=n, include=["distances"])
+    distances = result.get("distances") or []
+    return [
+        vector_id
+        for vector_id, found, dist in zip(ids, result["ids"], distances, strict=True)
+        if vector_id not in found and not (len(found) == n and dist[-1] <= 1e-6)
+    ]
 
 
 def _stored_ids(collection: Collection, ids: list[str]) -> set[str]:

@@ -85,6 +85,7 @@ class VectorIndex(Protocol):
         self, resource_id: str | None, message_ids: Sequence[str]
     ) -> dict[str, dict[int, Vector]]: ...
     async def unreachable(self, resource_id: str | None) -> set[str]: ...
+    async def relink(self, resource_id: str | None) -> set[str]: ...
     async def ping(self) -> None: ...
     async def aclose(self) -> None: ...
 
@@ -985,12 +986,37 @@ class SemanticMemory:
             after = rows[-1]
 
     async def repair(self, checks: Sequence[IndexCheck]) -> list[str | None]:
-        """Rebuilds (drop, then refill from SQL) the collections of the resources a check found wrong;
-        returns those resources."""
-        broken = [c.resource_id for c in checks if not c.ok]
-        for resource in broken:
-            await self.reindex(resource_id=resource, without_resource=resource is None, rebuild=True)
-        return broken
+        """Mends the resources a check found wrong; returns those resources. A collection missing
+        vectors, holding strays or damaged is rebuilt (dropped, then refilled from SQL); then the records
+        Chroma's query cannot reach are written again (`relink`), which a rebuild alone does not do: the
+        same vectors build the same graph, with the same records out of reach."""
+        broken = [c for c in checks if not c.ok]
+        for check in broken:
+            resource = check.resource_id
+            if check.missing or check.stray or check.damaged:
+                await self.reindex(resource_id=resource, without_resource=resource is None, rebuild=True)
+            await self.relink([resource])
+        return [c.resource_id for c in broken]
+
+    async def relink(
+        self,
+        resource_ids: Sequence[str | None] | None = None,
+        *,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> dict[str | None, set[str]]:
+        """Writes again, one at a time, the records of these resources' collections (by default every
+        one) that Chroma's query cannot reach (ChromaIndex.relink). Returns, by resource, the messages
+        still out of reach: none, as a rule. `on_progress(done, total)` per resource."""
+        index = await self.index()
+        resources = list(resource_ids) if resource_ids is not None else await index.resources()
+        still: dict[str | None, set[str]] = {}
+        for done, resource in enumerate(resources, 1):
+            lost = await index.relink(resource)
+            if lost:
+                still[resource] = lost
+            if on_progress is not None:
+                on_progress(done, len(resources))
+        return still
 
     async def copied_vectors(
         self, pairs: Sequence[tuple[MessageRecord, MessageRecord]], *, moved: bool = False

@@ -492,7 +492,7 @@ async def test_check_index_finds_what_the_index_lacks_holds_wrongly_or_cannot_re
 
         done = cli(data, env, "check-index", "--repair")
         assert done.returncode == 0, done.stdout + done.stderr
-        assert "rebuilt 2 resource(s) from the database; 0 still not in line with it" in done.stdout
+        assert "repaired 2 resource(s); 0 still not in line with the database" in done.stdout
         thread_of = dict.fromkeys(texts, thread_id)
         assert_exact_vectors(stored_vectors(data / "chroma", resource_id), texts, thread_of)
         assert stored_vectors(data / "chroma", gone) == {}

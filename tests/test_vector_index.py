@@ -29,7 +29,7 @@ from models.vector_index import (
     VectorItem,
     collection_name,
 )
-from tests.support import free_port
+from tests.support import MODEL_DIR, free_port, require
 
 DIM = 4
 MODEL = "test-model"
@@ -689,20 +689,33 @@ async def test_reads_between_writes_do_not_make_chroma_replay_its_log(tmp_path: 
         await index.aclose()
 
 
-class _LosingCollection:
-    """A collection whose query leaves out the given ids for the first `times` queries, and that holds
-    every id but the `gone` ones (Chroma's query fails on those as on a damaged index's)."""
+def _key(vector: Any) -> tuple[float, ...]:
+    return tuple(round(float(x), 5) for x in vector)
 
-    def __init__(self, lost: set[str], times: int, gone: frozenset[str] = frozenset()) -> None:
+
+class _LosingCollection:
+    """A collection whose query for a record's own vector leaves out the given ids for the first `times`
+    queries, and that holds every id but the `gone` ones (Chroma's query fails on those as on a damaged
+    index's). Records are told apart by their vectors, as a query names none."""
+
+    def __init__(
+        self, batch: Sequence[VectorItem], lost: set[str], times: int, gone: frozenset[str] = frozenset()
+    ) -> None:
+        self.by_vector = {_key(i.vector): f"{i.message_id}:{i.chunk}" for i in batch}
         self.lost, self.times, self.gone = lost, times, gone
         self.writes: list[list[str]] = []
 
-    def query(self, *, ids: list[str], n_results: int, **_: object) -> dict[str, list[list[str]]]:
-        if self.gone & set(ids):
+    def count(self) -> int:
+        return len(self.by_vector)
+
+    def query(self, *, query_embeddings: Any, n_results: int, **_: object) -> dict[str, list[list[Any]]]:
+        asked = [self.by_vector[_key(v)] for v in query_embeddings]
+        if self.gone & set(asked):
             raise RuntimeError("Error executing plan: Internal error: Error finding id")
         hidden = self.lost if self.times > 0 else set()
         self.times -= 1
-        return {"ids": [[i for i in ids if i not in hidden][:n_results]]}
+        found = [[] if vid in hidden else [vid] for vid in asked]
+        return {"ids": found, "distances": [[0.0] if f else [] for f in found]}
 
     def get(self, *, ids: list[str], **_: object) -> dict[str, list[str]]:
         return {"ids": [i for i in ids if i not in self.gone]}
@@ -711,22 +724,24 @@ class _LosingCollection:
         self.writes.append(ids)
 
 
+BATCH = [item(f"m{k}", unit(1.0, k, 0.5, 0.1)) for k in range(4)]
+
+
 def test_records_a_query_cannot_reach_are_written_again_one_by_one(caplog: pytest.LogCaptureFixture) -> None:
     from models.vector_index import _reconnect
 
-    batch = [item(f"m{k}", E0) for k in range(4)]
-    collection = _LosingCollection({"m1:0", "m3:0"}, times=1)
-    _reconnect(collection, batch)  # type: ignore[arg-type]
+    collection = _LosingCollection(BATCH, {"m1:0", "m3:0"}, times=1)
+    assert _reconnect(collection, BATCH) == []  # type: ignore[arg-type]
     assert collection.writes == [["m1:0"], ["m3:0"]]
 
-    _reconnect(collection, batch)  # type: ignore[arg-type]
+    _reconnect(collection, BATCH)  # type: ignore[arg-type]
     assert collection.writes == [["m1:0"], ["m3:0"]]  # all reachable: nothing written
 
     # Out of reach for good: left as it is, said in the log. Raising held every resource's vector work
     # back behind this one (the outbox retried it for good).
-    stubborn = _LosingCollection({"m2:0"}, times=99)
+    stubborn = _LosingCollection(BATCH, {"m2:0"}, times=99)
     with caplog.at_level(logging.WARNING, logger="recallql"):
-        _reconnect(stubborn, batch)  # type: ignore[arg-type]
+        assert _reconnect(stubborn, BATCH) == ["m2:0"]  # type: ignore[arg-type]
     assert stubborn.writes == [["m2:0"]] * 3
     assert "still cannot reach 1 record(s) after writing them again (m2:0)" in caplog.text
 
@@ -737,34 +752,95 @@ def test_records_deleted_meanwhile_are_neither_damage_nor_written_back() -> None
     dropped and rebuilt; nor may the check write a deleted message's vector back."""
     from models.vector_index import _reconnect
 
-    batch = [item(f"m{k}", E0) for k in range(4)]
-    collection = _LosingCollection({"m2:0", "m3:0"}, times=1, gone=frozenset({"m1:0", "m3:0"}))
-    _reconnect(collection, batch)  # type: ignore[arg-type]
+    collection = _LosingCollection(BATCH, {"m2:0", "m3:0"}, times=1, gone=frozenset({"m1:0", "m3:0"}))
+    _reconnect(collection, BATCH)  # type: ignore[arg-type]
     assert collection.writes == [["m2:0"]]
 
     # Every id stored, and still the error: the index itself lost track of one (damage, as before).
-    damaged = _LosingCollection(set(), times=0, gone=frozenset({"m1:0"}))
+    damaged = _LosingCollection(BATCH, set(), times=0, gone=frozenset({"m1:0"}))
     damaged.get = lambda *, ids, **_: {"ids": ids}  # type: ignore[method-assign]
     with pytest.raises(RuntimeError, match="Error finding id"):
-        _reconnect(damaged, batch)  # type: ignore[arg-type]
+        _reconnect(damaged, BATCH)  # type: ignore[arg-type]
 
 
-def test_a_query_naming_a_deleted_id_fails_in_chroma_as_the_check_expects(tmp_path: Path) -> None:
-    """What the stub above stands for, in the real Chroma: a query restricted to ids, one of them deleted,
-    fails with "Error finding id", and get() leaves the deleted one out. The check passes on it."""
+def test_a_record_deleted_meanwhile_is_not_written_back_in_chroma(tmp_path: Path) -> None:
+    """What the stub above stands for, in the real Chroma: the check of a batch one of whose records was
+    deleted since leaves it deleted."""
     import chromadb
 
-    from models.vector_index import _MISSING_ID, _reconnect, _write
+    from models.vector_index import _reconnect, _write
 
     client = chromadb.PersistentClient(path=str(tmp_path / "chroma"))
     collection = client.create_collection("deleted-ids", configuration={"hnsw": {"space": "cosine"}})
-    batch = [item(f"m{k}", unit(1.0, k, 0.5, 0.1)) for k in range(4)]
-    _write(collection, batch)
+    _write(collection, BATCH)
     collection.delete(ids=["m1:0"])
-    with pytest.raises(Exception, match=_MISSING_ID):
-        collection.query(query_embeddings=[E0], ids=["m0:0", "m1:0"], n_results=2, include=[])
-    _reconnect(collection, batch)
+    assert _reconnect(collection, BATCH) == []
     assert sorted(collection.get(include=[])["ids"]) == ["m0:0", "m2:0", "m3:0"]
+
+
+async def _cone_with_a_far_record(index: ChromaIndex) -> list[VectorItem]:
+    """2,500 records in a tight cone around E0, written after one far outside it (m1, E1): no record of
+    the cone keeps a link to m1, so no query reaches it (see the test of `unreachable`)."""
+    far = item("m1", E1)
+    await index.upsert([far])
+    cone = [item(f"n{k}", unit(1.0, k / 2500, (k % 7) / 7, 0.5)) for k in range(2500)]
+    await index.upsert(cone)
+    assert "m1" in await index.unreachable("r1")
+    return [far, *cone]
+
+
+async def test_a_query_restricted_to_ids_returns_what_the_graph_cannot_reach(index: ChromaIndex) -> None:
+    """Why a save's check of its records queries for each one's own vector over the whole collection:
+    Chroma answers a query restricted to ids by comparing those ids one by one, never walking the graph,
+    so the check the save made that way found every record, reachable or not."""
+    from models.vector_index import _out_of_reach, collection_name
+
+    await _cone_with_a_far_record(index)
+
+    def probe() -> tuple[list[str], list[str]]:
+        collection = index._get_client().get_collection(collection_name("r1", MODEL, DIM))
+        restricted = collection.query(query_embeddings=[E1], ids=["m1:0", "n0:0"], n_results=2, include=[])
+        return restricted["ids"][0], _out_of_reach(collection, ["m1:0", "n0:0"], [E1, unit(1.0, 0, 0, 0.5)])
+
+    restricted, out_of_reach = await asyncio.to_thread(probe)
+    assert "m1:0" in restricted
+    assert out_of_reach == ["m1:0"]
+
+
+async def test_rewritten_vectors_leave_others_out_of_reach_until_relinked(tmp_path: Path) -> None:
+    """HNSW updates (an upsert of a stored id) can cut other records of the collection off the graph
+    (chroma-core/chroma#7758): rewriting 2,000 near-alike chat lines, as a plain `recallql reindex` does,
+    left 5-10 of them out of every search's reach here. `relink` finds them and links them in again."""
+    from models.embedders import OnnxMiniLMEmbedder
+
+    require((MODEL_DIR / "onnx" / "model.onnx").is_file(), f"all-MiniLM-L6-v2 not found in {MODEL_DIR}/onnx")
+    texts = [f"message {n} about topic {n % 7} and weather in city {n % 31}" for n in range(2000)]
+    vectors = (await OnnxMiniLMEmbedder(MODEL_DIR).embed(texts)).vectors
+    items = [VectorItem(f"m{n}", f"t{n % 10}", "r", 0, v) for n, v in enumerate(vectors)]
+    index = ChromaIndex(path=tmp_path / "chroma", model_name="minilm", dimension=len(vectors[0]))
+    try:
+        for _ in range(2):  # written, then rewritten page by page
+            for k in range(0, len(items), 256):
+                await index.upsert(items[k : k + 256])
+        lost = await index.unreachable("r")
+        assert lost, "Chroma no longer loses records on updates: relink may be unneeded (chroma#7758)"
+        assert await index.relink("r") == set()
+        assert await index.unreachable("r") == set()
+        for message_id in sorted(lost)[:3]:
+            vector = vectors[int(message_id[1:])]
+            assert message_id in ids(await index.query(vector, resource_ids=["r"], thread_id=None, top_k=1))
+        assert await index.count("r") == 2000
+    finally:
+        await index.aclose()
+
+
+async def test_relink_writes_again_what_no_query_reaches(index: ChromaIndex) -> None:
+    await _cone_with_a_far_record(index)
+    assert await index.relink("r1") == set()
+    assert await index.unreachable("r1") == set()
+    assert "m1" in ids(await index.query(E1, resource_ids=["r1"], thread_id=None, top_k=3))
+    assert len(await index.stored("r1")) == 2501
+    assert await index.relink("never-written") == set()
 
 
 async def test_resaving_checks_that_the_batch_stays_reachable(
@@ -776,9 +852,9 @@ async def test_resaving_checks_that_the_batch_stays_reachable(
     checked: list[list[str]] = []
     real = vector_index._reconnect
 
-    def spy(collection: object, items: Sequence[VectorItem], attempts: int = 3) -> None:
+    def spy(collection: object, items: Sequence[VectorItem], attempts: int = 3) -> list[str]:
         checked.append([i.message_id for i in items])
-        real(collection, items, attempts)  # type: ignore[arg-type]
+        return real(collection, items, attempts)  # type: ignore[arg-type]
 
     monkeypatch.setattr(vector_index, "_reconnect", spy)
     await index.upsert([item(f"new{k}", unit(0.5, k, 1.0, 0.1)) for k in range(3)])
