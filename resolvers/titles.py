@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -42,6 +43,8 @@ DEFAULT_TITLE_INSTRUCTIONS = """
 MAX_TITLE_LENGTH = 80
 FALLBACK_TITLE = "New conversation"
 _THINK = re.compile(r"<think>[\s\S]*?</think>")
+# What no database stores: U+0000 (PostgreSQL refuses it in text) and UTF-16 surrogates (not Unicode).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _QUOTES_AND_COLONS = re.compile(r"[\"'`\u2018\u2019\u201c\u201d\u00ab\u00bb:\uff1a]")
 _LEADING_MARKUP = re.compile(r"^[\s#>*\-+]+")
 
@@ -83,8 +86,10 @@ def title_options(config: dict[str, Any]) -> TitleOptions | None:
 
 
 def clean_title(text: str) -> str:
-    """What Mastra keeps of a model's answer: <think> blocks removed, trimmed."""
-    return _THINK.sub("", text).strip()
+    """What Mastra keeps of a model's answer: <think> blocks removed, trimmed; and characters no
+    database stores left out (a title holding U+0000 failed every attempt to store it on PostgreSQL, and
+    made SQLite's export one its import refuses)."""
+    return _UNSTORABLE.sub("", _THINK.sub("", text)).strip()
 
 
 def _text(content: dict[str, Any]) -> str:
@@ -157,11 +162,26 @@ def heuristic_title(messages: Iterable[MessageRecord]) -> str:
 def shorten(text: str, limit: int = MAX_TITLE_LENGTH) -> str:
     if len(text) <= limit:
         return text
-    cut = text[:limit]
+    end = limit
+    # Not inside a character drawn from several code points (an emoji family joined by U+200D, a skin
+    # tone, an accent combined with its letter): cut there, it left half of it, a lone 👩 of 👩‍👩‍👧.
+    while end > 0 and (_joins(text[end]) or text[end - 1] == "\u200d"):
+        end -= 1
+    cut = text[:end]
     space = cut.rfind(" ")
     if space >= limit // 2:
         cut = cut[:space]
     return cut.rstrip(" ,;.-")
+
+
+def _joins(char: str) -> bool:
+    """Whether this code point belongs with the one before it."""
+    return (
+        unicodedata.category(char) in ("Mn", "Mc", "Me")
+        or char in "\u200d\ufe0e\ufe0f"
+        or "\U0001f3fb" <= char <= "\U0001f3ff"  # skin tones
+        or "\U000e0020" <= char <= "\U000e007f"  # tag characters (subdivision flags)
+    )
 
 
 def visible(messages: Iterable[MessageRecord]) -> list[MessageRecord]:

@@ -64,6 +64,7 @@ def test_title_options() -> None:
 def test_clean_title_strips_thinking_and_whitespace() -> None:
     assert clean_title("  <think>hmm</think> Generated Title  ") == "Generated Title"
     assert clean_title("<think>a\nb</think>\n<think>c</think>Title") == "Title"
+    assert clean_title("bad\x00 title\ud800!\U0001f600") == "bad title!\U0001f600"
 
 
 def test_transcript_is_mastras() -> None:
@@ -103,6 +104,11 @@ def test_heuristic_title() -> None:
     title = heuristic_title([_message("user", _text(long))])
     assert len(title) <= 80 and title.endswith("word") and title.startswith("word word")
     assert len(heuristic_title([_message("user", _text("x" * 200))])) == 80
+    # Never half a character drawn from several code points.
+    family, accented = "\U0001f469\u200d\U0001f469\u200d\U0001f467", "e\u0301"
+    assert heuristic_title([_message("user", _text("a" * 79 + family + "b"))]) == "a" * 79
+    assert heuristic_title([_message("user", _text("a" * 75 + family + "b"))]) == "a" * 75 + family
+    assert heuristic_title([_message("user", _text("a" * 79 + accented + "b"))]) == "a" * 79
     assert (
         heuristic_title([_message("assistant", _text("hi")), _message("user", _text(" "))]) == FALLBACK_TITLE
     )
@@ -289,6 +295,21 @@ async def test_titles_from_the_chat_endpoint(chat_server: ServerProcess, chat_st
             "content": f"User: Hello there, tell me about apples ({thread_id})\nAssistant: assistant reply",
         },
     ]
+
+
+async def test_a_model_title_keeps_only_what_every_database_stores(
+    chat_server: ServerProcess, chat_stub: ChatStub
+) -> None:
+    """A model's answer holding U+0000 failed every attempt to store the title on PostgreSQL (a logged
+    traceback on each save), and on SQLite gave an export its own import refuses."""
+    api = Api(chat_server.url)
+    thread_id = await _untitled(api)
+    chat_stub.replies[thread_id] = (200, "Apples\u0000 and pears", 0.0)
+    await api.execute(
+        SAVE, m=[text_message(thread_id=thread_id, text=f"tell me about apples ({thread_id})")], c=ON
+    )
+    assert (await wait_for_title(api, thread_id))["title"] == "Apples and pears"
+    assert "title generation" not in chat_server.log_path.read_text()
 
 
 async def test_model_and_instructions_from_the_options(
