@@ -218,6 +218,22 @@ async def test_import_mastra_libsql_file(
     }
     assert await export_bytes(repository) == before
     await check_against_mastra(services, repository, expected)
+    # A batch size out of range is one line (past a C int it was an OverflowError's traceback).
+    for size in ("0", str(2**31)):
+        refused = cli(
+            "import",
+            "mastra",
+            "--from",
+            str(db),
+            "--batch-size",
+            size,
+            url=database_url,
+            data_dir=data_dir,
+            succeeds=False,
+        )
+        assert refused.returncode == 1, refused.stderr
+        assert refused.stderr.decode().strip() == "import: --batch-size must be from 1 to 1,000,000"
+    assert await export_bytes(repository) == before
     # The source is only read.
     assert hashlib.sha256(db.read_bytes()).hexdigest() == source_digest
 

@@ -345,8 +345,9 @@ class _ProgressBars:
 
 
 async def _import(settings: Settings, args: argparse.Namespace) -> list[str]:
-    if args.batch_size < 1:
-        raise SystemExit("import: --batch-size must be at least 1")
+    if not 1 <= args.batch_size <= _MAX_IMPORT_BATCH:
+        # Past a C int the Mastra readers' fetch sizes were a traceback (OverflowError).
+        raise SystemExit(f"import: --batch-size must be from 1 to {_MAX_IMPORT_BATCH:,}")
     async with _repository(settings) as repository:
         return await _import_into(repository, settings, args)
 
@@ -412,6 +413,9 @@ async def _import_into(repository: Repository, settings: Settings, args: argpars
     elif semantic is None:
         notes.append("no embedder configured: vectors not built (configure one, then `recallql reindex`)")
     return report.lines() + notes
+
+
+_MAX_IMPORT_BATCH = 1_000_000
 
 
 def cmd_import(args: argparse.Namespace) -> int:
