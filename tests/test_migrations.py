@@ -568,12 +568,19 @@ def test_a_sqlite_file_that_cannot_be_opened_is_one_line(tmp_path: Path, command
     """A SQLite URL into a folder that does not exist, or at a file that is not a database, was a
     traceback (with --no-migrate, 150 lines in the server's log, exit 3); a data folder that is a file
     was reported as an unreachable database ("File exists")."""
+    embedder = "auto" if command == ["reindex"] else "off"
 
     def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "web.cli", *command, *args],
             cwd=tmp_path,
-            env={**os.environ, "RECALLQL_EMBEDDER": "off", **env},
+            # reindex says first that it has no embedder, if it has none
+            env={
+                **os.environ,
+                "RECALLQL_EMBEDDER": embedder,
+                "RECALLQL_EMBEDDING_MODEL_DIR": str(MODEL_DIR),
+                **env,
+            },
             capture_output=True,
             text=True,
             timeout=60,
@@ -613,3 +620,44 @@ def test_a_sqlite_file_that_cannot_be_opened_is_one_line(tmp_path: Path, command
         f"  Value error, RECALLQL_DATA_DIR: {data / 'chroma'} is a file; the embedded Chroma index is that "
         "folder\n",
     )
+
+
+@pytest.mark.parametrize("command", [["export"], ["check-index"], ["reindex"]])
+def test_commands_that_read_the_store_refuse_to_make_one(tmp_path: Path, command: list[str]) -> None:
+    """A mistyped --data-dir made a new, empty store (and its chroma folder): `export` then wrote a
+    backup of nothing and exited 0."""
+    env = {**os.environ, "RECALLQL_EMBEDDING_MODEL_DIR": str(MODEL_DIR)}
+    env.pop("RECALLQL_DATABASE_URL", None)
+
+    def run(data: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "web.cli", *command, "--data-dir", str(data)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    typo = tmp_path / "memroy"
+    done = run(typo)
+    assert (done.returncode, done.stderr) == (
+        1,
+        f"recallql: the SQLite database cannot be opened: {typo / 'recallql.db'}: its folder {typo} does not "
+        "exist\n",
+    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    done = run(empty)
+    assert (done.returncode, done.stderr) == (
+        1,
+        f"recallql: the SQLite database cannot be opened: {empty / 'recallql.db'} does not exist: nothing is "
+        "stored there (check --data-dir, RECALLQL_DATA_DIR or the database URL)\n",
+    )
+    assert not typo.exists() and list(empty.iterdir()) == []
+    migrated = subprocess.run(
+        [sys.executable, "-m", "web.cli", "migrate", "--data-dir", str(empty)], env=env, capture_output=True
+    )
+    assert migrated.returncode == 0, migrated.stderr
+    done = run(empty)
+    assert done.returncode == 0, done.stderr

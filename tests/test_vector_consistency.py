@@ -339,6 +339,7 @@ def test_maintenance_commands_say_when_the_embedder_is_down(tmp_path: Path) -> N
     data = tmp_path / "data"
     # Nothing listens on port 9: the endpoint's dimension probe fails before any message is read.
     env = {"RECALLQL_EMBEDDINGS_URL": "http://127.0.0.1:9", "RECALLQL_EMBEDDINGS_MODEL": "hash-64"}
+    assert cli(data, env, "migrate").returncode == 0  # a store to maintain (they refuse to make one)
     for command in ("reindex", "check-index"):
         done = cli(data, env, command)
         assert done.returncode == 1, done.stderr

@@ -69,11 +69,15 @@ def _create_engine(settings: Settings) -> AsyncEngine:
 
 
 @contextlib.asynccontextmanager
-async def _repository(settings: Settings) -> AsyncIterator[Repository]:
-    """The configured database (migrated unless RECALLQL_AUTO_MIGRATE=false), closed on the way out."""
+async def _repository(settings: Settings, *, existing: bool = False) -> AsyncIterator[Repository]:
+    """The configured database (migrated unless RECALLQL_AUTO_MIGRATE=false), closed on the way out.
+    `existing`: for commands that read what is stored, a SQLite file must already be there: a mistyped
+    --data-dir made a new, empty store, and `export` a backup of nothing, with exit status 0."""
     from models.migrate import upgrade
     from models.repository import Repository
 
+    if existing:
+        _check_sqlite_exists(settings.resolved_database_url)
     engine = _create_engine(settings)
     try:
         if settings.auto_migrate:
@@ -113,15 +117,16 @@ async def _semantic_memory(settings: Settings, command: str) -> AsyncIterator[Se
     """The configured semantic memory over the configured database, for a maintenance command."""
     from models.embedders import EmbeddingError
     from models.vector_index import VectorIndexError
-    from web.wiring import build_semantic
+    from web.wiring import build_semantic, has_embedder
 
-    async with _repository(settings) as repository:
+    why = "RECALLQL_EMBEDDER=off" if settings.embedder == "off" else "see RECALLQL_EMBEDDING_MODEL_DIR"
+    unconfigured = SystemExit(f"{command}: no embedder is configured ({why})")
+    if not has_embedder(settings):  # said first: no database would change that
+        raise unconfigured
+    async with _repository(settings, existing=True) as repository:
         semantic = build_semantic(settings, repository)
         if semantic is None:
-            why = (
-                "RECALLQL_EMBEDDER=off" if settings.embedder == "off" else "see RECALLQL_EMBEDDING_MODEL_DIR"
-            )
-            raise SystemExit(f"{command}: no embedder is configured ({why})")
+            raise unconfigured
         try:
             yield semantic
         # The directory is busy, the Chroma server or the embeddings endpoint is down: say so, no traceback.
@@ -428,7 +433,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 async def _export(settings: Settings, args: argparse.Namespace) -> dict[str, int]:
     from resolvers.transfer import ExportWriteError, export_jsonl
 
-    async with _repository(settings) as repository:
+    async with _repository(settings, existing=True) as repository:
         target = None if args.out in (None, "-") else Path(args.out)
         # A file is written aside and renamed at the end: a failed export never leaves a truncated file.
         # A link is followed (its file is replaced, not the link); a device or a pipe (/dev/stdout, a
@@ -670,6 +675,18 @@ def _check_sqlite_folder(url: str) -> None:
     path = sqlite_file(url)
     if path is not None and not path.parent.is_dir():
         raise SQLiteUnopenable(f"{path}: its folder {path.parent} does not exist")
+
+
+def _check_sqlite_exists(url: str) -> None:
+    from models.db import sqlite_file
+
+    _check_sqlite_folder(url)
+    path = sqlite_file(url)
+    if path is not None and not path.exists():
+        raise SQLiteUnopenable(
+            f"{path} does not exist: nothing is stored there (check --data-dir, RECALLQL_DATA_DIR or "
+            "the database URL)"
+        )
 
 
 def _check_sqlite_file(url: str) -> None:
