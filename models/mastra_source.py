@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
 
@@ -110,6 +111,47 @@ async def open_mastra_source(url: str, *, schema: str | None = None) -> MastraSo
     if len(scheme) == 1:  # a Windows drive letter, C:\…
         return await _SqliteSource.open(Path(url))
     raise MastraSourceError(f"unsupported source URL scheme {scheme!r} (use file:PATH or postgresql://…)")
+
+
+# libpq's URL parameters asyncpg reads itself (any other it sends as a server setting, which the server
+# refuses: "unrecognized configuration parameter").
+_ASYNCPG_PARAMETERS = frozenset(
+    {
+        *("host", "port", "user", "password", "dbname", "database", "passfile", "service"),
+        *("sslmode", "sslcert", "sslkey", "sslrootcert", "sslcrl", "sslpassword", "sslnegotiation"),
+        *("ssl_min_protocol_version", "ssl_max_protocol_version", "target_session_attrs"),
+        *("krbsrvname", "gsslib", "application_name"),
+    }
+)
+_CONNECT_TIMEOUT = 60.0  # asyncpg's own default
+
+
+def _asyncpg_dsn(dsn: str) -> tuple[str, float]:
+    """The DSN for asyncpg and its connect timeout: a Mastra app's DATABASE_URL, pasted as --from, often
+    carries libpq's connect_timeout (seconds; 0 or none: asyncpg's default), which asyncpg would send
+    to the server as a setting, failing the connection."""
+    parts = urlsplit(dsn)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    timeout = _CONNECT_TIMEOUT
+    kept = []
+    for key, value in query:
+        if key != "connect_timeout":
+            kept.append((key, value))
+            continue
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = math.nan
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise MastraSourceError(f"connect_timeout {value!r} is not a number of seconds")
+        timeout = seconds or _CONNECT_TIMEOUT
+    unknown = sorted({key for key, _ in kept} - _ASYNCPG_PARAMETERS)
+    if unknown:
+        raise MastraSourceError(
+            f"the URL parameter(s) {', '.join(unknown)} cannot be used (asyncpg reads the source); it takes "
+            f"{', '.join(sorted(_ASYNCPG_PARAMETERS | {'connect_timeout'}))}"
+        )
+    return urlunsplit(parts._replace(query=urlencode(kept))), timeout
 
 
 def _file_path(url: str) -> Path:
@@ -492,9 +534,9 @@ class _PostgresSource(_SqlSource):
     async def open(cls, url: str, schema: str) -> _PostgresSource:
         import asyncpg
 
-        dsn = re.sub(r"^postgres(ql)?\+asyncpg:", "postgresql:", url)
+        dsn, timeout = _asyncpg_dsn(re.sub(r"^postgres(ql)?\+asyncpg:", "postgresql:", url))
         try:
-            conn = await asyncpg.connect(dsn)
+            conn = await asyncpg.connect(dsn, timeout=timeout)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, ValueError, OverflowError) as exc:
             # The last three: a URL asyncpg cannot use (a port out of range or not a number, an unknown
             # sslmode), which was a traceback.

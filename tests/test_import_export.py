@@ -519,7 +519,10 @@ async def test_import_mastra_postgres_store(
             await open_mastra_source(dsn)
 
         data_dir = tmp_path / "data"
-        args = ("import", "mastra", "--from", dsn, "--schema", "mastra", "--no-embed")
+        # As a Mastra app's DATABASE_URL often is: libpq's connect_timeout, which asyncpg would send the
+        # server as a setting ("unrecognized configuration parameter").
+        pasted = f"{dsn}?connect_timeout=10&application_name=mastra-app"
+        args = ("import", "mastra", "--from", pasted, "--schema", "mastra", "--no-embed")
         first = cli(*args, url=database_url, data_dir=data_dir)
         assert report(first.stdout) == {
             "resource": (2, 2, 0, 0),
@@ -1376,6 +1379,11 @@ async def test_source_errors(tmp_path: Path) -> None:
             MastraSourceError, match=re.escape(f"cannot connect to the Mastra PostgreSQL database: {said}")
         ):
             await open_mastra_source(url)
+    # libpq's parameters asyncpg would send the server as settings ("unrecognized configuration parameter").
+    with pytest.raises(MastraSourceError, match=r"^the URL parameter\(s\) channel_binding cannot be used"):
+        await open_mastra_source("postgresql://u@127.0.0.1:1/x?sslmode=disable&channel_binding=require")
+    with pytest.raises(MastraSourceError, match="connect_timeout 'soon' is not a number of seconds"):
+        await open_mastra_source("postgresql://u@127.0.0.1:1/x?connect_timeout=soon")
     import sqlite3
 
     other = tmp_path / "other.db"
