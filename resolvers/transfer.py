@@ -304,12 +304,16 @@ def message_record(
     once converted (a legacy tool call's arguments nest two levels deeper in format 2)."""
     if resource_id is not None and resource_id and not resource_id.strip():
         raise TransferError(f"{where}: resourceId must be a non-empty string or null")
+    unknown_form = isinstance(content, dict) and content.get("format") != 2
     role, content, converted = to_format2(role, content)
     if (fault := _deep_fault(content, "content")) is not None:
         raise TransferError(f"{where}: {fault}")
     if converted:
         report.converted += 1
         type = "v2"
+    if unknown_form and not content["parts"]:
+        # Mastra reads such a row with nothing in it too; said, since whatever text it held is gone.
+        report.warn(f"{where}: content is an object of no known format; stored empty, as Mastra reads it")
     return MessageRecord(
         id=id,
         thread_id=thread_id,

@@ -293,6 +293,8 @@ async def test_import_mastra_skips_rows_it_cannot_store(
             ("nul-content", content, "2026-01-01T00:00:00.000Z"),
             ("far-future", json.dumps({"format": 2, "parts": []}), str(10**16)),
             ("far-far-future", json.dumps({"format": 2, "parts": []}), "9" * 22),
+            # Imported as Mastra reads it, with nothing in it: said, since its text is gone.
+            ("format-3", json.dumps({"format": 3, "parts": [{"type": "text", "text": "t"}]}), "2026-01-01"),
         ]
         for mid, body, created in rows:
             conn.execute(
@@ -315,10 +317,15 @@ async def test_import_mastra_skips_rows_it_cannot_store(
     assert "message 'nul-content': Strings may not contain U+0000 (NUL); skipped" in warnings
     assert "message 'far-future': no id, thread_id, role or readable createdAt; skipped" in warnings
     assert "thread 'nul-thread': Strings may not contain U+0000 (NUL); skipped" in warnings
+    assert (
+        "message 'format-3': content is an object of no known format; stored empty, as Mastra reads it"
+        in warnings
+    )
+    assert (await repository.get_messages(["format-3"]))["format-3"].content == {"format": 2, "parts": []}
     assert await repository.get_messages(["nul-content", "far-future", "far-far-future"]) == {}
     assert await repository.get_thread("nul-thread") is None
     exported = await export_bytes(repository)
-    assert exported.count(b'"kind":"message"') == mastra_fixture[1]["counts"]["messages"]
+    assert exported.count(b'"kind":"message"') == mastra_fixture[1]["counts"]["messages"] + 1
 
 
 def hash_semantic(repository: Repository, url: str, data_dir: Path) -> Any:
