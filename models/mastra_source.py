@@ -59,6 +59,8 @@ class MastraThread:
     metadata: Any
     created_at: int | None
     updated_at: int | None
+    # A time the row has but that cannot be read (Mastra's own reads fail on it): the other one stands in.
+    unreadable_times: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -80,6 +82,8 @@ class MastraResource:
     metadata: Any
     created_at: int | None
     updated_at: int | None
+    # A time the row has but that cannot be read (Mastra's own reads fail on it): the other one stands in.
+    unreadable_times: tuple[str, ...] = ()
 
 
 class MastraSource(Protocol):
@@ -167,6 +171,14 @@ def _file_path(url: str) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------- values
+def _unreadable_times(created: Any, updated: Any) -> tuple[str, ...]:
+    return tuple(
+        name
+        for name, value in (("createdAt", created), ("updatedAt", updated))
+        if value is not None and parse_time(value) is None
+    )
+
+
 def parse_time(value: Any) -> int | None:
     """A stored Mastra time as epoch milliseconds (UTC), or None when it cannot be read.
 
@@ -409,6 +421,7 @@ class _SqlSource:
                     decode_json_column(r[2]),
                     parse_time(r[3]),
                     parse_time(r[4]),
+                    _unreadable_times(r[3], r[4]),
                 )
                 for r in rows
             ]
@@ -423,6 +436,7 @@ class _SqlSource:
                     decode_json_column(r[3]),
                     parse_time(r[4]),
                     parse_time(r[5]),
+                    _unreadable_times(r[4], r[5]),
                 )
                 for r in rows
             ]

@@ -329,6 +329,13 @@ def message_record(
     )
 
 
+def _stood_in(report: ImportReport, kind: str, id: str, unreadable: tuple[str, ...]) -> None:
+    """Says which of a kept row's times could not be read, and what stands in for it (it was silent)."""
+    for name in unreadable:
+        other = "updatedAt" if name == "createdAt" else "createdAt"
+        report.warn(f"{kind} {id!r}: {name} cannot be read; its {other} stands in")
+
+
 def _nonempty(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and value.strip() != ""
 
@@ -416,6 +423,7 @@ async def import_mastra(
                 report, "resource", r.id, (r.id, r.working_memory, r.metadata), ids=1, metadata=r.metadata
             ):
                 continue
+            _stood_in(report, "resource", r.id, r.unreadable_times)
             resources.append(
                 ResourceRecord(
                     id=r.id,
@@ -446,6 +454,7 @@ async def import_mastra(
                 report, "thread", t.id, (t.id, t.resource_id, t.title, t.metadata), ids=2, metadata=t.metadata
             ):
                 continue
+            _stood_in(report, "thread", t.id, t.unreadable_times)
             thread_ids.add(t.id)
             threads.append(
                 ThreadRecord(

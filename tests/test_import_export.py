@@ -307,6 +307,16 @@ async def test_import_mastra_skips_rows_it_cannot_store(
             "'2026-01-01T00:00:00.000Z')",
             (resource_id,),
         )
+        # A time that cannot be read, beside one that can: kept, the other standing in, and said.
+        for tid, created, updated in (
+            ("late-garbage", "2026-01-01T00:00:00.000Z", "garbage"),
+            ("early-garbage", "garbage", "2026-01-02T00:00:00.000Z"),
+        ):
+            conn.execute(
+                "INSERT INTO mastra_threads (id, resourceId, title, metadata, createdAt, updatedAt) "
+                "VALUES (?, ?, 't', NULL, ?, ?)",
+                (tid, resource_id, created, updated),
+            )
     source = await open_mastra_source(str(db))
     try:
         result = await import_mastra(repository, source)
@@ -322,6 +332,11 @@ async def test_import_mastra_skips_rows_it_cannot_store(
         in warnings
     )
     assert (await repository.get_messages(["format-3"]))["format-3"].content == {"format": 2, "parts": []}
+    assert "thread 'late-garbage': updatedAt cannot be read; its createdAt stands in" in warnings
+    assert "thread 'early-garbage': createdAt cannot be read; its updatedAt stands in" in warnings
+    late, early = await repository.get_thread("late-garbage"), await repository.get_thread("early-garbage")
+    assert late is not None and late.updated_at == late.created_at
+    assert early is not None and early.created_at == early.updated_at
     assert await repository.get_messages(["nul-content", "far-future", "far-far-future"]) == {}
     assert await repository.get_thread("nul-thread") is None
     exported = await export_bytes(repository)
