@@ -716,21 +716,13 @@ class ChromaIndex:
         existing: set[str] = set()
         for batch in _chunks(sorted({item.message_id for item in group.values()})):
             existing.update(collection.get(where=_message_in(batch), include=[])["ids"])
-        # Chroma applies an upsert of a stored id as an HNSW update, and updates cut records off the
-        # graph (chroma-core/chroma#7758): get() still returns them, no query reaches them, and not only
-        # the updated ones (300 saves of 10 near-alike chat lines among 2,000: 5-8 records out of every
-        # search, against the 1-2 a fresh build leaves). A deleted record stays in the graph as a waypoint
-        # and an insert links itself in, so the vectors a write replaces are deleted first, then written
-        # anew. Meanwhile, a few milliseconds, a search misses that message, as it misses any message
-        # whose vectors the outbox has yet to write.
-        replaced = sorted(existing & keep)
-        for batch in _chunks(replaced):
-            collection.delete(ids=list(batch))
         for batch in _chunks(ids):
             _write(collection, [group[i] for i in batch])
-        # A record of the batch still out of reach (HNSW leaves the odd one so by its place in the data;
-        # an id another replica wrote meanwhile is still an update) is written again.
-        if replaced:
+        # Chroma applies an upsert of a stored id as an HNSW update, in parallel with the batch's
+        # inserts, and such an update can cut a record of the batch off the graph (chroma-core/chroma
+        # #7758): get() still returns it, no query reaches it. A batch that replaced vectors is checked
+        # and its unreachable records written again.
+        if existing & keep:
             for batch in _chunks(ids):
                 _reconnect(collection, [group[i] for i in batch])
         stale = sorted(existing - keep)
