@@ -27,7 +27,7 @@ from sqlalchemy.pool import NullPool
 # keyword arguments, which has none of these names ("unexpected keyword argument 'sslmode'"): they go
 # to asyncpg as a DSN instead. application_name and options (`-c search_path=...`) are startup
 # parameters for the server.
-_DSN_PARAMETERS = frozenset(
+DSN_PARAMETERS = frozenset(
     {
         "sslmode",
         "sslcert",
@@ -53,7 +53,7 @@ _KEYWORD_PARAMETERS = frozenset({"host", "port", "user", "password", "ssl", "pre
 
 def unsupported_parameters(url: str) -> list[str]:
     """The query parameters of a PostgreSQL URL that neither asyncpg nor SQLAlchemy would take."""
-    return sorted(set(make_url(url).query) - _DSN_PARAMETERS - _KEYWORD_PARAMETERS)
+    return sorted(set(make_url(url).query) - DSN_PARAMETERS - _KEYWORD_PARAMETERS)
 
 
 _SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
@@ -74,7 +74,7 @@ def postgres_url_problem(url: str) -> str | None:
 
 def supported_parameters() -> list[str]:
     """The query parameters a PostgreSQL URL may carry (for the setting's error message)."""
-    return sorted(_DSN_PARAMETERS | _KEYWORD_PARAMETERS)
+    return sorted(DSN_PARAMETERS | _KEYWORD_PARAMETERS)
 
 
 def is_sqlite(url: str) -> bool:
@@ -151,7 +151,7 @@ def create_engine(
         return engine
     connect_args: dict[str, Any] = {"timeout": connect_timeout} if connect_timeout else {}
     parsed = make_url(url)
-    libpq = {k: v for k, v in parsed.query.items() if k in _DSN_PARAMETERS}
+    libpq = {k: v for k, v in parsed.query.items() if k in DSN_PARAMETERS}
     if libpq:
         # Host, port, user and database stay keyword arguments, which win over the DSN's (empty) ones.
         connect_args["dsn"] = "postgresql://?" + urlencode(libpq, doseq=True)

@@ -40,6 +40,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
 
+from models.db import DSN_PARAMETERS
 from models.records import MAX_MS, MIN_MS
 
 THREADS = "mastra_threads"
@@ -117,16 +118,9 @@ async def open_mastra_source(url: str, *, schema: str | None = None) -> MastraSo
     raise MastraSourceError(f"unsupported source URL scheme {scheme!r} (use file:PATH or postgresql://…)")
 
 
-# libpq's URL parameters asyncpg reads itself (any other it sends as a server setting, which the server
-# refuses: "unrecognized configuration parameter").
-_ASYNCPG_PARAMETERS = frozenset(
-    {
-        *("host", "port", "user", "password", "dbname", "database", "passfile", "service"),
-        *("sslmode", "sslcert", "sslkey", "sslrootcert", "sslcrl", "sslpassword", "sslnegotiation"),
-        *("ssl_min_protocol_version", "ssl_max_protocol_version", "target_session_attrs"),
-        *("krbsrvname", "gsslib", "application_name"),
-    }
-)
+# What asyncpg reads from a DSN itself: libpq's parameters, and the address (any other parameter it sends
+# the server as a setting, which the server refuses: "unrecognized configuration parameter").
+_ASYNCPG_PARAMETERS = DSN_PARAMETERS | {"host", "port", "user", "password", "dbname", "database"}
 _CONNECT_TIMEOUT = 60.0  # asyncpg's own default
 
 
@@ -171,12 +165,16 @@ def _file_path(url: str) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------- values
-def _unreadable_times(created: Any, updated: Any) -> tuple[str, ...]:
-    return tuple(
+def _times(created: Any, updated: Any) -> tuple[int | None, int | None, tuple[str, ...]]:
+    """A row's createdAt and updatedAt read (see parse_time), and the names of those it has but that
+    cannot be read."""
+    read = parse_time(created), parse_time(updated)
+    unreadable = tuple(
         name
-        for name, value in (("createdAt", created), ("updatedAt", updated))
-        if value is not None and parse_time(value) is None
+        for name, raw, value in zip(("createdAt", "updatedAt"), (created, updated), read, strict=True)
+        if raw is not None and value is None
     )
+    return read[0], read[1], unreadable
 
 
 def parse_time(value: Any) -> int | None:
@@ -419,9 +417,7 @@ class _SqlSource:
                     read_text(r[0]),
                     read_text(r[1]),
                     decode_json_column(r[2]),
-                    parse_time(r[3]),
-                    parse_time(r[4]),
-                    _unreadable_times(r[3], r[4]),
+                    *_times(r[3], r[4]),
                 )
                 for r in rows
             ]
@@ -434,9 +430,7 @@ class _SqlSource:
                     read_text(r[1]),
                     read_text(r[2]) or "",
                     decode_json_column(r[3]),
-                    parse_time(r[4]),
-                    parse_time(r[5]),
-                    _unreadable_times(r[4], r[5]),
+                    *_times(r[4], r[5]),
                 )
                 for r in rows
             ]

@@ -920,7 +920,7 @@ class ChromaIndex:
                     VectorItem(
                         message_id=_parse_vector_id(vid)[0],
                         chunk=_parse_vector_id(vid)[1],
-                        vector=[float(x) for x in vector],
+                        vector=vector,
                         resource_id=resource_id,
                         thread_id=str((metadata or {}).get("thread_id", "")),
                     )
